@@ -1,0 +1,1 @@
+"""Annotation workflow over db/ and metrics/: import, queue, labels, agreement, export."""

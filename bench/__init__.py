@@ -1,0 +1,1 @@
+"""Measuring metrics: speed (capscope bench) and accuracy against gold labels (capscope evaluate)."""

@@ -1,0 +1,1 @@
+"""Annotation store: SQLAlchemy models and sessions. Imports nothing else of capscope."""

@@ -1,0 +1,1 @@
+"""The demo world: synthetic scenes with known truth, and the trainers for capscope's own models."""
