@@ -1,0 +1,189 @@
+"""CLIP features, fast.
+
+`ClipBackbone` wraps one open_clip model and encodes
+- token-id sequences with the text transformer run only over the batch's real
+  length (positional embedding and causal mask cut to it). With a causal mask
+  the features at the `<eot>` position do not depend on what follows, so this
+  equals the full 77-token result;
+- BPE pieces, each as `<sot> piece <eot>` (InfoMetIC's individual token
+  encoding), each distinct piece once per call and remembered across calls;
+- images and region crops in batches, cached per image so that a new caption on
+  a known image re-encodes only the text.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .regions import Region
+from .text import EOT_ID, SOT_ID
+
+
+@dataclass
+class ImageFeatures:
+    """One image as a CLIP model sees it (raw, unnormalised embeddings)."""
+
+    size: tuple[int, int]                 # W, H
+    regions: list[Region]
+    global_feat: torch.Tensor             # D
+    region_feats: torch.Tensor            # n x D
+    extra: dict = field(default_factory=dict)  # per-metric extras (masked-region features, ...)
+
+    @property
+    def boxes(self) -> torch.Tensor:
+        return torch.tensor([r.box for r in self.regions], dtype=torch.float32).reshape(-1, 4)
+
+
+def image_key(image: Image.Image) -> str:
+    digest = hashlib.blake2b(image.tobytes(), digest_size=16)
+    digest.update(f"{image.size}{image.mode}".encode())
+    return digest.hexdigest()
+
+
+def regions_key(regions: list[Region]) -> str:
+    return hashlib.blake2b(repr([r.box for r in regions]).encode(), digest_size=8).hexdigest()
+
+
+class ClipBackbone:
+    """One open_clip model with its tokenizer, preprocessing and caches."""
+
+    def __init__(self, model, tokenizer, preprocess, name: str, device: torch.device, cache_size: int = 512):
+        self.model = model.eval().to(device)
+        self.tokenizer = tokenizer
+        self.preprocess = preprocess
+        self.name = name
+        self.device = device
+        self._tower = model.text if hasattr(model, "text") else model
+        self._images: OrderedDict[str, ImageFeatures] = OrderedDict()
+        self._pieces: dict[int, torch.Tensor] = {}
+        self.cache_size = cache_size
+
+    @classmethod
+    def from_model(cls, model, model_name: str, name: str, device: torch.device):
+        import open_clip
+
+        tokenizer = open_clip.get_tokenizer(model_name)
+        cfg = model.visual.preprocess_cfg if hasattr(model.visual, "preprocess_cfg") else {}
+        preprocess = open_clip.image_transform(
+            model.visual.image_size, is_train=False,
+            mean=cfg.get("mean"), std=cfg.get("std"),
+        )
+        return cls(model, tokenizer, preprocess, name, device)
+
+    @property
+    def dim(self) -> int:
+        proj = self._tower.text_projection
+        return proj.out_features if isinstance(proj, torch.nn.Linear) else proj.shape[1]
+
+    @property
+    def logit_scale(self) -> float:
+        return float(self.model.logit_scale.detach().exp())
+
+    def _autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------ text
+
+    @torch.inference_mode()
+    def encode_ids(self, sequences: list[list[int]]) -> torch.Tensor:
+        """Features of token-id sequences (each starting with <sot> and holding
+        an <eot>), read at the argmax id as CLIP does; run at the batch's real
+        length. Returns float32 N x D."""
+        if not sequences:
+            return torch.zeros(0, self.dim)
+        length = max(len(s) for s in sequences)
+        ids = torch.zeros(len(sequences), length, dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            ids[row, : len(seq)] = torch.tensor(seq)
+        ids = ids.to(self.device)
+        tower = self._tower
+        with self._autocast():
+            x = tower.token_embedding(ids)
+            x = x + tower.positional_embedding[:length].to(x.dtype)
+            mask = tower.attn_mask[:length, :length] if tower.attn_mask is not None else None
+            if getattr(tower.transformer, "batch_first", True):
+                x = tower.transformer(x, attn_mask=mask)
+            else:
+                x = tower.transformer(x.permute(1, 0, 2), attn_mask=mask).permute(1, 0, 2)
+            x = tower.ln_final(x)
+            x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]
+            proj = tower.text_projection
+            x = proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
+        return x.float().cpu()
+
+    def encode_texts(self, texts: list[str]) -> torch.Tensor:
+        """Global features of whole texts (open_clip tokenization, cut to the context)."""
+        tokens = self.tokenizer(texts)
+        lengths = (tokens.argmax(dim=-1) + 1).tolist()
+        return self.encode_ids([tokens[i, :n].tolist() for i, n in enumerate(lengths)])
+
+    def encode_pieces(self, ids) -> torch.Tensor:
+        """Feature of each id encoded alone as `<sot> id <eot>`; N x D in input order."""
+        ids = [int(i) for i in ids]
+        missing = sorted({i for i in ids if i not in self._pieces})
+        if missing:
+            feats = self.encode_ids([[SOT_ID, i, EOT_ID] for i in missing])
+            self._pieces.update(zip(missing, feats))
+        if not ids:
+            return torch.zeros(0, self.dim)
+        return torch.stack([self._pieces[i] for i in ids])
+
+    # ------------------------------------------------------------ images
+
+    @torch.inference_mode()
+    def encode_images(self, images: list[Image.Image], batch_size: int = 64) -> torch.Tensor:
+        out = []
+        for start in range(0, len(images), batch_size):
+            batch = torch.stack([self.preprocess(im.convert("RGB")) for im in images[start : start + batch_size]])
+            with self._autocast():
+                out.append(self.model.encode_image(batch.to(self.device)).float().cpu())
+        return torch.cat(out) if out else torch.zeros(0, self.dim)
+
+    def image_features(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
+        """Global and region-crop features of many images; crops of all
+        images go through CLIP together. Cached per (image, regions)."""
+        keys = [f"{image_key(im)}:{regions_key(rs)}" for im, rs in zip(images, regions)]
+        todo = [i for i, k in enumerate(keys) if k not in self._images]
+        todo = list(dict.fromkeys(todo, None))
+        if todo:
+            crops, owners = [], []
+            for i in todo:
+                crops.append(images[i])
+                owners.append((i, None))
+                for j, region in enumerate(regions[i]):
+                    crops.append(crop_region(images[i], region))
+                    owners.append((i, j))
+            feats = self.encode_images(crops)
+            by_image: dict[int, list] = {i: [None, []] for i in todo}
+            for (i, j), feat in zip(owners, feats):
+                if j is None:
+                    by_image[i][0] = feat
+                else:
+                    by_image[i][1].append(feat)
+            for i in todo:
+                glob, region_feats = by_image[i]
+                stacked = torch.stack(region_feats) if region_feats else torch.zeros(0, self.dim)
+                self._remember(keys[i], ImageFeatures(images[i].size, regions[i], glob, stacked))
+        return [self._images[k] for k in keys]
+
+    def remember(self, key: str, features: ImageFeatures) -> None:
+        self._remember(key, features)
+
+    def _remember(self, key: str, features: ImageFeatures) -> None:
+        self._images[key] = features
+        self._images.move_to_end(key)
+        while len(self._images) > self.cache_size:
+            self._images.popitem(last=False)
+
+
+def crop_region(image: Image.Image, region: Region) -> Image.Image:
+    x0, y0, x1, y1 = region.box
+    return image.crop((int(np.floor(x0)), int(np.floor(y0)), int(np.ceil(x1)), int(np.ceil(y1))))

@@ -1,0 +1,358 @@
+"""Load once, score many: `Scorer` turns (image, caption) pairs into the output
+rows of CONTRACTS §2.
+
+    scorer = Scorer(metrics=["infometic", "clip-s"])
+    row = scorer.score(Image.open("dog.jpg"), "a dog on a sofa")
+    rows = scorer.score_batch([{"id": "1", "image": img, "caption": "..."}, ...])
+
+Image-side features are cached per image, so a new caption on a known image
+costs only its text. Regions come from the pair (`regions`), from an official
+feature file (`features`), or from the configured proposer.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from . import loading
+from .encoder import ClipBackbone, ImageFeatures, image_key
+from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
+from .loading import ModelUnavailable
+from .regions import PROPOSERS, Region, given_regions, select_regions
+from .registry import (
+    METRIC_NAMES, ClipScoreMetric, InfoClipMetric, InfoMetICMetric, PreparedPair,
+)
+from .text import Token, check_caption, load_spacy, tokenize
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLIP = ("ViT-B-32", "openai")
+MAX_PIXELS = 40_000_000
+
+
+class RowError(ValueError):
+    """Why one input row cannot be scored."""
+
+
+@dataclass
+class _Prepared:
+    index: int
+    pair: PreparedPair
+    image: Image.Image | None
+    regions: list[Region] | None
+    features: dict | None = None
+    image_name: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class Scorer:
+    def __init__(
+        self,
+        metrics=("infometic",),
+        *,
+        device: str = "auto",
+        clip_model: str | None = None,
+        clip_pretrained: str | None = None,
+        regions: str = "classic",
+        max_regions: int = 20,
+        infometic_checkpoint: str | None = None,
+        pacs_checkpoint: str | None = None,
+        pacs_model: str = "ViT-B-32-quickgelu",
+        beta: float = 0.1,
+        token_rule: str = "paper",
+        spacy_model: str = "en_core_web_sm",
+    ):
+        unknown = [m for m in metrics if m not in METRIC_NAMES]
+        if unknown:
+            raise ValueError(f"unknown metric {unknown[0]!r}; choose from {', '.join(METRIC_NAMES)}")
+        if regions not in ("given", *PROPOSERS):
+            raise ValueError(f"unknown region source {regions!r}; choose from given, {', '.join(PROPOSERS)}")
+        self.device = loading.resolve_device(device)
+        self.region_source, self.max_regions = regions, max_regions
+        self.nlp = load_spacy(spacy_model)
+        self.text_model = spacy_model if self.nlp.meta.get("name") != "" and self.nlp.pipe_names else "spacy.blank('en') (fallback)"
+        self.demo = False
+        self._proposer = None
+        self._regions_cache: dict[str, list[Region]] = {}
+        self.metrics = {}
+        options = {"beta": beta, "token_rule": token_rule}
+        clip = None
+        if any(m in metrics for m in ("clip-s", "infoclip", "hice")):
+            clip = self._main_clip(clip_model, clip_pretrained)
+        for name in metrics:
+            if name == "clip-s":
+                self.metrics[name] = ClipScoreMetric(name, clip)
+            elif name == "infoclip":
+                self.metrics[name] = InfoClipMetric(name, clip, **options)
+            elif name == "pac-s":
+                self.metrics[name] = ClipScoreMetric(name, self._pacs_clip(pacs_checkpoint, pacs_model))
+            elif name == "infometic":
+                model, backbone = self._infometic(infometic_checkpoint)
+                self.metrics[name] = InfoMetICMetric(model, backbone, **options)
+            elif name == "hice":
+                from .hice import HiceMetric  # noqa: PLC0415  (its own issue)
+
+                self.metrics[name] = HiceMetric(clip, **options)
+        self.clip_name = (clip or next(iter(self.metrics.values())).backbone).name
+
+    # ------------------------------------------------------------ models
+
+    def _main_clip(self, model_name, pretrained) -> ClipBackbone:
+        name, tag = model_name or DEFAULT_CLIP[0], pretrained or DEFAULT_CLIP[1]
+        model = loading.create_open_clip(name, tag, self.device)
+        return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device)
+
+    def _pacs_clip(self, checkpoint, model_name) -> ClipBackbone:
+        path = checkpoint or loading.env_or_cache("CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth")
+        state = loading.load_state_file(path, "PAC-S", "--pacs-checkpoint or CAPSCOPE_PACS_CHECKPOINT")
+        import open_clip
+
+        model = open_clip.create_model(model_name, pretrained=None, device="cpu")
+        loading.load_clip_state(model, state, str(path))
+        return ClipBackbone.from_model(model.to(self.device), model_name, f"PAC-S {model_name}/{Path(path).name}", self.device)
+
+    def _infometic(self, checkpoint) -> tuple[InfoMetIC, ClipBackbone]:
+        path = checkpoint or loading.env_or_cache("CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth")
+        raw = torch.load(path, map_location="cpu", weights_only=False) if Path(path).is_file() else None
+        if raw is None:
+            raise ModelUnavailable(
+                f"InfoMetIC: checkpoint {path} not found (pass --infometic-checkpoint FILE or set "
+                "CAPSCOPE_INFOMETIC_CHECKPOINT to the released best_model.pth)"
+            )
+        model, clip_name = load_infometic(raw, str(path))
+        model = model.to(self.device).eval()
+        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, f"InfoMetIC {clip_name}", self.device)
+        return model, backbone
+
+    # ------------------------------------------------------------ scoring
+
+    def score(self, image, caption: str, references=None, regions=None, tokens=None, features=None) -> dict:
+        """One pair; raises RowError when it cannot be scored."""
+        row = self.score_batch([{
+            "id": "0", "image": image, "caption": caption, "references": references,
+            "regions": regions, "tokens": tokens, "features": features,
+        }])[0]
+        if row["error"] and not row["metrics"]:
+            raise RowError(row["error"])
+        return row
+
+    def score_batch(self, rows: list[dict], base_dir: Path | None = None) -> list[dict]:
+        prepared = [self._prepare(i, row, base_dir) for i, row in enumerate(rows)]
+        ready = [p for p in prepared if not p.errors]
+        results: dict[int, dict] = {p.index: {} for p in prepared}
+        for name, metric in self.metrics.items():
+            usable = [p for p in ready if metric.needs_pixels is False or p.image is not None]
+            for p in ready:
+                if p not in usable:
+                    p.errors.append(f"{name} needs pixels; this row gives only a features file")
+            usable = [p for p in usable if not self._dim_mismatch(p, metric)]
+            if not usable:
+                continue
+            images = self._image_features(metric, usable)
+            for p, out in zip(usable, metric.compute([p.pair for p in usable], images)):
+                results[p.index][name] = out
+        return [self._row(rows[p.index], p, results[p.index]) for p in prepared]
+
+    def _dim_mismatch(self, p: _Prepared, metric) -> bool:
+        if p.features is not None and p.features["feat"].shape[1] != metric.backbone.dim:
+            p.errors.append(
+                f"features file has {p.features['feat'].shape[1]}-d features; {metric.name}'s CLIP gives {metric.backbone.dim}-d"
+            )
+            return True
+        return False
+
+    def _image_features(self, metric, prepared: list[_Prepared]) -> list[ImageFeatures]:
+        out: list[ImageFeatures | None] = [None] * len(prepared)
+        pixels = [i for i, p in enumerate(prepared) if p.features is None or metric.needs_pixels]
+        if pixels:
+            images = [prepared[i].image for i in pixels]
+            regions = [prepared[i].regions if metric.needs_regions else [] for i in pixels]
+            for i, features in zip(pixels, metric.backbone.image_features(images, regions)):
+                out[i] = features
+        for i, p in enumerate(prepared):
+            if out[i] is None:
+                out[i] = features_from_file(p.features)
+        return out
+
+    # ------------------------------------------------------------ input rows
+
+    def _prepare(self, index: int, row: dict, base_dir: Path | None) -> _Prepared:
+        caption = row.get("caption")
+        prepared = _Prepared(index, PreparedPair(caption if isinstance(caption, str) else "", []), None, None)
+        try:
+            problem = check_caption(caption)
+            if problem:
+                raise RowError(problem)
+            prepared.pair.tokens = self._tokens(caption, row.get("tokens"))
+            prepared.pair.references = _references(row.get("references"))
+            if row.get("features") is not None:
+                prepared.features = read_features(_resolve(row["features"], base_dir))
+                prepared.regions = features_from_file(prepared.features).regions
+            if row.get("image") is not None:
+                prepared.image, prepared.image_name = self._load_image(row["image"], base_dir)
+                if prepared.regions is None:
+                    prepared.regions = self._regions(prepared.image, row.get("regions"))
+            elif prepared.features is None:
+                raise RowError("row has neither an image nor a features file")
+        except RowError as err:
+            prepared.errors.append(str(err))
+        return prepared
+
+    def _tokens(self, caption: str, given) -> list[Token]:
+        if given is None:
+            return tokenize(caption, self.nlp)
+        tokens = []
+        for t in given:
+            token = Token(t["text"], int(t["start"]), int(t["end"]), bool(t.get("semantic", True)))
+            if caption[token.start : token.end] != token.text:
+                raise RowError(f"token {token.text!r} does not match caption[{token.start}:{token.end}]")
+            tokens.append(token)
+        return tokens
+
+    def _load_image(self, image, base_dir: Path | None) -> tuple[Image.Image, str | None]:
+        if isinstance(image, Image.Image):
+            return image.convert("RGB"), None
+        path = _resolve(image, base_dir)
+        try:
+            with Image.open(path) as im:
+                if im.width * im.height > MAX_PIXELS:
+                    raise RowError(f"image {image} is {im.width}x{im.height}, over {MAX_PIXELS} pixels")
+                return im.convert("RGB"), str(image)
+        except FileNotFoundError:
+            raise RowError(f"image not found: {image}") from None
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
+            raise RowError(f"cannot read image {image}: {err}") from None
+
+    def _regions(self, image: Image.Image, given) -> list[Region]:
+        if given is not None:
+            try:
+                return given_regions(given, *image.size)
+            except (ValueError, AttributeError) as err:
+                raise RowError(f"bad regions: {err}") from None
+        if self.region_source == "given":
+            return []
+        key = image_key(image)
+        if key not in self._regions_cache:
+            if self._proposer is None:
+                self._proposer = PROPOSERS[self.region_source]()
+            candidates = self._proposer.propose(image)
+            self._regions_cache[key] = select_regions(candidates, self.max_regions)
+        return self._regions_cache[key]
+
+    def _row(self, row: dict, p: _Prepared, metrics: dict) -> dict:
+        image_name = p.image_name or (row.get("image") if isinstance(row.get("image"), str) else None)
+        return {
+            "id": row.get("id"),
+            "image": image_name,
+            "caption": row.get("caption"),
+            "tokens": [t.to_dict() for t in p.pair.tokens],
+            "regions": [r.to_dict() for r in (p.regions or [])],
+            "metrics": metrics,
+            "model": {"clip": self.clip_name, "regions": self._regions_label(row, p), "text": self.text_model, "demo": self.demo},
+            "error": "; ".join(p.errors) or None,
+        }
+
+    def _regions_label(self, row: dict, p: _Prepared) -> str:
+        if p.features is not None:
+            return "features"
+        return "given" if row.get("regions") is not None else self.region_source
+
+
+# ---------------------------------------------------------------- helpers
+
+def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
+    """An InfoMetIC model from the released flat state dict or a capscope checkpoint."""
+    import open_clip
+
+    if isinstance(raw, dict) and str(raw.get("format", "")).startswith("capscope-infometic"):
+        clip_name = raw["clip_model"]
+        model = create_clip_from_config(clip_name, raw.get("clip_config"))
+        infometic = InfoMetIC(model, HeadConfig(**raw["head_config"]))
+        state = raw["state_dict"]
+    else:
+        try:
+            clip_name = released_backbone_name(raw)
+            config = released_head_config(raw)
+        except (ValueError, KeyError, AttributeError, TypeError) as err:
+            raise ModelUnavailable(f"InfoMetIC: {source} is not an InfoMetIC checkpoint ({err})") from None
+        infometic = InfoMetIC(open_clip.create_model(clip_name, pretrained=None, device="cpu"), config)
+        state = raw
+    try:
+        load_strict(infometic, state)
+    except (ValueError, RuntimeError) as err:
+        raise ModelUnavailable(f"InfoMetIC: {source}: {err}") from None
+    return infometic, clip_name
+
+
+def create_clip_from_config(name: str, config: dict | None):
+    """An open_clip architecture by name, registering `config` first for a
+    custom one (capscope's demo CLIP ships its config inside its checkpoint)."""
+    import open_clip
+    from open_clip.factory import _MODEL_CONFIGS
+
+    if config:
+        _MODEL_CONFIGS[name] = config
+    return open_clip.create_model(name, pretrained=None, device="cpu")
+
+
+def _resolve(path, base_dir: Path | None) -> Path:
+    path = Path(str(path))
+    return path if path.is_absolute() or base_dir is None else base_dir / path
+
+
+def _references(refs) -> list[str] | None:
+    if refs is None:
+        return None
+    if not isinstance(refs, list) or not all(isinstance(r, str) and r.strip() for r in refs):
+        raise RowError("references must be a list of non-empty strings")
+    return refs or None
+
+
+FEATURE_ARRAYS = ("feat", "bbox", "global_feat", "global_bbox", "clustered_bbox")
+
+
+def read_features(path: Path) -> dict:
+    """An official-format InfoMetIC image-features file (.npz)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            features = {k: data[k] for k in FEATURE_ARRAYS}
+    except FileNotFoundError:
+        raise RowError(f"features file not found: {path.name}") from None
+    except KeyError as err:
+        raise RowError(f"features file {path.name} lacks array {err}") from None
+    except Exception as err:
+        raise RowError(f"cannot read features file {path.name}: {type(err).__name__}") from None
+    n = len(features["feat"])
+    if features["bbox"].shape != (n, 4) or features["global_bbox"].shape != (4,):
+        raise RowError(f"features file {path.name}: bbox must be N x 4 and global_bbox 4 values")
+    kept = features["clustered_bbox"].astype(np.int64)
+    if kept.size and (kept.min() < 0 or kept.max() >= n):
+        raise RowError(f"features file {path.name}: clustered_bbox indexes outside its {n} regions")
+    features["clustered_bbox"] = kept
+    return features
+
+
+def features_from_file(features: dict) -> ImageFeatures:
+    kept = features["clustered_bbox"]
+    width, height = float(features["global_bbox"][2]), float(features["global_bbox"][3])
+    regions = [Region(tuple(float(v) for v in features["bbox"][i]), None, "features") for i in kept]
+    feats = torch.from_numpy(np.asarray(features["feat"], dtype=np.float32)[kept]).reshape(len(kept), -1)
+    return ImageFeatures(
+        (width, height), regions, torch.from_numpy(np.asarray(features["global_feat"], dtype=np.float32)), feats,
+    )
+
+
+def write_features(path: Path, all_feats: torch.Tensor, all_boxes, global_feat: torch.Tensor, size, kept: list[int]) -> None:
+    np.savez(
+        path,
+        feat=all_feats.numpy().astype(np.float32),
+        bbox=np.asarray(all_boxes, dtype=np.float32).reshape(-1, 4),
+        global_feat=global_feat.numpy().astype(np.float32),
+        global_bbox=np.array([0, 0, size[0], size[1]], dtype=np.float32),
+        clustered_bbox=np.asarray(kept, dtype=np.int64),
+    )
