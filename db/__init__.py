@@ -1,1 +1,18 @@
-"""Annotation store: SQLAlchemy models and sessions. Imports nothing else of capscope."""
+"""Annotation store: SQLAlchemy models, sessions and migrations. Imports nothing else of capscope."""
+from capscope.db.models import (  # noqa: F401
+    Assignment,
+    Base,
+    Caption,
+    Dataset,
+    Flag,
+    GoldLabel,
+    Image,
+    Label,
+    LabelRevision,
+    Prediction,
+    Region,
+    Token,
+    User,
+    utcnow,
+)
+from capscope.db.store import Store, data_dir, default_db_url  # noqa: F401

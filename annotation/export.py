@@ -1,0 +1,142 @@
+"""Exports, streamed item by item: CapTokenEval JSONL (CONTRACTS §3, with votes
+and majority or gold labels), CSV (one row per submitted judgement of a token
+or region), and COCO-style region annotations with RLE masks.
+
+`iter_export` yields text pieces; the server streams them, `export_to_file`
+writes them to any text file object.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Iterator, TextIO
+
+from capscope.annotation.errors import Invalid
+from capscope.annotation.votes import ItemData, iter_items
+from capscope.db import Store
+
+FORMATS = {"captokeneval": "application/x-ndjson", "csv": "text/csv", "coco": "application/json"}
+EXTENSIONS = {"captokeneval": "jsonl", "csv": "csv", "coco": "json"}
+CSV_COLUMNS = ["dataset", "item_id", "id", "image", "annotator", "submitted_at", "time_spent_ms",
+               "kind", "index", "text", "box", "label"]
+COCO_CATEGORIES = [{"id": 1, "name": "mentioned"}, {"id": 2, "name": "unmentioned"},
+                   {"id": 3, "name": "unlabelled"}]
+
+
+def iter_export(store: Store, fmt: str, dataset: str | None = None) -> Iterator[str]:
+    """The export in `fmt` (captokeneval, csv or coco), piece by piece."""
+    if fmt not in FORMATS:
+        raise Invalid(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    return {"captokeneval": _iter_captokeneval, "csv": _iter_csv, "coco": _iter_coco}[fmt](store, dataset)
+
+
+def export_to_file(store: Store, fmt: str, out: TextIO, dataset: str | None = None) -> None:
+    """Write the export to an open text file."""
+    for piece in iter_export(store, fmt, dataset):
+        out.write(piece)
+
+
+# ---------------------------------------------------------------- CapTokenEval
+
+def captokeneval_row(item: ItemData) -> dict:
+    row = {"id": item.external_id, "image": item.image_path, "caption": item.text}
+    if item.references:
+        row["references"] = item.references
+    row["tokens"] = []
+    for i, token in enumerate(item.tokens):
+        entry = {**token, "label": item.token_label(i)}
+        incorrect, total = item.token_votes(i)
+        if total:
+            entry["votes"] = {"incorrect": incorrect, "total": total}
+        row["tokens"].append(entry)
+    row["regions"] = []
+    for i, region in enumerate(item.regions):
+        entry = {"box": region["box"], "mask": region["mask"], "label": item.region_label(i)}
+        mentioned, total = item.region_votes(i)
+        if total:
+            entry["votes"] = {"mentioned": mentioned, "total": total}
+        row["regions"].append(entry)
+    row["dataset"] = item.dataset
+    return row
+
+
+def _iter_captokeneval(store: Store, dataset: str | None) -> Iterator[str]:
+    for item in iter_items(store, dataset):
+        yield json.dumps(captokeneval_row(item), ensure_ascii=False) + "\n"
+
+
+# ---------------------------------------------------------------- CSV
+
+def _iter_csv(store: Store, dataset: str | None) -> Iterator[str]:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_COLUMNS)
+    for item in iter_items(store, dataset):
+        for judgement in item.judgements:
+            common = [item.dataset, item.caption_id, item.external_id, item.image_path, judgement.user,
+                      judgement.submitted_at.isoformat() + "Z" if judgement.submitted_at else "",
+                      judgement.time_spent_ms]
+            for i, token in enumerate(item.tokens):
+                label = "incorrect" if i in judgement.incorrect_tokens else "correct"
+                writer.writerow(common + ["token", i, token["text"], "", label])
+            for i, region in enumerate(item.regions):
+                label = "mentioned" if i in judgement.mentioned_regions else "unmentioned"
+                writer.writerow(common + ["region", i, "", json.dumps(region["box"]), label])
+        if buffer.tell():
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    if buffer.tell():
+        yield buffer.getvalue()
+
+
+# ---------------------------------------------------------------- COCO
+
+def box_rle(box: list[float], height: int, width: int) -> dict:
+    from pycocotools import mask as mask_utils
+
+    x0, y0, x1, y1 = box
+    rles = mask_utils.frPyObjects([[x0, y0, x1, y0, x1, y1, x0, y1]], height, width)
+    rle = mask_utils.merge(rles)
+    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+
+
+def _coco_area(segmentation: dict) -> float:
+    from pycocotools import mask as mask_utils
+
+    return float(mask_utils.area({"size": segmentation["size"], "counts": segmentation["counts"].encode("ascii")}))
+
+
+def _iter_coco(store: Store, dataset: str | None) -> Iterator[str]:
+    yield '{"info": {"description": "capscope region annotations"}, "categories": '
+    yield json.dumps(COCO_CATEGORIES) + ', "images": ['
+    first = True
+    for item in iter_items(store, dataset):
+        image = {"id": item.caption_id, "file_name": item.image_path, "width": item.width,
+                 "height": item.height, "caption": item.text, "item_id": item.external_id,
+                 "dataset": item.dataset}
+        yield ("" if first else ", ") + json.dumps(image, ensure_ascii=False)
+        first = False
+    yield '], "annotations": ['
+    first, next_id = True, 1
+    for item in iter_items(store, dataset):
+        for i, region in enumerate(item.regions):
+            yield ("" if first else ", ") + json.dumps(_coco_annotation(item, i, region, next_id))
+            first, next_id = False, next_id + 1
+    yield "]}\n"
+
+
+def _coco_annotation(item: ItemData, index: int, region: dict, annotation_id: int) -> dict:
+    x0, y0, x1, y1 = region["box"]
+    segmentation = region["mask"] or box_rle(region["box"], item.height, item.width)
+    label = item.region_label(index)
+    mentioned, total = item.region_votes(index)
+    return {
+        "id": annotation_id, "image_id": item.caption_id,
+        "category_id": {"mentioned": 1, "unmentioned": 2}.get(label, 3),
+        "bbox": [x0, y0, x1 - x0, y1 - y0], "area": _coco_area(segmentation),
+        "segmentation": segmentation, "iscrowd": 0,
+        "region_index": index, "score": region["confidence"], "source": region["source"],
+        "votes": {"mentioned": mentioned, "total": total},
+    }

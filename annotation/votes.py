@@ -1,0 +1,145 @@
+"""Votes per item from submitted assignments, majority labels, and a chunked
+walk over items that export and agreement share (never the whole table in memory)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from sqlalchemy import func, select
+
+from capscope.db import Assignment, Caption, Dataset, GoldLabel, Image, Label, Region, Store, Token, User
+
+CHUNK = 500
+
+
+def majority(positive: int, total: int) -> bool | None:
+    """Strict majority: True / False, None on a tie or without votes."""
+    if total == 0 or 2 * positive == total:
+        return None
+    return 2 * positive > total
+
+
+@dataclass
+class Judgement:
+    """One submitted assignment: who, and what they flagged."""
+    user_id: int
+    user: str
+    submitted_at: object
+    time_spent_ms: int
+    incorrect_tokens: set[int] = field(default_factory=set)
+    mentioned_regions: set[int] = field(default_factory=set)
+
+
+@dataclass
+class ItemData:
+    caption_id: int
+    external_id: str
+    dataset: str
+    text: str
+    references: list
+    image_id: int
+    image_path: str
+    width: int
+    height: int
+    tokens: list[dict]
+    regions: list[dict]
+    judgements: list[Judgement]
+    gold: GoldLabel | None
+
+    def token_votes(self, index: int) -> tuple[int, int]:
+        """(incorrect, total) over the store's judgements and any imported votes."""
+        positive = sum(index in j.incorrect_tokens for j in self.judgements)
+        total = len(self.judgements)
+        imported = (self.gold.token_votes or [None] * len(self.tokens))[index] if self.gold else None
+        if imported:
+            positive, total = positive + imported["incorrect"], total + imported["total"]
+        return positive, total
+
+    def region_votes(self, index: int) -> tuple[int, int]:
+        positive = sum(index in j.mentioned_regions for j in self.judgements)
+        total = len(self.judgements)
+        imported = (self.gold.region_votes or [None] * len(self.regions))[index] if self.gold else None
+        if imported:
+            positive, total = positive + imported["mentioned"], total + imported["total"]
+        return positive, total
+
+    def token_label(self, index: int) -> str | None:
+        gold = self.gold.token_labels[index] if self.gold else None
+        if gold is not None:
+            return gold
+        verdict = majority(*self.token_votes(index))
+        return None if verdict is None else ("incorrect" if verdict else "correct")
+
+    def region_label(self, index: int) -> str | None:
+        gold = self.gold.region_labels[index] if self.gold else None
+        if gold is not None:
+            return gold
+        verdict = majority(*self.region_votes(index))
+        return None if verdict is None else ("mentioned" if verdict else "unmentioned")
+
+
+def caption_query(dataset: str | None = None):
+    query = (select(Caption.id, Caption.external_id, Dataset.name, Caption.text, Caption.references,
+                    Image.id, Image.path, Image.width, Image.height)
+             .join(Dataset, Caption.dataset_id == Dataset.id)
+             .join(Image, Caption.image_id == Image.id)
+             .order_by(Caption.id))
+    return query if dataset is None else query.where(Dataset.name == dataset)
+
+
+def iter_items(store: Store, dataset: str | None = None, chunk: int = CHUNK) -> Iterator[ItemData]:
+    """Every item with its tokens, regions, submitted judgements and gold, in id
+    order, loaded `chunk` items at a time (the caption query is streamed with yield_per)."""
+    with store.read() as session:
+        result = session.execute(caption_query(dataset), execution_options={"yield_per": chunk})
+        for rows in result.partitions():
+            yield from _load_chunk(session, rows)
+
+
+def _load_chunk(session, rows) -> list[ItemData]:
+    caption_ids = [r[0] for r in rows]
+    image_ids = list({r[5] for r in rows})
+    tokens = defaultdict(list)
+    for t in session.execute(select(Token.caption_id, Token.text, Token.start, Token.end, Token.semantic)
+                             .where(Token.caption_id.in_(caption_ids)).order_by(Token.caption_id, Token.index)):
+        tokens[t[0]].append({"text": t[1], "start": t[2], "end": t[3], "semantic": t[4]})
+    regions = defaultdict(list)
+    for r in session.scalars(select(Region).where(Region.image_id.in_(image_ids))
+                             .order_by(Region.image_id, Region.index)):
+        regions[r.image_id].append({"box": r.box, "mask": r.mask_rle, "confidence": r.confidence,
+                                    "source": r.source})
+    judgements = _judgements(session, caption_ids)
+    golds = {g.caption_id: g for g in session.scalars(select(GoldLabel).where(GoldLabel.caption_id.in_(caption_ids)))}
+    session.expunge_all()  # keep the identity map from growing over a long walk
+    return [ItemData(r[0], r[1], r[2], r[3], r[4] or [], r[5], r[6], r[7], r[8], tokens[r[0]], regions[r[5]],
+                     judgements.get(r[0], []), golds.get(r[0])) for r in rows]
+
+
+def _judgements(session, caption_ids: list[int]) -> dict[int, list[Judgement]]:
+    by_assignment: dict[int, Judgement] = {}
+    by_caption: dict[int, list[Judgement]] = defaultdict(list)
+    rows = session.execute(
+        select(Assignment.id, Assignment.caption_id, Assignment.user_id, User.name, Assignment.submitted_at,
+               Assignment.time_spent_ms)
+        .join(User, Assignment.user_id == User.id)
+        .where(Assignment.caption_id.in_(caption_ids), Assignment.status == "submitted")
+        .order_by(Assignment.caption_id, User.name))
+    for assignment_id, caption_id, user_id, name, submitted_at, spent in rows:
+        judgement = Judgement(user_id, name, submitted_at, spent)
+        by_assignment[assignment_id] = judgement
+        by_caption[caption_id].append(judgement)
+    if by_assignment:
+        labels = session.execute(select(Label.assignment_id, Label.kind, Label.index)
+                                 .where(Label.assignment_id.in_(list(by_assignment))))
+        for assignment_id, kind, index in labels:
+            target = by_assignment[assignment_id]
+            (target.incorrect_tokens if kind == "token" else target.mentioned_regions).add(index)
+    return by_caption
+
+
+def submitted_counts(session, caption_ids: list[int]) -> dict[int, int]:
+    return dict(session.execute(
+        select(Assignment.caption_id, func.count()).where(Assignment.caption_id.in_(caption_ids),
+                                                          Assignment.status == "submitted")
+        .group_by(Assignment.caption_id)).all())

@@ -1,0 +1,397 @@
+"""Queue and labels: the calls an annotator's client makes (REST and Gradio alike).
+
+Queue: each caption ("item") goes to `annotators_needed` annotators, never
+twice to one. A slot is held by a submitted assignment or by a draft whose
+lease has not expired; skipped items and abandoned drafts free their slot.
+`next_item` first resumes the annotator's own open draft.
+
+Labels: every change is written at once as a new revision (the full label
+state, kept forever), so nothing typed is lost and edits after submitting
+keep their history. `undo` walks back through the label changes. Writing the
+same state twice changes nothing.
+
+Every function takes the `Store` and the acting `UserInfo` and returns plain,
+JSON-ready dicts.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Callable, Iterable
+
+from sqlalchemy import and_, delete, exists, func, or_, select
+
+from capscope.annotation.errors import Forbidden, Invalid, NotFound
+from capscope.annotation.users import UserInfo
+from capscope.db import (
+    Assignment,
+    Caption,
+    Dataset,
+    Flag,
+    Image,
+    Label,
+    LabelRevision,
+    Prediction,
+    Region,
+    Store,
+    Token,
+    utcnow,
+)
+
+LEASE_SECONDS = 30 * 60
+IDLE_CAP = timedelta(minutes=2)  # time spent counts at most this much between two saves
+STATUSES = ("draft", "submitted", "skipped")
+FLAG_KINDS = ("unsure", "bad_image", "bad_caption", "comment")
+MAX_COMMENT_CHARS = 5000
+
+
+def image_url(image_id: int) -> str:
+    return f"/api/images/{image_id}"
+
+
+# ---------------------------------------------------------------- queue
+
+def holds_slot(now: datetime):
+    """SQL condition: this assignment occupies one of its caption's slots."""
+    return or_(Assignment.status == "submitted",
+               and_(Assignment.status == "draft", Assignment.lease_expires_at > now))
+
+
+def next_item(store: Store, user: UserInfo, *, dataset: str | None = None,
+              lease_seconds: int = LEASE_SECONDS, now: datetime | None = None) -> dict | None:
+    """The item this user should label now: their open draft if any (its lease
+    renewed), else a new one with a free slot; None when nothing is left."""
+    def work(session):
+        current = now or utcnow()
+        lease = current + timedelta(seconds=lease_seconds)
+        draft = session.scalar(
+            select(Assignment).where(Assignment.user_id == user.id, Assignment.status == "draft")
+            .order_by(Assignment.updated_at.desc(), Assignment.id.desc()).limit(1).with_for_update()
+        )
+        if draft is not None and (dataset is None or draft.caption.dataset.name == dataset):
+            draft.lease_expires_at = lease
+            return item_view(session, draft)
+        assignment = _claim_new(session, user, dataset, current, lease)
+        return None if assignment is None else item_view(session, assignment)
+
+    return store.run_write(work)
+
+
+def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, lease: datetime) -> Assignment | None:
+    for _ in range(20):
+        caption_id = session.scalar(_candidates(user, dataset, now).limit(1).with_for_update(skip_locked=True))
+        if caption_id is None:
+            return None
+        # recount after taking the row lock: on PostgreSQL the candidate query's
+        # snapshot may predate another claim committed just before we locked
+        taken = session.scalar(select(func.count()).select_from(Assignment)
+                               .where(Assignment.caption_id == caption_id, holds_slot(now)))
+        needed = session.scalar(select(Caption.annotators_needed).where(Caption.id == caption_id))
+        if taken < needed:
+            return _create_assignment(session, caption_id, user, now, lease)
+    return None
+
+
+def _candidates(user: UserInfo, dataset: str | None, now: datetime):
+    taken = (select(func.count()).select_from(Assignment)
+             .where(Assignment.caption_id == Caption.id, holds_slot(now))
+             .correlate(Caption).scalar_subquery())
+    mine = exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id)
+    query = select(Caption.id).where(~mine, taken < Caption.annotators_needed).order_by(Caption.id)
+    if dataset is not None:
+        query = query.where(Caption.dataset_id == select(Dataset.id).where(Dataset.name == dataset).scalar_subquery())
+    return query
+
+
+def _create_assignment(session, caption_id: int, user: UserInfo, now: datetime, lease: datetime) -> Assignment:
+    assignment = Assignment(caption_id=caption_id, user_id=user.id, status="draft", lease_expires_at=lease,
+                            revision=0, created_at=now, updated_at=now)
+    session.add(assignment)
+    session.flush()
+    session.add(LabelRevision(assignment_id=assignment.id, revision=0, action="start", status="draft",
+                              incorrect_tokens=[], mentioned_regions=[], undo_to=None, created_at=now))
+    return assignment
+
+
+# ---------------------------------------------------------------- item views
+
+def item_view(session, assignment: Assignment | None, caption: Caption | None = None,
+              include_predictions: bool = False) -> dict:
+    """Everything a client needs to show an item, with the user's current labels."""
+    caption = caption or assignment.caption
+    image = caption.image
+    regions = session.scalars(select(Region).where(Region.image_id == image.id).order_by(Region.index)).all()
+    view = {
+        "item_id": caption.id,
+        "id": caption.external_id,
+        "dataset": caption.dataset.name,
+        "image_id": image.id,
+        "image_url": image_url(image.id),
+        "width": image.width,
+        "height": image.height,
+        "caption": caption.text,
+        "references": caption.references,
+        "tokens": [{"text": t.text, "start": t.start, "end": t.end, "semantic": t.semantic}
+                   for t in caption.tokens],
+        "regions": [{"box": r.box, "confidence": r.confidence, "source": r.source, "mask": r.mask_rle}
+                    for r in regions],
+        "labels": labels_view(session, assignment) if assignment else None,
+    }
+    if include_predictions:
+        view["predictions"] = predictions_of(session, caption.id)
+    return view
+
+
+def labels_view(session, assignment: Assignment) -> dict:
+    tokens, regions = current_labels(session, assignment.id)
+    head = _head_revision(session, assignment)
+    return {
+        "item_id": assignment.caption_id,
+        "incorrect_tokens": sorted(tokens),
+        "mentioned_regions": sorted(regions),
+        "status": assignment.status,
+        "revision": assignment.revision,
+        "can_undo": head is not None and head.undo_to is not None,
+        "saved_at": assignment.updated_at.isoformat() + "Z",
+        "lease_expires_at": assignment.lease_expires_at.isoformat() + "Z",
+        "time_spent_ms": assignment.time_spent_ms,
+    }
+
+
+def predictions_of(session, caption_id: int) -> list[dict]:
+    rows = session.scalars(select(Prediction).where(Prediction.caption_id == caption_id)
+                           .order_by(Prediction.metric, Prediction.created_at.desc()))
+    return [{"metric": p.metric, "model_version": p.model_version, "scores": p.scores,
+             "token_scores": p.token_scores, "region_scores": p.region_scores, "uncertainty": p.uncertainty}
+            for p in rows]
+
+
+def current_labels(session, assignment_id: int) -> tuple[set[int], set[int]]:
+    rows = session.execute(select(Label.kind, Label.index).where(Label.assignment_id == assignment_id)).all()
+    return {i for k, i in rows if k == "token"}, {i for k, i in rows if k == "region"}
+
+
+def _head_revision(session, assignment: Assignment) -> LabelRevision | None:
+    return session.scalar(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id,
+                                                      LabelRevision.revision == assignment.revision))
+
+
+def get_item(store: Store, user: UserInfo, item_id: int, *, include_predictions: bool = False) -> dict:
+    """An item with this user's labels on it. Annotators see only items given
+    to them; admins see any (with `labels` None when it is not theirs)."""
+    with store.read() as session:
+        caption = session.get(Caption, item_id)
+        if caption is None:
+            raise NotFound(f"no item {item_id}")
+        assignment = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
+                                                             Assignment.user_id == user.id))
+        if assignment is None and not user.is_admin:
+            raise Forbidden(f"item {item_id} was not given to you")
+        return item_view(session, assignment, caption, include_predictions)
+
+
+def image_path(store: Store, user: UserInfo, image_id: int) -> str:
+    """The file of an image the user may see (admins: any; annotators: their items')."""
+    with store.read() as session:
+        image = session.get(Image, image_id)
+        if image is None:
+            raise NotFound(f"no image {image_id}")
+        if not user.is_admin:
+            allowed = session.scalar(select(exists().where(
+                Assignment.user_id == user.id, Assignment.caption_id == Caption.id, Caption.image_id == image_id)))
+            if not allowed:
+                raise Forbidden(f"image {image_id} belongs to no item of yours")
+        return image.path
+
+
+# ---------------------------------------------------------------- changing labels
+
+LabelState = tuple[set[int], set[int], str]
+Change = Callable[[object, Assignment, LabelState], tuple[LabelState, str, int | None] | None]
+
+
+def _locked_assignment(session, user: UserInfo, item_id: int) -> Assignment:
+    assignment = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
+                                                         Assignment.user_id == user.id).with_for_update())
+    if assignment is not None:
+        return assignment
+    if session.get(Caption, item_id) is None:
+        raise NotFound(f"no item {item_id}")
+    raise Forbidden(f"item {item_id} was not given to you")
+
+
+def _apply(store: Store, user: UserInfo, item_id: int, change: Change, *,
+           lease_seconds: int = LEASE_SECONDS, now: datetime | None = None) -> dict:
+    """Run `change` on the current label state under a row lock and, when the
+    state differs, store it as the next revision."""
+    def work(session):
+        current_time = now or utcnow()
+        assignment = _locked_assignment(session, user, item_id)
+        tokens, regions = current_labels(session, assignment.id)
+        outcome = change(session, assignment, (tokens, regions, assignment.status))
+        if outcome is None or outcome[0] == (tokens, regions, assignment.status):
+            return labels_view(session, assignment)
+        (new_tokens, new_regions, status), action, undo_to = outcome
+        _write_label_rows(session, assignment, "token", tokens, new_tokens)
+        _write_label_rows(session, assignment, "region", regions, new_regions)
+        _record_revision(session, assignment, (new_tokens, new_regions, status), action, undo_to,
+                         current_time, lease_seconds)
+        return labels_view(session, assignment)
+
+    return store.run_write(work)
+
+
+def _write_label_rows(session, assignment: Assignment, kind: str, old: set[int], new: set[int]) -> None:
+    gone = old - new
+    if gone:
+        session.execute(delete(Label).where(Label.assignment_id == assignment.id, Label.kind == kind,
+                                            Label.index.in_(gone)))
+    session.add_all(Label(assignment_id=assignment.id, caption_id=assignment.caption_id, kind=kind, index=i)
+                    for i in sorted(new - old))
+
+
+def _record_revision(session, assignment: Assignment, state: LabelState, action: str, undo_to: int | None,
+                     now: datetime, lease_seconds: int) -> None:
+    tokens, regions, status = state
+    elapsed = max(timedelta(0), min(now - assignment.updated_at, IDLE_CAP))
+    assignment.time_spent_ms += int(elapsed.total_seconds() * 1000)
+    if status == "submitted" and assignment.status != "submitted":
+        assignment.submitted_at = now
+    assignment.status = status
+    assignment.revision += 1
+    assignment.updated_at = now
+    assignment.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    session.add(LabelRevision(assignment_id=assignment.id, revision=assignment.revision, action=action,
+                              status=status, incorrect_tokens=sorted(tokens), mentioned_regions=sorted(regions),
+                              undo_to=undo_to, created_at=now))
+    session.flush()
+
+
+def _item_size(session, caption_id: int) -> tuple[int, int]:
+    n_tokens = session.scalar(select(func.count()).select_from(Token).where(Token.caption_id == caption_id))
+    n_regions = session.scalar(select(func.count()).select_from(Region)
+                               .join(Caption, Caption.image_id == Region.image_id).where(Caption.id == caption_id))
+    return n_tokens, n_regions
+
+
+def _checked_indices(values: Iterable, size: int, what: str) -> set[int]:
+    indices = set()
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Invalid(f"{what} indices must be integers, got {value!r}")
+        if not 0 <= value < size:
+            raise Invalid(f"{what} index {value} is out of range (this item has {size} {what}s)")
+        indices.add(value)
+    return indices
+
+
+def _resolved_status(current: str, requested: str) -> str:
+    if requested not in STATUSES:
+        raise Invalid(f"status must be one of {', '.join(STATUSES)}, got {requested!r}")
+    # a draft save after submitting is an edit of the submitted labels
+    return "submitted" if requested == "draft" and current == "submitted" else requested
+
+
+def _edit(new_tokens: set[int] | None, new_regions: set[int] | None, requested_status: str | None) -> Change:
+    def change(session, assignment, state):
+        tokens, regions, status = state
+        n_tokens, n_regions = _item_size(session, assignment.caption_id)
+        tokens2 = tokens if new_tokens is None else _checked_indices(new_tokens, n_tokens, "token")
+        regions2 = regions if new_regions is None else _checked_indices(new_regions, n_regions, "region")
+        status2 = status if requested_status is None else _resolved_status(status, requested_status)
+        head = _head_revision(session, assignment)
+        labels_changed = (tokens2, regions2) != (tokens, regions)
+        # a change of status alone is not an undo step: undo skips over it
+        undo_to = assignment.revision if labels_changed else (head.undo_to if head else None)
+        action = "edit" if labels_changed else status2
+        return (tokens2, regions2, status2), action, undo_to
+
+    return change
+
+
+def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],
+                mentioned_regions: Iterable[int], status: str = "draft", **kw) -> dict:
+    """Set the whole label state of an item (the REST PUT). Idempotent."""
+    return _apply(store, user, item_id, _edit(set(incorrect_tokens), set(mentioned_regions), status), **kw)
+
+
+def _toggle(kind: str, index: int) -> Change:
+    def change(session, assignment, state):
+        tokens, regions, _ = state
+        n_tokens, n_regions = _item_size(session, assignment.caption_id)
+        size, current = (n_tokens, tokens) if kind == "token" else (n_regions, regions)
+        _checked_indices([index], size, kind)
+        flipped = current ^ {index}
+        return _edit(flipped if kind == "token" else None, flipped if kind == "region" else None, None)(
+            session, assignment, state)
+
+    return change
+
+
+def toggle_token(store: Store, user: UserInfo, item_id: int, index: int, **kw) -> dict:
+    """Flip one token between incorrect and correct; saved at once."""
+    return _apply(store, user, item_id, _toggle("token", index), **kw)
+
+
+def toggle_region(store: Store, user: UserInfo, item_id: int, index: int, **kw) -> dict:
+    """Flip one region between mentioned and not mentioned; saved at once."""
+    return _apply(store, user, item_id, _toggle("region", index), **kw)
+
+
+def undo(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
+    """Restore the labels before the last label change (the status stays)."""
+    def change(session, assignment, state):
+        head = _head_revision(session, assignment)
+        if head is None or head.undo_to is None:
+            return None
+        target = session.scalar(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id,
+                                                            LabelRevision.revision == head.undo_to))
+        # every label change differs from the state it undoes to, so this always writes
+        restored = (set(target.incorrect_tokens), set(target.mentioned_regions), state[2])
+        return restored, "undo", target.undo_to
+
+    return _apply(store, user, item_id, change, **kw)
+
+
+def submit(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
+    """Submit the current labels (unflagged tokens count as correct)."""
+    return _apply(store, user, item_id, _edit(None, None, "submitted"), **kw)
+
+
+def skip(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
+    """Give the item back: its slot goes to someone else, never again to this user."""
+    return _apply(store, user, item_id, _edit(None, None, "skipped"), **kw)
+
+
+def history(store: Store, user: UserInfo, item_id: int) -> list[dict]:
+    """Every revision of this user's labels on the item, oldest first."""
+    with store.read() as session:
+        assignment = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
+                                                             Assignment.user_id == user.id))
+        if assignment is None:
+            raise NotFound(f"you have no labels on item {item_id}")
+        revisions = session.scalars(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id)
+                                    .order_by(LabelRevision.revision))
+        return [{"revision": r.revision, "action": r.action, "status": r.status,
+                 "incorrect_tokens": r.incorrect_tokens, "mentioned_regions": r.mentioned_regions,
+                 "at": r.created_at.isoformat() + "Z"} for r in revisions]
+
+
+def add_flag(store: Store, user: UserInfo, item_id: int, kind: str, comment: str = "") -> dict:
+    """Note on an item: unsure, bad_image, bad_caption or a comment."""
+    if kind not in FLAG_KINDS:
+        raise Invalid(f"flag kind must be one of {', '.join(FLAG_KINDS)}, got {kind!r}")
+    if not isinstance(comment, str) or len(comment) > MAX_COMMENT_CHARS:
+        raise Invalid(f"comment must be text of at most {MAX_COMMENT_CHARS} characters")
+
+    def work(session):
+        if not user.is_admin:
+            _locked_assignment(session, user, item_id)
+        elif session.get(Caption, item_id) is None:
+            raise NotFound(f"no item {item_id}")
+        flag = Flag(caption_id=item_id, user_id=user.id, kind=kind, comment=comment)
+        session.add(flag)
+        session.flush()
+        return {"id": flag.id, "item_id": item_id, "kind": kind, "comment": comment,
+                "user": user.name, "at": flag.created_at.isoformat() + "Z"}
+
+    return store.run_write(work)
