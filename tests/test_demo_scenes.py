@@ -132,3 +132,15 @@ def test_padded_crop_keeps_true_scale():
     coloured = (np.abs(np.asarray(crop).astype(int) - shape.rgb).max(axis=2) == 0)
     ys, xs = np.nonzero(coloured)
     assert xs.max() + 1 - xs.min() == side
+
+
+def test_training_file_reads_back(demo_dir, tmp_path):
+    from capscope.demo.training_data import TrainingDataError, read_training_file
+
+    pairs = read_training_file(demo_dir / "train.jsonl")
+    assert len(pairs) == N and pairs[0].image == demo_dir / "images/scene00000.png"
+    assert pairs[0].negatives[0].wrong and pairs[0].regions
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"image": "x.png", "caption": "a dog", "boxes": [{"box": [0,0,5,5], "phrase": "cat", "start": 2, "end": 5}]}\n')
+    with pytest.raises(TrainingDataError, match="bad.jsonl:1"):
+        read_training_file(bad)
