@@ -22,7 +22,7 @@ class CapscopeError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="capscope", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="capscope", description="Token- and region-level caption evaluation.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:

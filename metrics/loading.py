@@ -7,6 +7,7 @@ the user asked for a download (an open_clip pretrained tag that is not cached).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -81,14 +82,46 @@ def _from_tag(open_clip, model_name: str, tag: str | None, component: str):
         return open_clip.create_model(model_name, pretrained=None, device="cpu")
     if tag not in open_clip.list_pretrained_tags_by_model(model_name):
         raise ModelUnavailable(f"{component}: {model_name} has no pretrained tag {tag!r} and no file of that name exists")
-    try:
-        return open_clip.create_model(model_name, pretrained=tag, device="cpu")
-    except Exception as err:
-        where = os.environ.get("HF_HOME") or "open_clip's cache"
+    if not clip_tag_cached(model_name, tag) and not hub_reachable():
         raise ModelUnavailable(
-            f"{component}: cannot load {model_name}/{tag} (not in {where} and the download failed: "
-            f"{type(err).__name__}); pass a local checkpoint with --clip-pretrained FILE"
+            f"{component}: {model_name}/{tag} is not in the Hugging Face cache and the hub cannot be reached; "
+            "pass a local checkpoint with --clip-pretrained FILE"
+        )
+    try:
+        with _quiet("root", "huggingface_hub"):
+            return open_clip.create_model(model_name, pretrained=tag, device="cpu", require_pretrained=True)
+    except Exception as err:
+        raise ModelUnavailable(
+            f"{component}: cannot load {model_name}/{tag} ({type(err).__name__}); "
+            "pass a local checkpoint with --clip-pretrained FILE"
         ) from None
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """False at once when offline (HF_HUB_OFFLINE) or when the hub does not answer,
+    so that a missing download fails in seconds rather than after minutes of retries."""
+    import socket
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _quiet(*names: str):
+    loggers = [logging.getLogger(n if n != "root" else None) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def load_clip_state(model: torch.nn.Module, state: dict, source: str) -> None:
@@ -119,3 +152,80 @@ def env_or_cache(variable: str, relative: str) -> Path:
     """A component's file: the environment variable when set, else capscope's cache."""
     value = os.environ.get(variable)
     return Path(value) if value else cache_dir() / relative
+
+
+# ---------------------------------------------------------------- inventory
+
+def clip_tag_cached(model_name: str, tag: str) -> bool:
+    """Whether open_clip would find `model_name/tag` without the network."""
+    import open_clip
+
+    try:
+        cfg = open_clip.get_pretrained_cfg(model_name, tag)
+    except Exception:
+        return False
+    hub = cfg.get("hf_hub", "").rstrip("/")
+    if not hub:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        for filename in ("open_clip_model.safetensors", "open_clip_pytorch_model.bin"):
+            if isinstance(try_to_load_from_cache(hub, filename), str):
+                return True
+    except Exception:
+        return False
+    return False
+
+
+def spacy_pipeline_present(name: str = "en_core_web_sm") -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+# Each entry: (component, what it loads, where from, present?, how to get it). Other
+# modules append their own (region proposers) through `register_component`.
+_COMPONENTS: list = []
+
+
+def register_component(fn) -> None:
+    _COMPONENTS.append(fn)
+
+
+def components() -> list[dict]:
+    rows = [
+        {
+            "component": "CLIP", "loads": "open_clip ViT-B-32 / openai",
+            "from": "open_clip's Hugging Face cache", "present": clip_tag_cached("ViT-B-32", "openai"),
+            "get": "capscope models download, or --clip-pretrained FILE",
+        },
+        _file_component("PAC-S", "PAC-S ViT-B/32 checkpoint (state_dict, OpenAI key names)",
+                        "CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth",
+                        "download clip_ViT-B-32.pth from the PAC-S release; --pacs-checkpoint FILE"),
+        _file_component("InfoMetIC", "released best_model.pth (430 keys)",
+                        "CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth",
+                        "download best_model.pth from the InfoMetIC release; --infometic-checkpoint FILE"),
+        {
+            "component": "spaCy", "loads": "en_core_web_sm (tags, parse)", "from": "site-packages",
+            "present": spacy_pipeline_present(), "get": "capscope models download spacy (else blank English, a fallback)",
+        },
+        {
+            "component": "demo model", "loads": "capscope's tiny CLIP + InfoMetIC for coloured shapes",
+            "from": str(demo_model_path()), "present": demo_model_path().is_file(),
+            "get": "capscope train clip && capscope train infometic (see README)",
+        },
+    ]
+    for fn in _COMPONENTS:
+        rows.append(fn())
+    return rows
+
+
+def _file_component(name: str, loads: str, variable: str, relative: str, get: str) -> dict:
+    path = env_or_cache(variable, relative)
+    return {"component": name, "loads": loads, "from": f"{path} (${variable})", "present": path.is_file(), "get": get}
+
+
+def demo_model_path() -> Path:
+    """The bundled demo model (capscope's own tiny CLIP + InfoMetIC head)."""
+    return Path(__file__).parent / "demo_model" / "demo_infometic.pt"

@@ -27,12 +27,30 @@ class Region:
     source: str = "given"
     mask: np.ndarray | None = field(default=None, repr=False)  # H x W bool
 
-    def to_dict(self) -> dict:
-        return {
+    def to_dict(self, with_mask: bool = False) -> dict:
+        out = {
             "box": [round(float(v), 2) for v in self.box],
             "confidence": None if self.confidence is None else float(self.confidence),
             "source": self.source,
         }
+        if with_mask:
+            out["mask"] = None if self.mask is None else mask_to_rle(self.mask)
+        return out
+
+
+def mask_to_rle(mask: np.ndarray) -> dict:
+    """COCO RLE ({"size": [h, w], "counts": str}), as pycocotools writes it."""
+    from pycocotools import mask as coco_mask
+
+    rle = coco_mask.encode(np.asfortranarray(np.asarray(mask, dtype=np.uint8)))
+    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
+
+
+def rle_to_mask(rle: dict) -> np.ndarray:
+    from pycocotools import mask as coco_mask
+
+    counts = rle["counts"].encode("ascii") if isinstance(rle["counts"], str) else rle["counts"]
+    return coco_mask.decode({"size": list(rle["size"]), "counts": counts}).astype(bool)
 
 
 class RegionProposer(Protocol):
@@ -92,7 +110,8 @@ class ClassicProposer:
             box = mask_to_box(mask)
             box_area = (box[2] - box[0]) * (box[3] - box[1])
             frac = area / (width * height)
-            if frac > 0.9 or area < 16:
+            thin = min(box[2] - box[0], box[3] - box[1]) < 0.03 * min(width, height)
+            if frac > 0.9 or frac < 0.002 or thin:  # the whole frame, specks, anti-aliased edges
                 continue
             fill = area / box_area
             conf = float(fill * min(1.0, frac / 0.02) * (1.0 - frac))
@@ -101,7 +120,25 @@ class ClassicProposer:
         return regions[:MAX_CANDIDATES]
 
 
-PROPOSERS: dict[str, Callable[..., RegionProposer]] = {"classic": ClassicProposer}
+def _lazy(target: str) -> Callable[..., RegionProposer]:
+    """A factory that imports its module on first use (torch models, ultralytics)."""
+    def factory(**kwargs) -> RegionProposer:
+        import importlib
+
+        module, cls = target.split(":")
+        return getattr(importlib.import_module(module, __package__), cls)(**kwargs)
+
+    factory.target = target
+    return factory
+
+
+PROPOSERS: dict[str, Callable[..., RegionProposer]] = {
+    "classic": ClassicProposer,
+    "sam": _lazy(".segmenters:SamProposer"),
+    "yolo": _lazy(".segmenters:YoloProposer"),
+    "fastsam": _lazy(".segmenters:FastSamProposer"),
+    "mobilesam": _lazy(".segmenters:MobileSamProposer"),
+}
 
 
 def select_regions(candidates: list[Region], max_regions: int = 20, seed: int = 0) -> list[Region]:

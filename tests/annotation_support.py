@@ -1,0 +1,115 @@
+"""Helpers shared by the database, annotation and API tests."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+PG_ENV = "CAPSCOPE_TEST_PG_URL"
+
+
+def make_images(folder: Path, n: int, size=(64, 48)) -> list[str]:
+    """n distinct small PNGs with a coloured box each; their file names."""
+    from PIL import Image, ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for i in range(n):
+        image = Image.new("RGB", size, (230, 230 - i % 50, 220))
+        draw = ImageDraw.Draw(image)
+        draw.rectangle([4 + i % 20, 4, 24 + i % 20, 30], fill=(200, 30 + i % 200, 30))
+        name = f"img{i:04d}.png"
+        image.save(folder / name)
+        names.append(name)
+    return names
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+    return path
+
+
+def caption_rows(image_names: list[str], n: int, regions: bool = True) -> list[dict]:
+    """n captions over the images, each with two given boxes (no proposals needed)."""
+    rows = []
+    for i in range(n):
+        row = {"id": f"cap{i:05d}", "image": image_names[i % len(image_names)],
+               "caption": f"a small red square and a blue circle number {i}."}
+        if regions:
+            row["regions"] = [{"box": [4, 4, 30, 30]}, {"box": [30, 10, 60, 40]}]
+        rows.append(row)
+    return rows
+
+
+def sqlite_url(tmp_path: Path, name: str = "capscope.db") -> str:
+    return f"sqlite:///{tmp_path / name}"
+
+
+@contextmanager
+def fresh_pg_database():
+    """A new, empty PostgreSQL database on the CAPSCOPE_TEST_PG_URL server, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(f"{PG_ENV} is not set (no PostgreSQL server for this run)")
+    name = f"capscope_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(db_url: str, extra_env: dict | None = None):
+    """`capscope serve` in a subprocess; yields its base URL."""
+    import httpx
+
+    port = free_port()
+    env = {**os.environ, "CAPSCOPE_DB_URL": db_url, **(extra_env or {})}
+    process = subprocess.Popen([sys.executable, "-m", "capscope.cli", "serve", "--port", str(port)],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited: {process.stdout.read().decode(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(base + "/api/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start in 60 s")
+            time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -1,0 +1,88 @@
+"""CLIP features: dynamic-length text equals the full context, CLIP-S equals an
+independent open_clip computation, checkpoints load through the user's path."""
+import subprocess
+import sys
+
+import numpy as np
+import open_clip
+import pytest
+import torch
+from PIL import Image
+
+from capscope.metrics.loading import ModelUnavailable, create_open_clip
+from capscope.metrics.scorer import Scorer
+
+CAPTIONS = ["a dog.", "A very large sheep is standing under clouds, near an old wooden fence and a tree."]
+
+
+@pytest.fixture(scope="module")
+def scorer(clip_checkpoint, tmp_path_factory):
+    torch.manual_seed(1)
+    pacs = open_clip.create_model("ViT-B-32-quickgelu", pretrained=None)
+    path = tmp_path_factory.mktemp("pacs") / "clip_ViT-B-32.pth"
+    torch.save({"epoch": 3, "state_dict": pacs.state_dict()}, path)  # PAC-S's checkpoint layout
+    return Scorer(["clip-s", "pac-s"], device="cpu", clip_model="ViT-B-32",
+                  clip_pretrained=str(clip_checkpoint), pacs_checkpoint=str(path))
+
+
+def test_dynamic_length_equals_full_context(scorer):
+    backbone = scorer.metrics["clip-s"].backbone
+    with torch.no_grad():
+        full = backbone.model.encode_text(open_clip.get_tokenizer("ViT-B-32")(CAPTIONS)).float()
+    assert torch.allclose(backbone.encode_texts(CAPTIONS), full, atol=1e-4)
+    ids = [320, 1929, 49407, 0, 49406]
+    with torch.no_grad():
+        triples = torch.zeros(len(ids), 77, dtype=torch.long)
+        triples[:, 0], triples[:, 1], triples[:, 2] = 49406, torch.tensor(ids), 49407
+        full_pieces = backbone.model.encode_text(triples).float()
+    assert torch.allclose(backbone.encode_pieces(ids), full_pieces, atol=1e-4)
+
+
+def test_clip_s_and_ref_clip_s_equal_independent_open_clip(scorer, clip_checkpoint):
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 255, (224, 224, 3), dtype=np.uint8))
+    refs = ["a cat on a mat.", "two dogs."]
+    row = scorer.score(image, CAPTIONS[0], references=refs)
+    model, _, preprocess = open_clip.create_model_and_transforms("ViT-B-32", pretrained=str(clip_checkpoint))
+    tok = open_clip.get_tokenizer("ViT-B-32")
+    with torch.no_grad():
+        v = torch.nn.functional.normalize(model.encode_image(preprocess(image)[None]), dim=-1)
+        t = torch.nn.functional.normalize(model.encode_text(tok(["A photo depicts " + CAPTIONS[0]])), dim=-1)
+        r = torch.nn.functional.normalize(model.encode_text(tok(["A photo depicts " + x for x in refs])), dim=-1)
+    clip_s = 2.5 * max((v @ t.T).item(), 0)
+    best = max((t @ r.T).max().item(), 0)
+    ref = 2 * clip_s * best / (clip_s + best) if clip_s + best > 0 else 0
+    scores = row["metrics"]["clip-s"]["scores"]
+    assert scores["clip_s"] == pytest.approx(clip_s, abs=1e-4)
+    assert scores["ref_clip_s"] == pytest.approx(ref, abs=1e-4)
+    assert set(row["metrics"]["pac-s"]["scores"]) == {"pac_s", "ref_pac_s"}
+
+
+def test_pacs_checkpoint_loads_with_state_dict_key(scorer):
+    assert scorer.metrics["pac-s"].weight == 2.0
+    assert "PAC-S" in scorer.metrics["pac-s"].backbone.name
+
+
+def test_wrong_architecture_is_one_clear_line(clip_checkpoint):
+    with pytest.raises(ModelUnavailable, match="(does not fit|other shapes than) this architecture"):
+        create_open_clip("ViT-B-16", str(clip_checkpoint), torch.device("cpu"))
+
+
+def test_offline_error_is_one_line_without_traceback(tmp_path):
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text('{"id": "a", "image": "x.png", "caption": "a cat"}\n')
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CAPSCOPE_NO_DEMO": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "capscope.cli", "score", "--input", str(pairs), "--output", str(tmp_path / "o.jsonl"),
+         "--metric", "clip-s", "--clip-pretrained", "openai"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr
+    assert "ViT-B-32/openai" in errors[0] and "--clip-pretrained" in errors[0]
+
+
+def test_missing_infometic_checkpoint_names_file_and_flag(tmp_path):
+    with pytest.raises(ModelUnavailable, match="--infometic-checkpoint"):
+        Scorer(["infometic"], device="cpu", infometic_checkpoint=str(tmp_path / "nope.pth"))
