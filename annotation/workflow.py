@@ -141,16 +141,21 @@ def item_view(session, assignment: Assignment | None, caption: Caption | None = 
     return view
 
 
-def labels_view(session, assignment: Assignment) -> dict:
-    tokens, regions = current_labels(session, assignment.id)
-    head = _head_revision(session, assignment)
+def labels_view(session, assignment: Assignment, known: tuple[set[int], set[int], bool] | None = None) -> dict:
+    """The assignment's label state; `known` = (tokens, regions, can_undo) when the caller has them."""
+    if known is None:
+        tokens, regions = current_labels(session, assignment.id)
+        head = _head_revision(session, assignment)
+        can_undo = head is not None and head.undo_to is not None
+    else:
+        tokens, regions, can_undo = known
     return {
         "item_id": assignment.caption_id,
         "incorrect_tokens": sorted(tokens),
         "mentioned_regions": sorted(regions),
         "status": assignment.status,
         "revision": assignment.revision,
-        "can_undo": head is not None and head.undo_to is not None,
+        "can_undo": can_undo,
         "saved_at": assignment.updated_at.isoformat() + "Z",
         "lease_expires_at": assignment.lease_expires_at.isoformat() + "Z",
         "time_spent_ms": assignment.time_spent_ms,
@@ -235,7 +240,7 @@ def _apply(store: Store, user: UserInfo, item_id: int, change: Change, *,
         _write_label_rows(session, assignment, "region", regions, new_regions)
         _record_revision(session, assignment, (new_tokens, new_regions, status), action, undo_to,
                          current_time, lease_seconds)
-        return labels_view(session, assignment)
+        return labels_view(session, assignment, (new_tokens, new_regions, undo_to is not None))
 
     return store.run_write(work)
 
@@ -267,10 +272,10 @@ def _record_revision(session, assignment: Assignment, state: LabelState, action:
 
 
 def _item_size(session, caption_id: int) -> tuple[int, int]:
-    n_tokens = session.scalar(select(func.count()).select_from(Token).where(Token.caption_id == caption_id))
-    n_regions = session.scalar(select(func.count()).select_from(Region)
-                               .join(Caption, Caption.image_id == Region.image_id).where(Caption.id == caption_id))
-    return n_tokens, n_regions
+    n_tokens = select(func.count()).select_from(Token).where(Token.caption_id == caption_id).scalar_subquery()
+    n_regions = (select(func.count()).select_from(Region).join(Caption, Caption.image_id == Region.image_id)
+                 .where(Caption.id == caption_id).scalar_subquery())
+    return tuple(session.execute(select(n_tokens, n_regions)).one())
 
 
 def _checked_indices(values: Iterable, size: int, what: str) -> set[int]:

@@ -140,6 +140,7 @@ class Store:
         """Bring the schema to `revision` with Alembic (safe to run from several processes)."""
         from alembic import command
 
+        logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger("alembic").level))
         with self._writer.begin() as conn:
             if self.dialect == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})

@@ -58,9 +58,8 @@ def _annotate(base: str, index: int, final: dict, failures: list, seen_items: di
                 client.put(url, json={"incorrect_tokens": [0], "status": "draft"})
                 _check(client.put(url, json={"status": "skipped"}), failures, auth[0])
                 continue
-            for _ in range(2):  # drafts saved as the annotator clicks
-                draft = {"incorrect_tokens": rng.sample(range(n_tokens), 2), "mentioned_regions": [0]}
-                _check(client.put(url, json=draft), failures, auth[0])
+            draft = {"incorrect_tokens": rng.sample(range(n_tokens), 2), "mentioned_regions": [0]}
+            _check(client.put(url, json=draft), failures, auth[0])  # a draft, saved as the annotator clicks
             labels = {"incorrect_tokens": sorted(rng.sample(range(n_tokens), rng.randint(0, 3))),
                       "mentioned_regions": sorted(rng.sample(range(n_regions), rng.randint(0, n_regions)))}
             _check(client.put(url, json={**labels, "status": "submitted"}), failures, auth[0])

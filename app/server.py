@@ -1,0 +1,356 @@
+"""The REST API (CONTRACTS §5): FastAPI, HTTP Basic users, everything under `/api`.
+
+`create_app()` returns the FastAPI app; the Gradio UI mounts itself on the same
+app at `/` afterwards (`gr.mount_gradio_app(app, demo, path="/")`), using
+`app.state.store` and `user_from_request` so that both share one code path
+and one login. Every workflow call goes through `capscope.annotation`.
+
+Bad input never yields a 5xx: request bodies are size-limited before they are
+read, images are decoded completely before scoring, label indices are checked
+against the item, and workflow errors map to 4xx with `{"detail": ...}`.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import logging
+import os
+import threading
+from typing import Annotated, Callable, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from pydantic import BaseModel, Field, StrictInt
+
+from capscope import __version__
+from capscope.annotation import agreement, browse, export, workflow
+from capscope.annotation.errors import AnnotationError
+from capscope.annotation.users import UserInfo, authenticate
+from capscope.db import Store
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 * 2**20
+MAX_SCORE_BODY_BYTES = 32 * 2**20
+MAX_SCORE_IMAGE_BYTES = 20 * 2**20
+MAX_SCORE_PIXELS = 40_000_000
+MAX_CAPTION_CHARS = 1000
+MAX_REFERENCES = 50
+SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
+ItemId = Annotated[int, Path(ge=1, le=2**62)]
+MAX_INDICES = 10_000
+
+
+# ---------------------------------------------------------------- request bodies
+
+class ScoreRequest(BaseModel):
+    image: str = Field(description="base64 PNG or JPEG (a data: URL prefix is accepted)")
+    caption: str
+    references: list[str] | None = None
+    metrics: list[str] | None = None
+
+
+class LabelsRequest(BaseModel):
+    incorrect_tokens: list[StrictInt] = Field(default_factory=list, max_length=MAX_INDICES)
+    mentioned_regions: list[StrictInt] = Field(default_factory=list, max_length=MAX_INDICES)
+    status: Literal["draft", "submitted", "skipped"] = "draft"
+
+
+class FlagRequest(BaseModel):
+    kind: Literal["unsure", "bad_image", "bad_caption", "comment"]
+    comment: str = Field(default="", max_length=workflow.MAX_COMMENT_CHARS)
+
+
+class GoldRequest(BaseModel):
+    token_labels: list[Literal["correct", "incorrect"] | None] = Field(max_length=MAX_INDICES)
+    region_labels: list[Literal["mentioned", "unmentioned"] | None] = Field(max_length=MAX_INDICES)
+
+
+# ---------------------------------------------------------------- body size limit
+
+class BodyLimit:
+    """Reject request bodies over the limit with 413 before the app reads them whole."""
+
+    def __init__(self, app, default: int = MAX_BODY_BYTES, by_path: dict[str, int] | None = None):
+        self.app, self.default, self.by_path = app, default, by_path or {}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.by_path.get(scope["path"], self.default)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            problem = _declared_length_problem(declared, limit)
+            if problem:
+                return await JSONResponse({"detail": problem[1]}, status_code=problem[0])(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise HTTPException(413, f"request body over {limit} bytes")
+            return message
+
+        return await self.app(scope, limited_receive, send)
+
+
+def _declared_length_problem(declared: bytes, limit: int) -> tuple[int, str] | None:
+    try:
+        length = int(declared)
+    except ValueError:
+        return 400, "malformed Content-Length"
+    if length > limit:
+        return 413, f"request body is {length} bytes (limit {limit})"
+    return None
+
+
+# ---------------------------------------------------------------- auth
+
+_basic = HTTPBasic(auto_error=False)
+
+
+def user_from_request(request: Request) -> UserInfo | None:
+    """The user named by the request's HTTP Basic credentials, or None (for the UI's auth hook)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic" or not encoded:
+        return None
+    try:
+        name, _, password = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return authenticate(request.app.state.store, name, password)
+
+
+def current_user(request: Request, credentials: HTTPBasicCredentials | None = Depends(_basic)) -> UserInfo:
+    challenge = {"WWW-Authenticate": 'Basic realm="capscope"'}
+    if credentials is None:
+        raise HTTPException(401, "credentials required (HTTP Basic)", headers=challenge)
+    user = authenticate(request.app.state.store, credentials.username, credentials.password)
+    if user is None:
+        raise HTTPException(401, "unknown user or wrong password", headers=challenge)
+    return user
+
+
+def admin_user(user: UserInfo = Depends(current_user)) -> UserInfo:
+    if not user.is_admin:
+        raise HTTPException(403, "this call needs the admin role")
+    return user
+
+
+User = Annotated[UserInfo, Depends(current_user)]
+Admin = Annotated[UserInfo, Depends(admin_user)]
+
+
+# ---------------------------------------------------------------- scoring
+
+class ScorerPool:
+    """One scorer per metric set, built on first use by `factory(metrics)`;
+    calls are serialised because a scorer's caches are not thread-safe."""
+
+    def __init__(self, factory: Callable[[list[str] | None], object] | None):
+        self.factory = factory or default_scorer_factory
+        self._scorers: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def score(self, metrics: list[str] | None, image, caption: str, references: list[str] | None) -> dict:
+        key = tuple(metrics) if metrics else ()
+        with self._lock:
+            if key not in self._scorers:
+                self._scorers[key] = self.factory(list(metrics) if metrics else None)
+            return self._scorers[key].score(image, caption, references=references)
+
+
+def default_scorer_factory(metrics: list[str] | None):
+    from capscope.metrics.scorer import Scorer
+
+    return Scorer(metrics, device="auto") if metrics else Scorer(device="auto")
+
+
+def known_metrics() -> tuple[str, ...] | None:
+    try:
+        from capscope.metrics.registry import METRIC_NAMES
+    except ImportError:
+        return None
+    return tuple(METRIC_NAMES)
+
+
+def _checked_score_request(body: ScoreRequest):
+    """(PIL image, caption, references, metrics) or HTTPException 4xx."""
+    names = known_metrics()
+    if body.metrics is not None:
+        if not body.metrics:
+            raise HTTPException(422, "metrics, when given, must name at least one metric")
+        unknown = [m for m in body.metrics if names is not None and m not in names]
+        if unknown:
+            raise HTTPException(422, f"unknown metric {unknown[0]!r}; choose from {', '.join(names)}")
+    caption = body.caption
+    if not caption.strip():
+        raise HTTPException(422, "caption is empty")
+    if len(caption) > MAX_CAPTION_CHARS:
+        raise HTTPException(422, f"caption has {len(caption)} characters (limit {MAX_CAPTION_CHARS})")
+    refs = body.references
+    if refs is not None and (len(refs) > MAX_REFERENCES or any(len(r) > MAX_CAPTION_CHARS for r in refs)):
+        raise HTTPException(422, f"at most {MAX_REFERENCES} references of at most {MAX_CAPTION_CHARS} characters")
+    return decode_score_image(body.image), caption, refs, body.metrics
+
+
+def decode_score_image(encoded: str):
+    from PIL import Image
+
+    if encoded.startswith("data:"):
+        encoded = encoded.partition(",")[2]
+    if len(encoded) > MAX_SCORE_IMAGE_BYTES * 4 // 3 + 4:
+        raise HTTPException(413, f"image over {MAX_SCORE_IMAGE_BYTES} bytes")
+    try:
+        raw = base64.b64decode("".join(encoded.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise HTTPException(422, "image is not valid base64") from None
+    try:
+        with Image.open(io.BytesIO(raw)) as probe:
+            if probe.format not in SCORE_FORMATS:
+                raise HTTPException(422, f"image must be PNG or JPEG, got {probe.format}")
+            if probe.width * probe.height > MAX_SCORE_PIXELS:
+                raise HTTPException(413, f"image is {probe.width}x{probe.height} pixels (limit {MAX_SCORE_PIXELS})")
+            probe.verify()
+        image = Image.open(io.BytesIO(raw))
+        image.load()
+        return image.convert("RGB")
+    except HTTPException:
+        raise
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise HTTPException(422, f"image cannot be decoded: {err}") from None
+
+
+# ---------------------------------------------------------------- the app
+
+def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
+               lease_seconds: int | None = None) -> FastAPI:
+    """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
+    the data folder's SQLite file). `scorer_factory(metrics or None)` builds a
+    scorer with `.score(image, caption, references=...)`; default: capscope's Scorer."""
+    app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
+                  redoc_url=None)
+    app.state.store = store or Store(db_url)
+    app.state.scorers = ScorerPool(scorer_factory)
+    app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
+    app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES})
+
+    @app.exception_handler(AnnotationError)
+    async def _annotation_error(_request, err: AnnotationError):
+        return JSONResponse({"detail": str(err)}, status_code=err.status)
+
+    _add_routes(app)
+    return app
+
+
+def _add_routes(app: FastAPI) -> None:
+    store: Store = app.state.store
+    lease = app.state.lease_seconds
+
+    @app.get("/api/health")
+    def health() -> dict:
+        from sqlalchemy import text
+
+        try:
+            with store.read() as session:
+                session.execute(text("SELECT 1"))
+        except Exception as err:  # the database is down: the server is up but cannot serve
+            raise HTTPException(503, f"database unavailable: {type(err).__name__}") from None
+        return {"status": "ok", "version": __version__, "database": store.dialect}
+
+    @app.get("/api/me")
+    def me(user: User) -> dict:
+        return {"id": user.id, "name": user.name, "role": user.role}
+
+    @app.post("/api/score")
+    def score(body: ScoreRequest, user: User) -> dict:
+        image, caption, refs, metrics = _checked_score_request(body)
+        try:
+            return app.state.scorers.score(metrics, image, caption, refs)
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
+        except Exception as err:
+            if type(err).__name__ == "ModelUnavailable":
+                raise HTTPException(503, str(err)) from None
+            raise
+
+    @app.get("/api/items/next", responses={204: {"description": "nothing left for this user"}})
+    def next_item(user: User, dataset: str | None = None, predictions: bool = False):
+        item = workflow.next_item(store, user, dataset=dataset, lease_seconds=lease)
+        if item is None:
+            return Response(status_code=204)
+        if predictions:
+            item = workflow.get_item(store, user, item["item_id"], include_predictions=True)
+        return item
+
+    @app.get("/api/items")
+    def list_items(user: Admin, dataset: str | None = None, status: str = "all", search: str | None = None,
+                   sort: str = "id", descending: bool = False, page: int = Query(1, ge=1, le=10**9),
+                   page_size: int = Query(50, ge=1, le=browse.MAX_PAGE_SIZE)) -> dict:
+        return browse.list_items(store, dataset=dataset, status=status, search=search, sort=sort,
+                                 descending=descending, page=page, page_size=page_size)
+
+    @app.get("/api/items/{item_id}")
+    def get_item(item_id: ItemId, user: User, predictions: bool = False) -> dict:
+        return workflow.get_item(store, user, item_id, include_predictions=predictions)
+
+    @app.put("/api/items/{item_id}/labels")
+    def put_labels(item_id: ItemId, body: LabelsRequest, user: User) -> dict:
+        return workflow.save_labels(store, user, item_id, body.incorrect_tokens, body.mentioned_regions,
+                                    body.status, lease_seconds=lease)
+
+    @app.post("/api/items/{item_id}/undo")
+    def undo(item_id: ItemId, user: User) -> dict:
+        return workflow.undo(store, user, item_id, lease_seconds=lease)
+
+    @app.get("/api/items/{item_id}/history")
+    def history(item_id: ItemId, user: User) -> list:
+        return workflow.history(store, user, item_id)
+
+    @app.post("/api/items/{item_id}/flags")
+    def flag(item_id: ItemId, body: FlagRequest, user: User) -> dict:
+        return workflow.add_flag(store, user, item_id, body.kind, body.comment)
+
+    @app.get("/api/items/{item_id}/gold")
+    def get_gold(item_id: ItemId, user: Admin) -> dict:
+        gold = agreement.gold_view(store, item_id)
+        if gold is None:
+            raise HTTPException(404, f"item {item_id} has no gold labels")
+        return gold
+
+    @app.put("/api/items/{item_id}/gold")
+    def put_gold(item_id: ItemId, body: GoldRequest, user: Admin) -> dict:
+        return agreement.adjudicate(store, user, item_id, body.token_labels, body.region_labels)
+
+    @app.post("/api/gold/majority")
+    def gold_majority(user: Admin, dataset: str | None = None, min_judgements: int = Query(2, ge=1, le=1000)) -> dict:
+        return {"written": agreement.gold_from_majority(store, dataset, min_judgements=min_judgements)}
+
+    @app.get("/api/progress")
+    def progress(user: User, dataset: str | None = None) -> dict:
+        return browse.progress(store, user, dataset=dataset)
+
+    @app.get("/api/agreement")
+    def agreement_report(user: Admin, dataset: str | None = None, all_tokens: bool = False) -> dict:
+        return agreement.agreement_report(store, dataset, semantic_only=not all_tokens)
+
+    @app.get("/api/images/{image_id}")
+    def image(image_id: ItemId, user: User):
+        path = workflow.image_path(store, user, image_id)
+        if not os.path.isfile(path):
+            raise HTTPException(404, f"image {image_id} is missing on disk")
+        return FileResponse(path)
+
+    @app.get("/api/export")
+    def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None):
+        pieces = export.iter_export(store, format, dataset)  # raises for an unknown format before streaming
+        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
+        name = f"capscope-{stem}.{export.EXTENSIONS[format]}"
+        return StreamingResponse(pieces, media_type=export.FORMATS[format],
+                                 headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
