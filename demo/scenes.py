@@ -238,6 +238,15 @@ TEMPLATES = (
 
 
 def make_caption(scene: Scene, rng: np.random.Generator) -> Caption:
+    """A true caption that has at least one word which can be made wrong
+    ("a triangle" cannot, when every kind of shape is in the scene)."""
+    while True:
+        caption = _draw_caption(scene, rng)
+        if pollution_options(caption, scene)[0]:
+            return caption
+
+
+def _draw_caption(scene: Scene, rng: np.random.Generator) -> Caption:
     n = len(scene.shapes)
     n_mentioned = int(rng.integers(1, n + 1)) if rng.random() < 0.6 else n
     referents = tuple(int(i) for i in rng.permutation(n)[:n_mentioned])
@@ -297,6 +306,20 @@ def pollute(caption: Caption, scene: Scene, rng: np.random.Generator, binding_sh
     its phrase fits no shape in the scene. With probability `binding_share`
     the new word is taken from another shape of the scene when one fits
     (a binding error: "a blue circle" where the square is blue)."""
+    options, binding = pollution_options(caption, scene)
+    pool = binding if binding and rng.random() < binding_share else options
+    w, value = pool[int(rng.integers(len(pool)))]
+    word = caption.words[w]
+    words = list(caption.words)
+    words[w] = replace(word, text=value)
+    phrases = list(caption.phrases)
+    phrases[word.phrase] = replace(phrases[word.phrase], **{word.role: value})
+    return replace(caption, words=_fix_articles(words), phrases=tuple(phrases), wrong_word=w)
+
+
+def pollution_options(caption: Caption, scene: Scene) -> tuple[list, list]:
+    """(all (word index, new value) swaps that make the caption wrong, the
+    binding ones among them: new value taken from another shape in the scene)."""
     options, binding = [], []
     for w, word in enumerate(caption.words):
         if word.role not in ATTRIBUTES:
@@ -309,14 +332,7 @@ def pollute(caption: Caption, scene: Scene, rng: np.random.Generator, binding_sh
             options.append((w, value))
             if any(getattr(s, word.role) == value for s in scene.shapes):
                 binding.append((w, value))
-    pool = binding if binding and rng.random() < binding_share else options
-    w, value = pool[int(rng.integers(len(pool)))]
-    word = caption.words[w]
-    words = list(caption.words)
-    words[w] = replace(word, text=value)
-    phrases = list(caption.phrases)
-    phrases[word.phrase] = replace(phrases[word.phrase], **{word.role: value})
-    return replace(caption, words=_fix_articles(words), phrases=tuple(phrases), wrong_word=w)
+    return options, binding
 
 
 # ---------------------------------------------------------------- regions

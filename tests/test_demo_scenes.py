@@ -144,3 +144,15 @@ def test_training_file_reads_back(demo_dir, tmp_path):
     bad.write_text('{"image": "x.png", "caption": "a dog", "boxes": [{"box": [0,0,5,5], "phrase": "cat", "start": 2, "end": 5}]}\n')
     with pytest.raises(TrainingDataError, match="bad.jsonl:1"):
         read_training_file(bad)
+
+
+def test_every_caption_can_be_polluted():
+    # a colourless "a triangle" in a scene holding every kind has no wrong twin
+    every_kind = [scenes.Shape(k, c, "small", (i * 50, 0, i * 50 + 30, 30), (0, 0, 0))
+                  for i, (k, c) in enumerate(zip(scenes.KINDS, ("red", "green", "blue", "yellow")))]
+    scene = scenes.Scene(every_kind, (230, 230, 230), 0)
+    bare = scenes.Caption((scenes.Word("a", "article", 0), scenes.Word("triangle", "kind", 0), scenes.Word(".")),
+                          (scenes.Phrase("triangle"),), (2,))
+    assert scenes.pollution_options(bare, scene) == ([], [])
+    for index in range(300):
+        scenes.pollute(scenes.make_caption(scene, scenes.scene_rng(0, index)), scene, scenes.scene_rng(1, index))
