@@ -137,16 +137,24 @@ class Store:
         raise AssertionError("unreachable")
 
     def upgrade(self, revision: str = "head") -> None:
-        """Bring the schema to `revision` with Alembic (safe to run from several processes)."""
+        """Bring the schema up to `revision` with Alembic (safe to run from several processes)."""
+        self._migrate("upgrade", revision)
+
+    def downgrade(self, revision: str) -> None:
+        """Take the schema down to `revision` ("base" drops every table)."""
+        self._migrate("downgrade", revision)
+
+    def _migrate(self, direction: str, revision: str) -> None:
         from alembic import command
 
         logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger("alembic").level))
+        # one transaction, under the write lock: a second process waits, then finds nothing to do
         with self._writer.begin() as conn:
             if self.dialect == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
             config = alembic_config()
             config.attributes["connection"] = conn
-            command.upgrade(config, revision)
+            getattr(command, direction)(config, revision)
 
     def dispose(self) -> None:
         self.engine.dispose()

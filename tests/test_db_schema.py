@@ -1,0 +1,74 @@
+"""The Alembic migrations build exactly the models' schema; SQLite runs with
+WAL, foreign keys and a busy timeout; opening a database twice migrates once."""
+import pytest
+from sqlalchemy import inspect, text
+
+from annotation_support import fresh_pg_database, sqlite_url
+from capscope.db import Base, Store
+from capscope.db.store import SQLITE_BUSY_TIMEOUT_MS, default_db_url
+
+
+def _schema_diff(store: Store) -> list:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return compare_metadata(context, Base.metadata)
+
+
+def test_migrations_match_models_sqlite(tmp_path):
+    store = Store(sqlite_url(tmp_path))
+    assert _schema_diff(store) == []
+    tables = set(inspect(store.engine).get_table_names())
+    assert {"images", "regions", "captions", "tokens", "users", "assignments", "labels", "label_revisions",
+            "flags", "predictions", "gold_labels", "alembic_version"} <= tables
+
+
+@pytest.mark.postgres
+def test_migrations_match_models_postgres():
+    with fresh_pg_database() as url:
+        store = Store(url)
+        try:
+            assert _schema_diff(store) == []
+            Store(url)  # a second open is a no-op
+        finally:
+            store.dispose()
+
+
+def test_sqlite_pragmas_and_reopen(tmp_path):
+    url = sqlite_url(tmp_path)
+    Store(url)
+    store = Store(url)
+    with store.read() as session:
+        assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+
+
+def test_downgrade_and_upgrade_again(tmp_path):
+    store = Store(sqlite_url(tmp_path))
+    store.downgrade("base")
+    assert set(inspect(store.engine).get_table_names()) <= {"alembic_version"}
+    store.upgrade()
+    assert _schema_diff(store) == []
+
+
+def test_foreign_keys_are_enforced(tmp_path):
+    from sqlalchemy.exc import IntegrityError
+
+    from capscope.db import Token
+
+    store = Store(sqlite_url(tmp_path))
+    with pytest.raises(IntegrityError):
+        with store.write() as session:
+            session.add(Token(caption_id=12345, index=0, text="x", start=0, end=1, semantic=True))
+
+
+def test_default_url_follows_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("CAPSCOPE_DB_URL", raising=False)
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    assert default_db_url() == f"sqlite:///{tmp_path / 'data' / 'capscope.db'}"
+    monkeypatch.setenv("CAPSCOPE_DB_URL", "postgresql+psycopg://u@h/db")
+    assert default_db_url() == "postgresql+psycopg://u@h/db"
