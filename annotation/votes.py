@@ -88,11 +88,11 @@ def caption_query(dataset: str | None = None):
     return query if dataset is None else query.where(Dataset.name == dataset)
 
 
-def iter_items(store: Store, dataset: str | None = None, chunk: int = CHUNK) -> Iterator[ItemData]:
+def iter_items(store: Store, dataset: str | None = None, chunk: int | None = None) -> Iterator[ItemData]:
     """Every item with its tokens, regions, submitted judgements and gold, in id
     order, loaded `chunk` items at a time (the caption query is streamed with yield_per)."""
     with store.read() as session:
-        result = session.execute(caption_query(dataset), execution_options={"yield_per": chunk})
+        result = session.execute(caption_query(dataset), execution_options={"yield_per": chunk or CHUNK})
         for rows in result.partitions():
             yield from _load_chunk(session, rows)
 
