@@ -120,7 +120,7 @@ def run_score(args) -> int:
     metrics = args.metrics or ["infometic"]
     rows = list(read_pairs(args.input))
     skip = done_ids(args.output)
-    todo = [(n, row, err) for n, row, err in rows if row is None or row.get("id") not in skip]
+    todo = [(n, row, err) for n, row, err in rows if row is None or not _has_id(row) or row["id"] not in skip]
     if skip:
         log.info("resuming: %d rows already in %s", len(rows) - len(todo), args.output)
     scorer = build_scorer(args, metrics)

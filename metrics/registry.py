@@ -154,7 +154,7 @@ class InfoClipMetric(InfoFamilyMetric):
         rows: list[dict | None] = [None] * len(pairs)
         for n, idx in group_by_region_count(images).items():
             v_g = torch.stack([images[i].global_feat for i in idx])
-            regions = torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, -1)
+            regions = torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, v_g.shape[-1])
             recall, precision, a_v, a_t = infoclip(v_g, regions, t_g[idx], tokens[idx], masks[idx], self.backbone.logit_scale)
             scores = [
                 {"precision": float(p), "recall": float(r), "overall": float(p + r)} for p, r in zip(precision, recall)
@@ -176,9 +176,10 @@ class InfoMetICMetric(InfoFamilyMetric):
         device = next(self.model.parameters()).device
         rows: list[dict | None] = [None] * len(pairs)
         for n, idx in group_by_region_count(images).items():
+            v_g = torch.stack([images[i].global_feat for i in idx])
             batch = [
-                torch.stack([images[i].global_feat for i in idx]),
-                torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, -1),
+                v_g,
+                torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, v_g.shape[-1]),
                 torch.stack([images[i].boxes for i in idx]).reshape(len(idx), n, 4),
                 torch.tensor([images[i].size for i in idx], dtype=torch.float32),
                 t_g[idx], tokens[idx], masks[idx],
