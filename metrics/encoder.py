@@ -40,6 +40,17 @@ class ImageFeatures:
         return torch.tensor([r.box for r in self.regions], dtype=torch.float32).reshape(-1, 4)
 
 
+@dataclass(frozen=True)
+class CropStyle:
+    """How a region becomes a CLIP input. The default is the plain box crop;
+    capscope's demo CLIP was trained on crops grown by a margin and pasted at
+    true scale on a fixed canvas (so that size stays visible), and must be fed
+    the same way."""
+
+    margin: float = 0.0
+    canvas: int | None = None
+
+
 def image_key(image: Image.Image) -> str:
     digest = hashlib.blake2b(image.tobytes(), digest_size=16)
     digest.update(f"{image.size}{image.mode}".encode())
@@ -53,8 +64,10 @@ def regions_key(regions: list[Region]) -> str:
 class ClipBackbone:
     """One open_clip model with its tokenizer, preprocessing and caches."""
 
-    def __init__(self, model, tokenizer, preprocess, name: str, device: torch.device, cache_size: int = 512):
+    def __init__(self, model, tokenizer, preprocess, name: str, device: torch.device, cache_size: int = 512,
+                 crop: CropStyle = CropStyle()):
         self.model = model.eval().to(device)
+        self.crop = crop
         self.tokenizer = tokenizer
         self.preprocess = preprocess
         self.name = name
@@ -65,7 +78,7 @@ class ClipBackbone:
         self.cache_size = cache_size
 
     @classmethod
-    def from_model(cls, model, model_name: str, name: str, device: torch.device):
+    def from_model(cls, model, model_name: str, name: str, device: torch.device, crop: CropStyle | None = None):
         import open_clip
 
         tokenizer = open_clip.get_tokenizer(model_name)
@@ -74,7 +87,7 @@ class ClipBackbone:
             model.visual.image_size, is_train=False,
             mean=cfg.get("mean"), std=cfg.get("std"),
         )
-        return cls(model, tokenizer, preprocess, name, device)
+        return cls(model, tokenizer, preprocess, name, device, crop=crop or CropStyle())
 
     @property
     def dim(self) -> int:
@@ -150,7 +163,7 @@ class ClipBackbone:
     def image_features(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
         """Global and region-crop features of many images; crops of all
         images go through CLIP together. Cached per (image, regions)."""
-        keys = [f"{image_key(im)}:{regions_key(rs)}" for im, rs in zip(images, regions)]
+        keys = [f"{image_key(im)}:{regions_key(rs)}:{self.crop}" for im, rs in zip(images, regions)]
         todo = [i for i, k in enumerate(keys) if k not in self._images]
         todo = list(dict.fromkeys(todo, None))
         if todo:
@@ -159,7 +172,7 @@ class ClipBackbone:
                 crops.append(images[i])
                 owners.append((i, None))
                 for j, region in enumerate(regions[i]):
-                    crops.append(crop_region(images[i], region))
+                    crops.append(crop_region(images[i], region, self.crop))
                     owners.append((i, j))
             feats = self.encode_images(crops)
             by_image: dict[int, list] = {i: [None, []] for i in todo}
@@ -184,6 +197,19 @@ class ClipBackbone:
             self._images.popitem(last=False)
 
 
-def crop_region(image: Image.Image, region: Region) -> Image.Image:
+def crop_region(image: Image.Image, region: Region, style: CropStyle = CropStyle()) -> Image.Image:
     x0, y0, x1, y1 = region.box
-    return image.crop((int(np.floor(x0)), int(np.floor(y0)), int(np.ceil(x1)), int(np.ceil(y1))))
+    dx, dy = style.margin * (x1 - x0), style.margin * (y1 - y0)
+    box = (
+        max(0, int(np.floor(x0 - dx))), max(0, int(np.floor(y0 - dy))),
+        min(image.width, int(np.ceil(x1 + dx))), min(image.height, int(np.ceil(y1 + dy))),
+    )
+    crop = image.crop(box)
+    if style.canvas is None:
+        return crop
+    if crop.width > style.canvas or crop.height > style.canvas:
+        crop.thumbnail((style.canvas, style.canvas))
+    border = np.concatenate([np.asarray(crop)[[0, -1]].reshape(-1, 3), np.asarray(crop)[:, [0, -1]].reshape(-1, 3)])
+    canvas = Image.new("RGB", (style.canvas, style.canvas), tuple(int(v) for v in np.median(border, axis=0)))
+    canvas.paste(crop, ((style.canvas - crop.width) // 2, (style.canvas - crop.height) // 2))
+    return canvas

@@ -20,7 +20,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from . import loading
-from .encoder import ClipBackbone, ImageFeatures, image_key
+from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
 from .regions import PROPOSERS, Region, given_regions, select_regions
@@ -126,7 +126,8 @@ class Scorer:
             )
         model, clip_name = load_infometic(raw, str(path))
         model = model.to(self.device).eval()
-        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, f"InfoMetIC {clip_name}", self.device)
+        crop = CropStyle(**raw["crop"]) if isinstance(raw.get("crop"), dict) else None
+        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, f"InfoMetIC {clip_name}", self.device, crop)
         return model, backbone
 
     # ------------------------------------------------------------ scoring
