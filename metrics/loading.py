@@ -227,5 +227,7 @@ def _file_component(name: str, loads: str, variable: str, relative: str, get: st
 
 
 def demo_model_path() -> Path:
-    """The bundled demo model (capscope's own tiny CLIP + InfoMetIC head)."""
-    return Path(__file__).parent / "demo_model" / "demo_infometic.pt"
+    """The bundled demo model (capscope's own tiny CLIP + InfoMetIC head);
+    CAPSCOPE_DEMO_MODEL points elsewhere."""
+    value = os.environ.get("CAPSCOPE_DEMO_MODEL")
+    return Path(value) if value else Path(__file__).parent / "demo_model" / "demo_infometic.pt"

@@ -12,6 +12,7 @@ feature file (`features`), or from the configured proposer.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,7 @@ class Scorer:
         self.nlp = load_spacy(spacy_model)
         self.text_model = spacy_model if self.nlp.meta.get("name") != "" and self.nlp.pipe_names else "spacy.blank('en') (fallback)"
         self.demo = False
+        self._demo: tuple[InfoMetIC, ClipBackbone] | None = None
         self._proposer = None
         self._regions_cache: dict[str, list[Region]] = {}
         self.metrics = {}
@@ -104,9 +106,27 @@ class Scorer:
 
     def _main_clip(self, model_name, pretrained) -> ClipBackbone:
         name, tag = model_name or DEFAULT_CLIP[0], pretrained or DEFAULT_CLIP[1]
-        model = loading.create_open_clip(name, tag, self.device)
+        try:
+            model = loading.create_open_clip(name, tag, self.device)
+        except ModelUnavailable:
+            demo = None if (model_name or pretrained) else self._demo_model()
+            if demo is None:
+                raise
+            return demo[1]
         return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device)
 
+    def _demo_model(self) -> tuple[InfoMetIC, ClipBackbone] | None:
+        """capscope's bundled demo model, when pretrained weights cannot be had
+        (and CAPSCOPE_NO_DEMO is not set). Labelled everywhere as a fallback."""
+        if self._demo is None:
+            path = loading.demo_model_path()
+            if os.environ.get("CAPSCOPE_NO_DEMO") or not path.is_file():
+                return None
+            log.warning("FALLBACK: pretrained weights cannot be had; using capscope's DEMO model (%s), "
+                        "which knows coloured shapes, not photos", path.name)
+            self._demo = self._load_infometic_file(path, demo=True)
+            self.demo = True
+        return self._demo
     def _pacs_clip(self, checkpoint, model_name) -> ClipBackbone:
         path = checkpoint or loading.env_or_cache("CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth")
         state = loading.load_state_file(path, "PAC-S", "--pacs-checkpoint or CAPSCOPE_PACS_CHECKPOINT")
@@ -117,17 +137,27 @@ class Scorer:
         return ClipBackbone.from_model(model.to(self.device), model_name, f"PAC-S {model_name}/{Path(path).name}", self.device)
 
     def _infometic(self, checkpoint) -> tuple[InfoMetIC, ClipBackbone]:
-        path = checkpoint or loading.env_or_cache("CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth")
-        raw = torch.load(path, map_location="cpu", weights_only=False) if Path(path).is_file() else None
-        if raw is None:
+        path = Path(checkpoint or loading.env_or_cache("CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth"))
+        if not path.is_file():
+            demo = None if checkpoint else self._demo_model()
+            if demo is not None:
+                return demo
             raise ModelUnavailable(
                 f"InfoMetIC: checkpoint {path} not found (pass --infometic-checkpoint FILE or set "
                 "CAPSCOPE_INFOMETIC_CHECKPOINT to the released best_model.pth)"
             )
+        return self._load_infometic_file(path)
+
+    def _load_infometic_file(self, path: Path, demo: bool = False) -> tuple[InfoMetIC, ClipBackbone]:
+        try:
+            raw = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err:
+            raise ModelUnavailable(f"InfoMetIC: cannot read {path} ({type(err).__name__})") from None
         model, clip_name = load_infometic(raw, str(path))
-        model = model.to(self.device).eval()
-        crop = CropStyle(**raw["crop"]) if isinstance(raw.get("crop"), dict) else None
-        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, f"InfoMetIC {clip_name}", self.device, crop)
+        model = model.float().to(self.device).eval()
+        crop = CropStyle(**raw["crop"]) if isinstance(raw, dict) and isinstance(raw.get("crop"), dict) else None
+        label = f"{clip_name} (demo)" if demo else f"InfoMetIC {clip_name}"
+        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, label, self.device, crop)
         return model, backbone
 
     # ------------------------------------------------------------ scoring
