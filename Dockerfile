@@ -1,0 +1,37 @@
+# capscope: the web app and API on port 7860.
+#   docker build -t capscope .                                  # weights fetched at first use
+#   docker build -t capscope --build-arg DOWNLOAD_WEIGHTS=1 .   # weights baked in, for air-gapped use
+#   docker run -p 7860:7860 -v capscope-data:/data capscope
+FROM python:3.11-slim
+
+# A CPU-only torch keeps the image small; leave empty to take PyPI's default (CUDA) build.
+ARG TORCH_INDEX_URL=""
+ARG DOWNLOAD_WEIGHTS=0
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PYTHONUNBUFFERED=1 \
+    CAPSCOPE_DATA_DIR=/data \
+    CAPSCOPE_CACHE=/models \
+    HF_HOME=/models/hf
+
+RUN apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/capscope
+RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install torch torchvision --index-url "$TORCH_INDEX_URL"; fi
+COPY pyproject.toml README.md ./
+COPY app app
+COPY metrics metrics
+COPY annotation annotation
+COPY db db
+COPY demo demo
+COPY bench bench
+COPY static static
+RUN pip install .
+
+# CLIP (open_clip openai tag), spaCy's en_core_web_sm and the SAM / YOLO weights.
+RUN if [ "$DOWNLOAD_WEIGHTS" = "1" ]; then capscope models download; fi
+
+VOLUME ["/data"]
+EXPOSE 7860
+CMD ["capscope", "serve", "--host", "0.0.0.0", "--port", "7860"]
