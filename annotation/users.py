@@ -1,6 +1,8 @@
-"""Users, roles and passwords. Passwords are stored as salted scrypt hashes;
-a verified password is remembered (as a keyed digest, never in clear) for a
-few minutes so that HTTP Basic auth does not pay scrypt on every request."""
+"""Users, roles and passwords. Passwords are stored as salted scrypt hashes.
+A verified login is remembered in memory (as a keyed digest, never in clear)
+for `VERIFIED_TTL_S` seconds, so that HTTP Basic auth pays neither scrypt nor
+a database query on every request; `add_user` forgets a changed user at once,
+other processes see a change within that time."""
 from __future__ import annotations
 
 import base64
@@ -18,9 +20,9 @@ from capscope.db import Store, User
 from capscope.db.models import ROLES
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
-VERIFIED_TTL_S = 300
+VERIFIED_TTL_S = 60
 _PEPPER = secrets.token_bytes(32)  # per process: cached digests are useless elsewhere
-_verified: dict[tuple[str, str, bytes], tuple[str, float]] = {}
+_verified: dict[tuple[str, str, bytes], tuple[UserInfo, float]] = {}
 _verified_lock = threading.Lock()
 
 
@@ -82,7 +84,9 @@ def add_user(store: Store, name: str, password: str, role: str = "annotator", *,
         session.flush()
         return UserInfo(user.id, user.name, user.role)
 
-    return store.run_write(work)
+    info = store.run_write(work)
+    _forget(name)
+    return info
 
 
 def list_users(store: Store) -> list[UserInfo]:
@@ -101,21 +105,27 @@ def get_user(store: Store, name: str) -> UserInfo:
 
 def authenticate(store: Store, name: str, password: str) -> UserInfo | None:
     """The active user with this name and password, or None."""
+    key = (store.url, name, hmac.digest(_PEPPER, password.encode(), "sha256"))
+    now = time.monotonic()
+    with _verified_lock:
+        cached = _verified.get(key)
+    if cached and cached[1] > now:
+        return cached[0]
     with store.read() as session:
         user = session.scalar(select(User).where(User.name == name, User.active))
         if user is None:
             return None
         info, stored = UserInfo(user.id, user.name, user.role), user.password_hash
-    key = (store.url, name, hmac.digest(_PEPPER, password.encode(), "sha256"))
-    now = time.monotonic()
-    with _verified_lock:
-        cached = _verified.get(key)
-    if cached and cached[0] == stored and cached[1] > now:
-        return info
     if not verify_password(password, stored):
         return None
     with _verified_lock:
         if len(_verified) > 4096:
             _verified.clear()
-        _verified[key] = (stored, now + VERIFIED_TTL_S)
+        _verified[key] = (info, now + VERIFIED_TTL_S)
     return info
+
+
+def _forget(name: str) -> None:
+    with _verified_lock:
+        for key in [k for k in _verified if k[1] == name]:
+            del _verified[key]
