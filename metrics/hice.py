@@ -48,6 +48,7 @@ from .loading import ModelUnavailable, load_state_file
 from .phrases import phrases as caption_phrases
 from .regions import Region
 from .text import Phrase, Token, load_spacy, tokenize
+from .threads import few_threads
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +306,8 @@ class HiceMetric:
     def compute(self, pairs, images: list[ImageFeatures]) -> list[dict]:
         plans = [self._plan(pair) for pair in pairs]
         texts = [t for plan in plans for t in plan["texts"]]
-        feats = self.clip.encode_texts(texts) if texts else torch.zeros(0, self.clip.dim)
+        with few_threads(len(texts) * max((len(t.split()) + 3 for t in texts), default=0), device=self.clip.device):
+            feats = self.clip.encode_texts(texts) if texts else torch.zeros(0, self.clip.dim)
         rows, start = [], 0
         for pair, plan, image in zip(pairs, plans, images):
             own = feats[start : start + len(plan["texts"])]
