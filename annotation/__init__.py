@@ -1,1 +1,17 @@
-"""Annotation workflow over db/ and metrics/: import, queue, labels, agreement, export."""
+"""Annotation workflow over db/ and metrics/: import, queue, labels, agreement, export.
+
+The REST API and the Gradio UI call the same functions (all take a
+`capscope.db.Store` and, where a person acts, a `users.UserInfo`; all return
+JSON-ready dicts):
+
+- users: `authenticate(store, name, password)`, `add_user`, `list_users`, `get_user`
+- workflow (queue and labels): `next_item`, `get_item`, `toggle_token`, `toggle_region`,
+  `save_labels`, `undo`, `submit`, `skip`, `history`, `add_flag`, `image_path`
+- browse: `list_items(store, dataset=, status=, search=, sort=, descending=, page=, page_size=)`,
+  `progress(store, user)`
+- agreement: `agreement_report`, `gold_from_majority`, `adjudicate`, `gold_view`
+- export: `iter_export(store, fmt, dataset)`, `export_to_file(store, fmt, file, dataset)`
+- importer: `import_captions`, `import_captokeneval`, `import_predictions`
+
+Errors for a caller's mistake are `errors.AnnotationError` subclasses with an HTTP `status`.
+"""
