@@ -1,0 +1,38 @@
+"""`capscope bench`: speed figures (CONTRACTS §6) measured in one run."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub) -> None:
+    bench = sub.add_parser("bench", help="measure scoring speed against plain open_clip baselines (offline, random weights)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object (CONTRACTS §6)")
+    bench.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bench.add_argument("--pairs", type=int, default=24, help="distinct image-caption pairs for pairs/s")
+    bench.add_argument("--rescore-runs", type=int, default=50, help="timed re-scores after warm-up (at least 50 for the contract)")
+    bench.add_argument("--batch-size", type=int, default=16)
+    bench.add_argument("--metric", action="append", choices=["infometic", "hice"], help="default: both")
+    bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam",
+                       help="comma-separated region sources timed on a 640 px image ('' for none)")
+    bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
+    bench.set_defaults(func=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from capscope.bench import speed
+
+    sources = tuple(s for s in args.region_sources.split(",") if s.strip())
+    result = speed.run(
+        device=args.device, n_pairs=args.pairs, rescore_runs=args.rescore_runs, batch_size=args.batch_size,
+        metrics=tuple(args.metric or speed.BENCH_METRICS), region_sources=sources,
+    )
+    if args.plot:
+        from capscope.bench.plot import rescore_plot
+
+        rescore_plot(result, args.plot)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(speed.summary(result))
+    return 0

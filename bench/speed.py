@@ -1,0 +1,421 @@
+"""`capscope bench`: speed figures of CONTRACTS §6, measured in one run.
+
+Everything is built offline: open_clip ViT-B-32 with random weights (speed does
+not depend on the weights), an InfoMetIC checkpoint with random weights in the
+released layout (saved to a temporary file and loaded through
+`Scorer(infometic_checkpoint=FILE)`, the user's path), and demo-size scenes of
+coloured shapes whose boxes are the given regions.
+
+Baselines, as the contract defines them:
+- word encoding: the same pieces (every occurrence, as the released InfoMetIC
+  code encodes every position) in one batch at the full 77-token context with
+  plain open_clip `encode_text`;
+- naive pairs/s: the same metric, model and regions, one pair at a time with
+  plain open_clip calls: `encode_image` on the pair's image and crops,
+  `encode_text` at 77 tokens, no batching across pairs and no cache;
+- re-score: a new caption on an image whose features are cached, one pair
+  through `Scorer.score`, timed end to end after warm-up.
+"""
+from __future__ import annotations
+
+import platform
+import resource
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+CLIP_MODEL = "ViT-B-32"
+COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 70, 220),
+           "yellow": (235, 200, 20), "purple": (140, 50, 190), "orange": (245, 130, 20)}
+SHAPES = ("circle", "square", "triangle")
+BENCH_METRICS = ("infometic", "hice")
+
+
+# ---------------------------------------------------------------- data
+
+def scene(rng: np.random.Generator, side: int = 224) -> tuple[Image.Image, list[list[float]], str]:
+    """A light noisy background with 1-4 non-overlapping shapes; their boxes and a caption."""
+    base = rng.integers(200, 256, size=3)
+    pixels = np.clip(base + rng.normal(0, 8, size=(side, side, 3)), 0, 255).astype(np.uint8)
+    image = Image.fromarray(pixels)
+    draw = ImageDraw.Draw(image)
+    boxes, words = [], []
+    for _ in range(int(rng.integers(1, 5))):
+        box = _free_box(rng, side, boxes)
+        if box is None:
+            break
+        colour, shape = str(rng.choice(list(COLOURS))), str(rng.choice(SHAPES))
+        _draw(draw, shape, box, COLOURS[colour])
+        boxes.append(box)
+        size = "large" if box[2] - box[0] > 56 else "small"
+        words.append(f"a {size} {colour} {shape}")
+    return image, boxes, " and ".join(words) + "."
+
+
+def _free_box(rng, side: int, taken: list, attempts: int = 50):
+    for _ in range(attempts):
+        size = int(rng.integers(28, 97))
+        x0, y0 = int(rng.integers(0, side - size)), int(rng.integers(0, side - size))
+        box = [x0, y0, x0 + size, y0 + size]
+        if all(box[2] <= t[0] or t[2] <= box[0] or box[3] <= t[1] or t[3] <= box[1] for t in taken):
+            return box
+    return None
+
+
+def _draw(draw, shape: str, box, colour) -> None:
+    if shape == "circle":
+        draw.ellipse(box, fill=colour)
+    elif shape == "square":
+        draw.rectangle(box, fill=colour)
+    else:
+        x0, y0, x1, y1 = box
+        draw.polygon([((x0 + x1) / 2, y0), (x1, y1), (x0, y1)], fill=colour)
+
+
+def make_pairs(n: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for i in range(n):
+        image, boxes, caption = scene(rng)
+        pairs.append({"id": str(i), "image": image, "caption": caption, "regions": [{"box": b} for b in boxes]})
+    return pairs
+
+
+# ---------------------------------------------------------------- models
+
+def build_models(workdir: Path, device: str, metrics=BENCH_METRICS) -> dict:
+    """Random-weight checkpoints saved to `workdir`, loaded back through Scorer."""
+    import open_clip
+
+    from capscope.metrics.infometic import HeadConfig, InfoMetIC
+    from capscope.metrics.scorer import Scorer
+
+    torch.manual_seed(0)
+    scorers = {}
+    if "hice" in metrics:
+        clip_file = workdir / "vit-b-32.pt"
+        torch.save(open_clip.create_model(CLIP_MODEL, pretrained=None).state_dict(), clip_file)
+        scorers["hice"] = Scorer(["hice"], device=device, clip_model=CLIP_MODEL, clip_pretrained=str(clip_file), regions="given")
+    if "infometic" in metrics:
+        infometic_file = workdir / "best_model.pth"
+        model = InfoMetIC(open_clip.create_model("ViT-B-32-quickgelu", pretrained=None), HeadConfig())
+        torch.save({k: v for k, v in model.state_dict().items() if not k.endswith("attn_mask")}, infometic_file)
+        del model
+        scorers["infometic"] = Scorer(["infometic"], device=device, infometic_checkpoint=str(infometic_file), regions="given")
+    return scorers
+
+
+def clear_caches(scorer) -> None:
+    for metric in scorer.metrics.values():
+        for backbone in {id(metric.backbone): metric.backbone, id(getattr(metric, "clip", metric.backbone)): getattr(metric, "clip", metric.backbone)}.values():
+            for cache in ("_images", "_cache", "_pieces"):
+                store = getattr(backbone, "__dict__", {}).get(cache)
+                if store is not None:
+                    store.clear()
+
+
+# ---------------------------------------------------------------- naive baselines
+
+class NaiveRunner:
+    """One pair at a time with plain open_clip calls: what reference code does."""
+
+    def __init__(self, scorer, metric_name: str):
+        import open_clip
+
+        self.metric = scorer.metrics[metric_name]
+        clip = getattr(self.metric, "clip", None) or self.metric.backbone
+        self.model, self.preprocess, self.device = clip.model, clip.preprocess, clip.device
+        self.tokenizer = open_clip.get_tokenizer(CLIP_MODEL)
+        self.name = metric_name
+
+    @torch.inference_mode()
+    def images(self, images: list[Image.Image]) -> torch.Tensor:
+        batch = torch.stack([self.preprocess(im.convert("RGB")) for im in images]).to(self.device)
+        return self.model.encode_image(batch).float().cpu()
+
+    @torch.inference_mode()
+    def texts(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_text(ids.to(self.device)).float().cpu()
+
+    def score(self, pair: dict, nlp) -> dict:
+        from capscope.metrics.regions import given_regions
+        from capscope.metrics.text import tokenize
+
+        image = pair["image"]
+        regions = given_regions(pair["regions"], *image.size)
+        tokens = tokenize(pair["caption"], nlp)
+        return self._infometic(pair, image, regions, tokens) if self.name == "infometic" else self._hice(pair, image, regions, tokens)
+
+    def _hice(self, pair, image, regions, tokens) -> dict:
+        from capscope.metrics.hice import hice_scores, masked_crop
+
+        found = self.metric.phrases_of(pair["caption"], tokens)
+        feats = self.images([image] + [masked_crop(image, r) for r in regions])
+        texts = self.texts(self.tokenizer([pair["caption"]] + [p.text for p in found]))
+        return hice_scores(feats[0], texts[0], torch.cat([feats[1:], feats[:1]]), texts[1:])
+
+    def _infometic(self, pair, image, regions, tokens) -> dict:
+        from capscope.metrics.encoder import crop_region
+        from capscope.metrics.text import EOT_ID, SOT_ID, bpe_pieces, model_ids
+
+        metric = self.metric
+        feats = self.images([image] + [crop_region(image, r) for r in regions])
+        pieces = bpe_pieces(pair["caption"], tokens, metric.backbone.tokenizer)
+        ids, mask, _ = model_ids(pieces, metric.max_len)
+        t_g = self.texts(self.tokenizer([pair["caption"]]))
+        per_position = torch.zeros(len(ids), 77, dtype=torch.long)
+        for row, piece in enumerate(ids):
+            per_position[row, :3] = torch.tensor([SOT_ID, piece, EOT_ID])
+        tokens_feats = self.texts(per_position)
+        boxes = torch.tensor([r.box for r in regions], dtype=torch.float32).reshape(1, -1, 4)
+        with torch.inference_mode():
+            out = metric.model(feats[:1], feats[None, 1:], boxes, torch.tensor([image.size], dtype=torch.float32),
+                               t_g, tokens_feats[None], torch.tensor([mask], dtype=torch.float32))
+        return {"precision": float(out[1][0]), "recall": float(out[0][0])}
+
+
+# ---------------------------------------------------------------- measurements
+
+def word_encoding_speedup(scorer, captions: list[str], repeats: int = 2) -> dict:
+    from capscope.metrics.text import EOT_ID, SOT_ID, bpe_pieces, tokenize
+
+    backbone = scorer.metrics["infometic"].backbone if "infometic" in scorer.metrics else scorer.metrics["hice"].clip
+    ids = [p.id for c in captions for p in bpe_pieces(c, tokenize(c, scorer.nlp), backbone.tokenizer)]
+    full = torch.zeros(len(ids), 77, dtype=torch.long)
+    for row, piece in enumerate(ids):
+        full[row, :3] = torch.tensor([SOT_ID, piece, EOT_ID])
+
+    def ours():
+        backbone._pieces.clear()
+        backbone.encode_pieces(ids)
+
+    def every_piece_short():
+        backbone.encode_ids([[SOT_ID, i, EOT_ID] for i in ids])
+
+    @torch.inference_mode()
+    def baseline():
+        backbone.model.encode_text(full.to(backbone.device))
+
+    t_ours, t_short, t_base = (best_time(f, repeats) for f in (ours, every_piece_short, baseline))
+    backbone._pieces.clear()
+    return {"pieces": len(ids), "distinct": len(set(ids)), "ours_s": t_ours, "baseline_s": t_base,
+            "speedup": t_base / t_ours, "speedup_without_dedup": t_base / t_short}
+
+
+def best_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def pairs_per_second(scorer, pairs: list[dict], batch_size: int) -> float:
+    clear_caches(scorer)
+    start = time.perf_counter()
+    for i in range(0, len(pairs), batch_size):
+        rows = scorer.score_batch(pairs[i : i + batch_size])
+        assert not any(r["error"] for r in rows), [r["error"] for r in rows if r["error"]]
+    return len(pairs) / (time.perf_counter() - start)
+
+
+def naive_pairs_per_second(scorer, metric: str, pairs: list[dict]) -> float:
+    runner = NaiveRunner(scorer, metric)
+    start = time.perf_counter()
+    for pair in pairs:
+        runner.score(pair, scorer.nlp)
+    return len(pairs) / (time.perf_counter() - start)
+
+
+def rescore_ms(scorer, pair: dict, runs: int, warmup: int = 5) -> dict:
+    captions = [f"a {size} {colour} {shape} next to a {other} {shape2}."
+                for size in ("small", "large") for colour in COLOURS for shape in SHAPES
+                for other in ("red", "blue") for shape2 in ("square", "circle")]
+    scorer.score(pair["image"], pair["caption"], regions=pair["regions"])  # image features now cached
+    times = []
+    for i in range(warmup + runs):
+        caption = captions[i % len(captions)] if i < len(captions) else f"{captions[i % len(captions)]} {i}"
+        start = time.perf_counter()
+        scorer.score(pair["image"], caption, regions=pair["regions"])
+        if i >= warmup:
+            times.append((time.perf_counter() - start) * 1000)
+    return {"p50": percentile(times, 50), "p95": percentile(times, 95), "runs": len(times)}
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam"), side: int = 640) -> dict:
+    """Seconds per proposal on one side x side image. A source whose weights are
+    not here is timed with randomly initialised weights of the same
+    architecture (the network's cost does not depend on them; the number of
+    masks, and so the post-processing, does)."""
+    from capscope.metrics.loading import ModelUnavailable
+    from capscope.metrics.regions import PROPOSERS
+
+    image = scene(np.random.default_rng(1), side)[0]
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="capscope-bench-regions-") as tmp:
+        for name in sources:
+            weights = "pretrained"
+            try:
+                proposer = PROPOSERS[name]()
+            except ModelUnavailable:
+                proposer, weights = PROPOSERS[name](checkpoint=random_checkpoint(name, Path(tmp))), "random"
+            proposer.propose(image)  # warm-up
+            start = time.perf_counter()
+            regions = proposer.propose(image)
+            out[name] = {"seconds": time.perf_counter() - start, "regions": len(regions), "weights": weights}
+    return out
+
+
+def random_checkpoint(source: str, folder: Path) -> str:
+    """A checkpoint of the source's real architecture with random weights."""
+    torch.manual_seed(0)
+    if source == "sam":
+        from segment_anything import sam_model_registry
+
+        path = folder / "sam_vit_b.pth"
+        torch.save(sam_model_registry["vit_b"](checkpoint=None).state_dict(), path)
+    elif source in ("yolo", "fastsam"):
+        from ultralytics import YOLO
+
+        path = folder / f"{source}.pt"
+        YOLO("yolov8n.yaml" if source == "yolo" else "yolov8s-seg.yaml").save(str(path))
+    else:
+        raise ValueError(f"no random checkpoint for region source {source!r}")
+    return str(path)
+
+
+@contextmanager
+def timed_sections(scorer, metric: str):
+    """Wall time spent inside the main steps of one re-score (monkeypatched wrappers)."""
+    from capscope.metrics import hice, registry, scorer as scorer_module
+
+    spent: dict[str, float] = {}
+    metric_obj = scorer.metrics[metric]
+    clip = getattr(metric_obj, "clip", metric_obj.backbone)
+    targets = [
+        (scorer_module, "tokenize", "spaCy tokens"),
+        (scorer_module, "image_key", "image hash (cache key)"),
+        (clip, "encode_ids", "CLIP text tower"),
+        (metric_obj.backbone, "image_features", "image features (cache hit)"),
+    ]
+    if metric == "hice":
+        targets.append((hice, "caption_phrases", "phrases"))
+        targets.append((hice, "hice_scores", "HICE-S formulas"))
+    else:
+        targets.append((metric_obj.model, "forward", "InfoMetIC head"))
+        targets.append((registry, "bpe_pieces", "BPE pieces"))
+    patched = []
+    for owner, attr, label in targets:
+        own = attr in vars(owner)
+        original = getattr(owner, attr)
+        patched.append((owner, attr, original, own))
+        setattr(owner, attr, _timer(original, label, spent))
+    try:
+        yield spent
+    finally:
+        for owner, attr, original, own in reversed(patched):
+            if own:
+                setattr(owner, attr, original)
+            else:
+                delattr(owner, attr)
+
+
+def _timer(fn, label: str, spent: dict):
+    def wrapped(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
+    return wrapped
+
+
+def rescore_breakdown(scorer, metric: str, pair: dict, runs: int = 20) -> dict:
+    """Mean milliseconds per step of one re-score; `other` is the rest of Scorer.score."""
+    scorer.score(pair["image"], pair["caption"], regions=pair["regions"])
+    total = 0.0
+    with timed_sections(scorer, metric) as spent:
+        for i in range(runs):
+            start = time.perf_counter()
+            scorer.score(pair["image"], f"a large blue circle next to a red square {i}.", regions=pair["regions"])
+            total += time.perf_counter() - start
+    out = {label: 1000 * s / runs for label, s in spent.items()}
+    out["other"] = max(0.0, 1000 * total / runs - sum(out.values()))
+    return out
+
+
+def peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if platform.system() == "Darwin" else peak / 1024
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_size: int = 16,
+        metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam"), breakdown: bool = True) -> dict:
+    from capscope.metrics.loading import resolve_device
+
+    dev = resolve_device(device)
+    pairs = make_pairs(n_pairs)
+    with tempfile.TemporaryDirectory(prefix="capscope-bench-") as tmp:
+        scorers = build_models(Path(tmp), str(dev), metrics)
+    first = next(iter(scorers.values()))
+    speed = word_encoding_speedup(scorers.get("infometic", first), [p["caption"] for p in pairs])
+    result = {
+        "device": f"{dev.type}: " + (torch.cuda.get_device_name(dev) if dev.type == "cuda" else machine()),
+        "clip_model": f"{CLIP_MODEL} (random weights)",
+        "word_encoding_speedup": speed["speedup"],
+        "pairs_per_s": {}, "naive_pairs_per_s": {}, "rescore_ms": {},
+        "peak_rss_mb": 0.0,
+    }
+    for name, scorer in scorers.items():
+        pairs_per_second(scorer, pairs[: min(4, len(pairs))], batch_size)  # warm-up
+        result["pairs_per_s"][name] = pairs_per_second(scorer, pairs, batch_size)
+        naive_pairs_per_second(scorer, name, pairs[:2])  # warm-up
+        result["naive_pairs_per_s"][name] = naive_pairs_per_second(scorer, name, pairs)
+        result["rescore_ms"][name] = rescore_ms(scorer, pairs[0], rescore_runs)
+    extra = {"word_encoding": speed, "n_pairs": n_pairs, "batch_size": batch_size,
+             "regions_per_pair": float(np.mean([len(p["regions"]) for p in pairs]))}
+    if breakdown:
+        extra["rescore_breakdown_ms"] = {name: rescore_breakdown(s, name, pairs[0]) for name, s in scorers.items()}
+    if region_sources:
+        extra["region_source_s_640px"] = region_source_seconds(region_sources)
+    result["peak_rss_mb"] = peak_rss_mb()
+    result["details"] = extra
+    return result
+
+
+def summary(result: dict) -> str:
+    lines = [f"device: {result['device']}", f"CLIP: {result['clip_model']}",
+             f"word encoding speed-up: {result['word_encoding_speedup']:.1f}x"]
+    for name, rate in result["pairs_per_s"].items():
+        naive = result["naive_pairs_per_s"][name]
+        ms = result["rescore_ms"][name]
+        lines.append(f"{name}: {rate:.2f} pairs/s (naive {naive:.2f}, {rate / naive:.1f}x); "
+                     f"re-score p50 {ms['p50']:.0f} ms, p95 {ms['p95']:.0f} ms")
+    for name, info in result["details"].get("region_source_s_640px", {}).items():
+        took = "unavailable" if info["seconds"] is None else f"{info['seconds']:.2f} s, {info['regions']} regions"
+        lines.append(f"regions {name} (640 px): {took}")
+    lines.append(f"peak RSS: {result['peak_rss_mb']:.0f} MB")
+    return "\n".join(lines)

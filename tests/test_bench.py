@@ -1,0 +1,19 @@
+"""`capscope bench --json` gives the keys of CONTRACTS §6 (a small run; no timing asserts)."""
+import json
+
+from capscope.cli import main
+
+
+def test_bench_json_has_the_contract_keys(capsys, tmp_path):
+    plot = tmp_path / "rescore.png"
+    code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "3", "--batch-size", "2", "--metric", "hice",
+                 "--region-sources", "", "--plot", str(plot)])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"device", "clip_model", "word_encoding_speedup", "pairs_per_s", "naive_pairs_per_s",
+            "rescore_ms", "peak_rss_mb"} <= set(result)
+    for name in ("hice",):  # infometic is measured the same way; left out to keep this test short
+        assert result["pairs_per_s"][name] > 0 and result["naive_pairs_per_s"][name] > 0
+        assert set(result["rescore_ms"][name]) >= {"p50", "p95"}
+    assert result["word_encoding_speedup"] > 0 and result["peak_rss_mb"] > 0
+    assert plot.stat().st_size > 1000
