@@ -207,7 +207,7 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
 # ---------------------------------------------------------------- models
 
 def run_models(args) -> int:
-    from capscope.metrics import loading
+    from capscope.metrics import loading, segmenters  # noqa: F401  (segmenters registers the region models)
 
     if args.action == "download":
         return download_models()

@@ -302,3 +302,44 @@ def _mask_regions(masks, scores, size: tuple[int, int], source: str, min_area_fr
         regions.append(Region(mask_to_box(mask), None if score is None else float(score), source, mask))
     regions.sort(key=lambda r: -(r.confidence or 0.0))
     return regions[:MAX_CANDIDATES]
+
+
+# ---------------------------------------------------------------- `capscope models`
+
+def _component_rows() -> list[dict]:
+    sam_type = os.environ.get("CAPSCOPE_SAM_MODEL", "vit_b")
+    sam_file = os.environ.get("CAPSCOPE_SAM_CHECKPOINT") or cache_dir() / "sam" / SAM_URLS.get(sam_type, SAM_URLS["vit_b"]).rsplit("/", 1)[-1]
+    rows = [{
+        "component": "SAM", "loads": f"segment-anything {sam_type} (--regions sam)",
+        "from": f"{sam_file} ($CAPSCOPE_SAM_CHECKPOINT, $CAPSCOPE_SAM_MODEL)", "present": Path(sam_file).is_file(),
+        "get": f"downloaded on first use from {SAM_URLS.get(sam_type, SAM_URLS['vit_b'])}",
+    }]
+    for component, variable, default, flag in (
+        ("YOLO", "CAPSCOPE_YOLO_WEIGHTS", YoloProposer.default_weights, "yolo"),
+        ("FastSAM", "CAPSCOPE_FASTSAM_WEIGHTS", FastSamProposer.default_weights, "fastsam"),
+        ("MobileSAM", "CAPSCOPE_MOBILESAM_WEIGHTS", MobileSamProposer.default_weights, "mobilesam"),
+    ):
+        value = os.environ.get(variable) or str(cache_dir() / "ultralytics" / default)
+        rows.append({
+            "component": component, "loads": f"ultralytics {Path(value).name} (--regions {flag})",
+            "from": f"{value} (${variable})", "present": Path(value).is_file(),
+            "get": "downloaded on first use from the ultralytics releases",
+        })
+    alpha = os.environ.get("CAPSCOPE_ALPHA_CLIP_CHECKPOINT")
+    rows.append({
+        "component": "Alpha-CLIP", "loads": "Alpha-CLIP visual checkpoint for hice (else masked crops)",
+        "from": f"{alpha or 'not set'} ($CAPSCOPE_ALPHA_CLIP_CHECKPOINT)", "present": bool(alpha) and Path(alpha).is_file(),
+        "get": "download e.g. clip_l14_grit20m_fultune_2xe.pth from the Alpha-CLIP model zoo; use --clip-model ViT-L-14 --clip-pretrained openai",
+    })
+    return rows
+
+
+def _register_components() -> None:
+    from . import loading
+
+    if hasattr(loading, "register_component"):
+        for index in range(5):
+            loading.register_component(lambda index=index: _component_rows()[index])
+
+
+_register_components()
