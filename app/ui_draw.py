@@ -1,0 +1,159 @@
+"""Pictures for the UI, drawn with PIL: region outlines over the image,
+thumbnails, and the mapping from a click back to a region.
+
+Small images (the demo scenes are 224 px) are enlarged for display, because
+the browser never enlarges them; `display_scale` says by how much, and a click
+(which Gradio reports in the displayed image's pixels) is divided by it."""
+from __future__ import annotations
+
+from PIL import Image, ImageDraw, ImageFont
+
+MIN_DISPLAY_SIDE = 512
+MAX_DISPLAY_SCALE = 4
+UNMENTIONED = (255, 0, 200)      # magenta: what the caption left out
+CHOSEN = (20, 170, 70)           # an annotator's "mentioned"
+SUGGESTED = (90, 90, 90)         # a model's suggestion, dashed
+
+
+def display_scale(size: tuple[int, int]) -> int:
+    """Whole-number enlargement so that the longer side reaches MIN_DISPLAY_SIDE."""
+    side = max(size)
+    return max(1, min(MAX_DISPLAY_SCALE, -(-MIN_DISPLAY_SIDE // max(side, 1))))
+
+
+def enlarged(image: Image.Image) -> tuple[Image.Image, int]:
+    scale = display_scale(image.size)
+    image = image.convert("RGB")
+    if scale == 1:
+        return image.copy(), 1
+    return image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST), scale
+
+
+def heat(value: float) -> tuple[int, int, int]:
+    """0 -> cool blue, 0.5 -> yellow, 1 -> hot red."""
+    v = min(1.0, max(0.0, float(value)))
+    stops = [(0.0, (60, 90, 220)), (0.5, (245, 200, 30)), (1.0, (225, 30, 30))]
+    for (a, ca), (b, cb) in zip(stops, stops[1:]):
+        if v <= b:
+            t = (v - a) / (b - a)
+            return tuple(round(x + (y - x) * t) for x, y in zip(ca, cb))
+    return stops[-1][1]
+
+
+def normalised(scores: list[float]) -> list[float]:
+    """Scores spread over 0-1 for colouring (a flat list maps to 0.5)."""
+    if not scores:
+        return []
+    lo, hi = min(scores), max(scores)
+    return [0.5 if hi - lo < 1e-9 else (s - lo) / (hi - lo) for s in scores]
+
+
+def _font(size: int):
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1
+        return ImageFont.load_default()
+
+
+def _dashed_rectangle(draw: ImageDraw.ImageDraw, box, colour, width: int, dash: int) -> None:
+    x0, y0, x1, y1 = box
+    for a, b, horizontal, fixed in ((x0, x1, True, y0), (x0, x1, True, y1), (y0, y1, False, x0), (y0, y1, False, x1)):
+        pos = a
+        while pos < b:
+            end = min(pos + dash, b)
+            line = [(pos, fixed), (end, fixed)] if horizontal else [(fixed, pos), (fixed, end)]
+            draw.line(line, fill=colour, width=width)
+            pos += 2 * dash
+
+
+def _label(draw, xy, text: str, colour, scale: int) -> None:
+    font = _font(12 + 5 * scale)
+    left, top, right, bottom = draw.textbbox(xy, text, font=font)
+    draw.rectangle((left - 2, top - 1, right + 2, bottom + 1), fill=colour)
+    draw.text(xy, text, fill=(255, 255, 255), font=font)
+
+
+def score_overlay(image: Image.Image, boxes: list, scores: list[float] | None, mentioned: list[bool] | None,
+                  selected: int | None = None) -> Image.Image:
+    """Region outlines heat-coloured by score; unmentioned regions dashed magenta
+    and lightly filled so that they stand out; every region numbered from 1."""
+    canvas, scale = enlarged(image)
+    shade = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
+    shade_draw = ImageDraw.Draw(shade)
+    heats = normalised(scores or [])
+    for i, box in enumerate(boxes):
+        if mentioned is not None and i < len(mentioned) and not mentioned[i]:
+            shade_draw.rectangle([v * scale for v in box], fill=UNMENTIONED + (40,))
+    canvas = Image.alpha_composite(canvas.convert("RGBA"), shade).convert("RGB")
+    draw = ImageDraw.Draw(canvas)
+    width = 2 + scale
+    for i, box in enumerate(boxes):
+        rect = [v * scale for v in box]
+        is_unmentioned = mentioned is not None and i < len(mentioned) and not mentioned[i]
+        colour = UNMENTIONED if is_unmentioned else heat(heats[i]) if i < len(heats) else (80, 80, 80)
+        if is_unmentioned:
+            _dashed_rectangle(draw, rect, colour, width, 4 * scale)
+        else:
+            draw.rectangle(rect, outline=colour, width=width)
+        if i == selected:
+            draw.rectangle([rect[0] - width, rect[1] - width, rect[2] + width, rect[3] + width],
+                           outline=(0, 0, 0), width=2)
+        _label(draw, (rect[0] + 2, rect[1] + 1), str(i + 1), colour, scale)
+    return canvas
+
+
+def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested: set[int] | None = None) -> Image.Image:
+    """Annotate view: every region outlined thinly and numbered; the ones the
+    annotator marked "mentioned" thick green and tinted; model suggestions dashed."""
+    canvas, scale = enlarged(image)
+    tint = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
+    tint_draw = ImageDraw.Draw(tint)
+    for i in chosen:
+        if 0 <= i < len(boxes):
+            tint_draw.rectangle([v * scale for v in boxes[i]], fill=CHOSEN + (60,))
+    canvas = Image.alpha_composite(canvas.convert("RGBA"), tint).convert("RGB")
+    draw = ImageDraw.Draw(canvas)
+    for i, box in enumerate(boxes):
+        rect = [v * scale for v in box]
+        if i in chosen:
+            draw.rectangle(rect, outline=CHOSEN, width=3 + scale)
+        else:
+            draw.rectangle(rect, outline=(70, 70, 70), width=1 + scale // 2)
+        if suggested and i in suggested:
+            _dashed_rectangle(draw, [rect[0] + 3, rect[1] + 3, rect[2] - 3, rect[3] - 3], SUGGESTED, 2, 3 * scale)
+        _label(draw, (rect[0] + 2, rect[1] + 1), str(i + 1), CHOSEN if i in chosen else (70, 70, 70), scale)
+    return canvas
+
+
+def region_at(boxes: list, x: float, y: float) -> int | None:
+    """The smallest region containing the point (original pixels), or None."""
+    inside = [(abs((b[2] - b[0]) * (b[3] - b[1])), i) for i, b in enumerate(boxes)
+              if b[0] <= x <= b[2] and b[1] <= y <= b[3]]
+    return min(inside)[1] if inside else None
+
+
+def clicked_region(boxes: list, image_size: tuple[int, int], index) -> int | None:
+    """The region under a click on an image drawn by this module (`index` is
+    Gradio's [x, y] in the displayed picture's pixels)."""
+    if not isinstance(index, (list, tuple)) or len(index) != 2:
+        return None
+    scale = display_scale(image_size)
+    return region_at(boxes, index[0] / scale, index[1] / scale)
+
+
+def thumbnails(image: Image.Image, boxes: list, chosen: set[int] | None = None,
+               margin: float = 0.2, side: int = 96) -> list[tuple[Image.Image, str]]:
+    """A square crop of each region (with some context) and its caption for a Gallery."""
+    out = []
+    for i, (x0, y0, x1, y1) in enumerate(boxes):
+        pad_x, pad_y = (x1 - x0) * margin, (y1 - y0) * margin
+        crop = image.crop((max(0, x0 - pad_x), max(0, y0 - pad_y),
+                           min(image.width, x1 + pad_x), min(image.height, y1 + pad_y))).convert("RGB")
+        crop.thumbnail((side, side))
+        tile = Image.new("RGB", (side, side), (245, 245, 245))
+        tile.paste(crop, ((side - crop.width) // 2, (side - crop.height) // 2))
+        is_chosen = chosen is not None and i in chosen
+        if is_chosen:
+            ImageDraw.Draw(tile).rectangle((0, 0, side - 1, side - 1), outline=CHOSEN, width=5)
+        out.append((tile, f"{i + 1} ✓ mentioned" if is_chosen else f"{i + 1}"))
+    return out

@@ -1,0 +1,416 @@
+"""Explore (dataset table, item view: model against gold), Benchmark (metrics
+against gold labels, score distributions, agreement, exports) and Admin
+(import, users). Plain functions first, Gradio wiring last."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+from PIL import Image
+
+from capscope import ui_draw, ui_queries
+from capscope.annotation import agreement, browse, export, importer
+from capscope.annotation.errors import AnnotationError
+from capscope.annotation.users import add_user, list_users
+from capscope.annotation.votes import iter_items
+from capscope.db import Store, data_dir
+from capscope.ui_inspect import METRIC_TITLES, shaded_tokens, token_segments
+from capscope.ui_models import TOKEN_METRICS, Models
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 25
+TABLE_COLUMNS = ["item", "id", "dataset", "caption", "submitted", "needed", "in progress", "disagreement",
+                 "uncertainty", "flags", "gold"]
+PRIMARY_KEYS = {"infometic": "overall", "infoclip": "overall", "clip-s": "clip_s", "pac-s": "pac_s", "hice": "hice"}
+FIGURES = ["text_accuracy", "vision_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "region_auroc"]
+
+
+# ---------------------------------------------------------------- scoring whole datasets
+
+class DatasetScores:
+    """Model rows for dataset items (scored on the items' own tokens and
+    regions), kept in memory and stored as predictions in the database."""
+
+    def __init__(self, store: Store, models: Models):
+        self.store, self.models = store, models
+        self.rows: dict[int, dict] = {}
+        self._lock = threading.Lock()
+
+    def score_item(self, item) -> dict:
+        """`item` is a votes.ItemData."""
+        if item.caption_id not in self.rows:
+            with Image.open(item.image_path) as im:
+                image = im.convert("RGB")
+            self.rows[item.caption_id] = self.models.score(
+                image, item.text, item.references or None,
+                regions=[{"box": r["box"]} for r in item.regions],
+                tokens=[{k: t[k] for k in ("text", "start", "end", "semantic")} for t in item.tokens])
+        return self.rows[item.caption_id]
+
+    def score_dataset(self, dataset: str | None, limit: int, progress=None) -> list[tuple[dict, dict]]:
+        """[(CapTokenEval item, model row)] for up to `limit` items; predictions stored."""
+        pairs = []
+        for item in iter_items(self.store, dataset):
+            if len(pairs) >= limit:
+                break
+            try:
+                row = self.score_item(item)
+            except Exception as err:  # one unreadable image must not stop the run
+                log.warning("item %s not scored: %s", item.external_id, err)
+                continue
+            pairs.append((export.captokeneval_row(item), row))
+            if progress is not None:
+                progress(len(pairs) / max(limit, 1), desc=f"scored {len(pairs)} items")
+        self.store_predictions(pairs)
+        return pairs
+
+    def store_predictions(self, pairs: list[tuple[dict, dict]]) -> None:
+        by_dataset: dict[str, list[dict]] = {}
+        for gold, row in pairs:
+            by_dataset.setdefault(gold["dataset"], []).append({**row, "id": gold["id"], "error": None})
+        for dataset, rows in by_dataset.items():
+            with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as handle:
+                for row in rows:
+                    handle.write(json.dumps(row) + "\n")
+            try:
+                importer.import_predictions(self.store, Path(handle.name), dataset)
+            finally:
+                Path(handle.name).unlink(missing_ok=True)
+
+
+def evaluation_rows(pairs: list[tuple[dict, dict]]) -> list[list]:
+    """One table row per metric, plus the trivial rule, of the `capscope evaluate` figures."""
+    from capscope.bench.gold import evaluate
+
+    if not pairs:
+        return []
+    items = [gold for gold, _ in pairs]
+    metrics = list(dict.fromkeys(m for _, row in pairs for m in row["metrics"]))
+    table, trivial = [], None
+    for metric in metrics:
+        predictions = [row["metrics"].get(metric) or {} for _, row in pairs]
+        figures = evaluate(items, predictions, metric)
+        trivial = figures["trivial"]
+        table.append([METRIC_TITLES.get(metric, metric), figures["n_items"], *[_round(figures[f]) for f in FIGURES]])
+    if trivial:
+        table.append(["trivial rule (all correct / none mentioned)", len(items), *[_round(trivial[f]) for f in FIGURES]])
+    return table
+
+
+def _round(value):
+    return None if value is None else round(float(value), 3)
+
+
+def distribution_plot(pairs: list[tuple[dict, dict]]):
+    """Histograms of each metric's main score, clean and polluted captions apart when ids tell them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = list(dict.fromkeys(m for _, row in pairs for m in row["metrics"]))
+    fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 2.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        key = PRIMARY_KEYS.get(metric)
+        groups: dict[str, list[float]] = {}
+        for gold, row in pairs:
+            scores = (row["metrics"].get(metric) or {}).get("scores", {})
+            value = scores.get(key) if key in scores else next(iter(scores.values()), None)
+            if value is None:
+                continue
+            group = "polluted" if "pollut" in gold["id"] else "clean" if "clean" in gold["id"] else "all"
+            groups.setdefault(group, []).append(float(value))
+        for group, values in sorted(groups.items()):
+            ax.hist(values, bins=12, alpha=0.6, label=f"{group} ({len(values)})")
+        ax.set_title(f"{METRIC_TITLES.get(metric, metric)} {key or ''}", fontsize=9)
+        ax.tick_params(labelsize=7)
+        if groups:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def agreement_tables(store: Store, dataset: str | None) -> tuple[str, list[list], list[list]]:
+    report = agreement.agreement_report(store, dataset or None)
+
+    def line(kind: str) -> str:
+        figures = report[kind]
+        shown = {k: v for k, v in figures.items() if isinstance(v, (int, float)) or v is None}
+        return f"**{kind}**: " + ", ".join(f"{k} {_fmt(v)}" for k, v in shown.items())
+
+    summary = f"{report['items_with_judgements']} items with judgements · {line('tokens')} · {line('regions')}"
+    annotators = [[a["annotator"], a["judgements"], _round(a["mean_time_s"]), _round(a["incorrect_token_rate"]),
+                   _round(a["mentioned_region_rate"]), _round(a["token_agreement_with_others"]),
+                   _round(a["mean_token_cohen_kappa"]), _round(a["mean_region_cohen_kappa"])]
+                  for a in report["annotators"]]
+    pairs = [[p["a"], p["b"], p["token_units"], _round(p["token_cohen_kappa"]), p["region_units"],
+              _round(p["region_cohen_kappa"])] for p in report["pairs"]]
+    return summary, annotators, pairs
+
+
+def _fmt(value) -> str:
+    return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def export_file(store: Store, fmt: str, dataset: str | None = None) -> str:
+    """Write an export to a fresh temporary file and return its path."""
+    folder = Path(tempfile.mkdtemp(prefix="capscope-export-"))
+    path = folder / f"capscope-{dataset or 'all'}.{export.EXTENSIONS[fmt]}"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        export.export_to_file(store, fmt, handle, dataset or None)
+    return str(path)
+
+
+# ---------------------------------------------------------------- explore
+
+def table_rows(page: dict) -> list[list]:
+    rows = []
+    for item in page["items"]:
+        row = [item["item_id"], item["id"], item["dataset"], item["caption"], item["submitted"], item["needed"],
+               item["in_progress"], item["disagreement"], _round(item["uncertainty"]), item["flags"],
+               "✓" if item["has_gold"] else ""]
+        if "score" in item:
+            row.append(_round(item["score"]))
+        rows.append(row)
+    return rows
+
+
+def sort_choices(store: Store) -> list[tuple[str, str]]:
+    choices = [(name, name) for name in browse.SORTS]
+    choices += [(f"score: {METRIC_TITLES.get(m, m)} {k}", f"score:{m}:{k}") for m, k in ui_queries.score_keys(store)]
+    return choices
+
+
+def explore_page(store: Store, dataset, status, sort, descending, annotator, search, page) -> tuple[list[list], str, list[str]]:
+    score = tuple(sort.split(":", 2)[1:]) if sort and sort.startswith("score:") else None
+    result = ui_queries.list_items(store, dataset=dataset or None, status=status or "all", search=search or None,
+                                   sort="id" if score else (sort or "id"), descending=bool(descending),
+                                   annotator=annotator or None, score=score, page=max(1, int(page or 1)),
+                                   page_size=PAGE_SIZE)
+    pages = max(1, -(-result["total"] // PAGE_SIZE))
+    headers = TABLE_COLUMNS + (["score"] if score else [])
+    return table_rows(result), f"{result['total']} items · page {result['page']} of {pages}", headers
+
+
+def gold_and_model(store: Store, scores: DatasetScores, item_id: int, metric: str | None) -> tuple:
+    """(gold overlay, model overlay, gold tokens, model tokens, note) for one item."""
+    item = next((i for i in _items_by_id(store, item_id)), None)
+    if item is None:
+        return None, None, [], [], f"No item {item_id}."
+    gold = export.captokeneval_row(item)
+    with Image.open(item.image_path) as im:
+        image = im.convert("RGB")
+    boxes = [r["box"] for r in item.regions]
+    mentioned = {i for i, r in enumerate(gold["regions"]) if r["label"] == "mentioned"}
+    segments = token_segments(item.text, item.tokens)
+    gold_tokens = [(text, 1.0 if t["label"] == "incorrect" else -0.4 if t["label"] == "correct" else None)
+                   for text, t in zip(segments, gold["tokens"])]
+    row = scores.score_item(item)
+    metric = metric if metric in row["metrics"] else next((m for m in TOKEN_METRICS if m in row["metrics"]),
+                                                          next(iter(row["metrics"]), None))
+    model_overlay = ui_draw.score_overlay(image, boxes, (row["metrics"].get(metric) or {}).get("region_scores"),
+                                          (row["metrics"].get(metric) or {}).get("region_mentioned"))
+    note = (f"**{item.external_id}** · gold from {item.gold.source if item.gold else 'votes'} · "
+            f"{len(item.judgements)} judgements · model: {METRIC_TITLES.get(metric, metric)}")
+    return (ui_draw.labels_overlay(image, boxes, mentioned), model_overlay, gold_tokens,
+            shaded_tokens(row, metric), note)
+
+
+def _items_by_id(store: Store, item_id: int):
+    from capscope.annotation.votes import _load_chunk, caption_query
+    from capscope.db import Caption
+
+    with store.read() as session:
+        rows = session.execute(caption_query().where(Caption.id == int(item_id))).all()
+        return _load_chunk(session, rows)
+
+
+# ---------------------------------------------------------------- admin
+
+def import_files(store: Store, files: list[str], kind: str, dataset: str, per_item: int) -> str:
+    """Copy uploaded files into the data folder and import the one JSONL among them."""
+    files = [Path(f) for f in files or []]
+    listing = [f for f in files if f.suffix == ".jsonl"]
+    if len(listing) != 1:
+        return "Upload exactly one .jsonl file (plus its images)."
+    folder = data_dir() / "imports" / f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}"
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    for f in files:
+        if f.suffix != ".jsonl":
+            shutil.copy(f, folder / "images" / f.name)
+    target = folder / listing[0].name
+    shutil.copy(listing[0], target)
+    _point_images_at(target, folder / "images")
+    options = importer.ImportOptions(dataset=dataset or "default", annotators_per_item=int(per_item), progress=False,
+                                     regions="classic")
+    try:
+        if kind == "captokeneval":
+            report = importer.import_captokeneval(store, target, options, folder / "images")
+        else:
+            report = importer.import_captions(store, target, folder / "images", options)
+    except AnnotationError as err:
+        return f"**Import failed:** {err}"
+    errors = "".join(f"\n- {e}" for e in report.errors[:20])
+    return report.summary() + errors
+
+
+def _point_images_at(listing: Path, images: Path) -> None:
+    """Uploaded images arrive flat: make each row's `image` its bare file name."""
+    lines = []
+    for line in listing.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                row = json.loads(line)
+                if isinstance(row, dict) and isinstance(row.get("image"), str):
+                    row["image"] = Path(row["image"]).name
+                line = json.dumps(row, ensure_ascii=False)
+            except json.JSONDecodeError:
+                pass  # the importer reports it with its line number
+        lines.append(line)
+    listing.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def users_rows(store: Store) -> list[list]:
+    return [[u.name, u.role] for u in list_users(store)]
+
+
+def add_user_action(store: Store, name: str, password: str, role: str) -> tuple[str, list[list]]:
+    try:
+        user = add_user(store, (name or "").strip(), password or "", role)
+    except AnnotationError as err:
+        return f"**Not added:** {err}", users_rows(store)
+    return f"User **{user.name}** ({user.role}) added.", users_rows(store)
+
+
+# ---------------------------------------------------------------- Gradio wiring
+
+def build_explore(store: Store, scores: DatasetScores) -> dict:
+    c: dict = {}
+    with gr.Row():
+        c["dataset"] = gr.Dropdown(label="Dataset", choices=[""], value="", scale=1)
+        c["status"] = gr.Dropdown(label="Status", choices=list(browse.STATUS_FILTERS), value="all", scale=1)
+        c["sort"] = gr.Dropdown(label="Sort by", choices=list(browse.SORTS), value="id", scale=2)
+        c["descending"] = gr.Checkbox(label="Descending", value=False, scale=1)
+        c["annotator"] = gr.Dropdown(label="Annotator", choices=[""], value="", scale=1)
+        c["search"] = gr.Textbox(label="Search caption or id", scale=2)
+        c["page"] = gr.Number(label="Page", value=1, precision=0, minimum=1, scale=1)
+    c["total"] = gr.Markdown()
+    c["table"] = gr.Dataframe(headers=TABLE_COLUMNS, interactive=False, wrap=True, elem_id="cs-explore-table")
+    gr.Markdown("Select a row to compare the model with the gold labels.")
+    c["note"] = gr.Markdown()
+    with gr.Row():
+        c["gold_image"] = gr.Image(label="Gold: mentioned regions (green)", interactive=False, buttons=[], height=320)
+        c["model_image"] = gr.Image(label="Model: region scores (magenta dashed = not mentioned)", interactive=False,
+                                    buttons=[], height=320)
+    with gr.Row():
+        c["gold_tokens"] = gr.HighlightedText(label="Gold: red = incorrect", interactive=False)
+        c["model_tokens"] = gr.HighlightedText(label="Model: red = unsupported", interactive=False)
+
+    filters = [c[k] for k in ("dataset", "status", "sort", "descending", "annotator", "search", "page")]
+
+    def refresh(*values):
+        rows, total, headers = explore_page(store, *values)
+        return gr.update(value=rows, headers=headers), total
+
+    for component in filters:
+        event = component.submit if isinstance(component, gr.Textbox) else component.change
+        event(refresh, filters, [c["table"], c["total"]], api_visibility="private")
+
+    def choices():
+        datasets = [""] + ui_queries.dataset_names(store)
+        return (gr.update(choices=datasets), gr.update(choices=[""] + ui_queries.annotator_names(store)),
+                gr.update(choices=sort_choices(store)))
+
+    c["load"] = [(choices, None, [c["dataset"], c["annotator"], c["sort"]]),
+                 (refresh, filters, [c["table"], c["total"]])]
+
+    def on_row(table, evt: gr.SelectData):
+        row = evt.row_value if evt.row_value is not None else None
+        if not row:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        return gold_and_model(store, scores, int(row[0]), None)
+
+    c["table"].select(on_row, c["table"], [c["gold_image"], c["model_image"], c["gold_tokens"], c["model_tokens"],
+                                           c["note"]], api_visibility="private", concurrency_id="model",
+                      concurrency_limit=1)
+    return c
+
+
+def build_benchmark(store: Store, scores: DatasetScores) -> dict:
+    c: dict = {}
+    gr.Markdown("Each metric against the gold labels (the `capscope evaluate` figures, on the items' own tokens "
+                "and regions), with the trivial rule beside it. Scoring stores the model's predictions, so that "
+                "Explore can sort by score and uncertainty and Annotate can show them as suggestions.")
+    with gr.Row():
+        c["dataset"] = gr.Dropdown(label="Dataset", choices=[""], value="")
+        c["limit"] = gr.Slider(4, 500, value=48, step=4, label="Items to score")
+        c["run"] = gr.Button("Score and evaluate", variant="primary")
+    c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold")
+    c["plot"] = gr.Plot(label="Score distributions")
+    gr.Markdown("### Agreement")
+    c["agreement_button"] = gr.Button("Refresh agreement", size="sm")
+    c["agreement"] = gr.Markdown()
+    c["annotators"] = gr.Dataframe(headers=["annotator", "judgements", "mean s", "incorrect-token rate",
+                                            "mentioned-region rate", "token agreement", "token κ", "region κ"],
+                                   interactive=False, label="Per annotator")
+    c["pairs"] = gr.Dataframe(headers=["a", "b", "token units", "token κ", "region units", "region κ"],
+                              interactive=False, label="Annotator pairs (Cohen's κ)")
+    build_export(store, c, c["dataset"])
+
+    def run(dataset, limit, progress=gr.Progress()):
+        pairs = scores.score_dataset(dataset or None, int(limit), progress)
+        return evaluation_rows(pairs), distribution_plot(pairs)
+
+    c["run"].click(run, [c["dataset"], c["limit"]], [c["figures"], c["plot"]], api_name="evaluate",
+                   concurrency_id="model", concurrency_limit=1)
+    c["agreement_button"].click(lambda d: agreement_tables(store, d), c["dataset"],
+                                [c["agreement"], c["annotators"], c["pairs"]], api_name="agreement")
+    c["load"] = [(lambda: gr.update(choices=[""] + ui_queries.dataset_names(store)), None, c["dataset"])]
+    return c
+
+
+def build_export(store: Store, c: dict, dataset=None, api: bool = True) -> None:
+    """Export buttons: each writes the file and offers it for download."""
+    gr.Markdown("### Export")
+    with gr.Row():
+        buttons = {fmt: gr.Button(f"Export {fmt}", size="sm") for fmt in export.FORMATS}
+    c["export_file"] = gr.File(label="Export", interactive=False)
+    for fmt, button in buttons.items():
+        visibility = {"api_name": f"export_{fmt}"} if api else {"api_visibility": "private"}
+        button.click(lambda d=None, fmt=fmt: export_file(store, fmt, d or None), dataset, c["export_file"],
+                     **visibility)
+
+
+def build_admin(store: Store) -> dict:
+    c: dict = {}
+    with gr.Row():
+        with gr.Column():
+            gr.Markdown("### Users")
+            c["name"] = gr.Textbox(label="Name")
+            c["password"] = gr.Textbox(label="Password", type="password")
+            c["role"] = gr.Radio(["annotator", "admin"], value="annotator", label="Role")
+            c["add"] = gr.Button("Add user")
+            c["message"] = gr.Markdown()
+            c["users"] = gr.Dataframe(headers=["name", "role"], interactive=False)
+        with gr.Column():
+            gr.Markdown("### Import a dataset\nOne JSONL file (captions or CapTokenEval) and its images.")
+            c["files"] = gr.File(file_count="multiple", label="JSONL + images")
+            c["kind"] = gr.Radio(["captokeneval", "captions"], value="captokeneval", label="Format")
+            c["dataset"] = gr.Textbox(label="Dataset name", value="uploaded")
+            c["per_item"] = gr.Number(label="Annotators per item", value=3, precision=0, minimum=0)
+            c["import"] = gr.Button("Import")
+            c["report"] = gr.Markdown()
+    build_export(store, c, None, api=False)
+    c["add"].click(lambda n, p, r: add_user_action(store, n, p, r), [c["name"], c["password"], c["role"]],
+                   [c["message"], c["users"]], api_visibility="private")
+    c["import"].click(lambda f, k, d, n: import_files(store, f, k, d, n),
+                      [c["files"], c["kind"], c["dataset"], c["per_item"]], c["report"], api_visibility="private")
+    c["load"] = [(lambda: users_rows(store), None, c["users"])]
+    return c

@@ -1,0 +1,295 @@
+"""Inspect: one image, one or two captions, every metric's verdict drawn on them.
+
+Plain functions turn a scorer row (CONTRACTS §2) into what the components
+show; `build_inspect` wires them. Scoring goes through `Models`, whose scorer
+caches the image side, so an edited caption costs only its text."""
+from __future__ import annotations
+
+import html
+import math
+
+import gradio as gr
+from PIL import Image
+
+from capscope import ui_draw
+from capscope.ui_models import CANDIDATE_METRICS, TOKEN_METRICS, Models
+
+THRESHOLDS = {"infometic": 0.1, "infoclip": 0.1, "hice": 0.2}
+METRIC_TITLES = {"infometic": "InfoMetIC", "infoclip": "InfoCLIP", "clip-s": "CLIP-S", "pac-s": "PAC-S",
+                 "hice": "HICE-S"}
+DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
+               "bundled demo model, which knows coloured shapes on plain backgrounds, not photos. "
+               "See `capscope models` for what is missing.")
+
+
+# ---------------------------------------------------------------- row -> display
+
+def token_shade(score: float | None, correct: bool | None, threshold: float) -> float | None:
+    """HighlightedText score-mode value: red (> 0) for unsupported words, purple
+    (< 0) for supported ones, None for words the metric does not judge."""
+    if score is None or correct is None:
+        return None
+    value = max(-1.0, min(1.0, (threshold - score) / threshold))
+    if correct is False:
+        return max(value, 0.6)
+    return min(value * 0.7, -0.1)
+
+
+def token_segments(caption: str, tokens: list[dict]) -> list[str]:
+    """Each token's text with the whitespace before it, so that the segments
+    join back into the caption and segment i is token i."""
+    segments, previous_end = [], 0
+    for token in tokens:
+        segments.append(caption[previous_end:token["end"]])
+        previous_end = token["end"]
+    if segments and previous_end < len(caption):
+        segments[-1] += caption[previous_end:]
+    return segments
+
+
+def shaded_tokens(row: dict | None, metric: str) -> list[tuple[str, float | None]]:
+    if not row:
+        return []
+    result = row["metrics"].get(metric) or {}
+    segments = token_segments(row["caption"], row["tokens"])
+    scores = result.get("token_scores") or [None] * len(segments)
+    correct = result.get("token_correct") or [None] * len(segments)
+    threshold = THRESHOLDS.get(metric, 0.1)
+    return [(text, token_shade(s, c, threshold)) for text, s, c in zip(segments, scores, correct)]
+
+
+def wrong_words(row: dict | None, metric: str) -> list[str]:
+    if not row:
+        return []
+    correct = (row["metrics"].get(metric) or {}).get("token_correct") or []
+    return [t["text"] for t, c in zip(row["tokens"], correct) if c is False]
+
+
+def region_boxes(row: dict | None) -> list:
+    return [r["box"] for r in (row or {}).get("regions", [])]
+
+
+def overlay(image: Image.Image | None, row: dict | None, metric: str, selected: int | None = None):
+    if image is None:
+        return None
+    result = (row or {}).get("metrics", {}).get(metric) or {}
+    scores = result.get("region_scores") or None
+    mentioned = result.get("region_mentioned") or None
+    return ui_draw.score_overlay(image, region_boxes(row), scores, mentioned, selected)
+
+
+def fmt(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def summary_markdown(row: dict | None, metric: str) -> str:
+    if not row:
+        return ""
+    if row.get("error") and not row.get("metrics"):
+        return f"**Cannot score:** {row['error']}"
+    result = row["metrics"].get(metric) or {}
+    parts = []
+    wrong = wrong_words(row, metric)
+    if metric in TOKEN_METRICS:
+        parts.append("**Wrong words:** " + (", ".join(f"~~{w}~~" for w in wrong) if wrong else "none found"))
+    mentioned = result.get("region_mentioned") or []
+    if mentioned:
+        missing = [str(i + 1) for i, m in enumerate(mentioned) if not m]
+        parts.append(f"**Regions left out:** {', '.join(missing) if missing else 'none'} of {len(mentioned)}")
+    if result.get("null_score") is not None:
+        parts.append(f"**Null token:** {result['null_score']:.3f}")
+    return " · ".join(parts)
+
+
+def phrases_markdown(row: dict | None) -> str:
+    phrases = ((row or {}).get("metrics", {}).get("hice") or {}).get("phrases") or []
+    if not phrases:
+        return ""
+    lines = ["| HICE-S phrase | score | |", "|---|---:|---|"]
+    for phrase in phrases:
+        mark = "✓" if phrase.get("correct") else "✗"
+        lines.append(f"| {html.escape(phrase['text'])} | {phrase['score']:.3f} | {mark} |")
+    return "\n".join(lines)
+
+
+def scores_rows(row_a: dict | None, row_b: dict | None) -> list[list]:
+    """Global scores of both captions side by side: [metric, key, A, B]."""
+    keys: dict[tuple[str, str], None] = {}
+    for row in (row_a, row_b):
+        for name, result in ((row or {}).get("metrics") or {}).items():
+            for key in result.get("scores", {}):
+                keys[(name, key)] = None
+
+    def value(row, name, key):
+        score = ((row or {}).get("metrics", {}).get(name) or {}).get("scores", {}).get(key)
+        return None if score is None else round(float(score), 4)
+
+    return [[METRIC_TITLES.get(n, n), k, value(row_a, n, k), value(row_b, n, k)] for n, k in keys]
+
+
+def region_report(row: dict | None, metric: str, region: int | None, matches: list[tuple[str, float]]) -> str:
+    if row is None or region is None:
+        return "Click inside a region to see what in the caption matches it."
+    result = row["metrics"].get(metric) or {}
+    scores, mentioned = result.get("region_scores") or [], result.get("region_mentioned") or []
+    text = f"**Region {region + 1}**"
+    if region < len(scores):
+        state = "mentioned" if region < len(mentioned) and mentioned[region] else "**not mentioned**"
+        text += f" · {METRIC_TITLES.get(metric, metric)} score {scores[region]:.3f} ({state})"
+    if matches:
+        best, cos = matches[0]
+        text += f" · best match: **{html.escape(best)}** (cosine {cos:.3f})"
+        if len(matches) > 1:
+            text += " · then " + ", ".join(f"{html.escape(t)} {c:.2f}" for t, c in matches[1:4])
+    return text
+
+
+def parse_references(text: str | None) -> list[str] | None:
+    refs = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return refs or None
+
+
+# ---------------------------------------------------------------- handlers' logic
+
+def score_caption(models: Models, image, caption: str, references: str, regions: list | None) -> dict | None:
+    """A scorer row, or a row-shaped error; None when there is nothing to score."""
+    if image is None or not (caption or "").strip():
+        return None
+    try:
+        return models.score(image, caption, parse_references(references), regions=regions)
+    except ValueError as err:
+        return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": str(err)}
+
+
+def shown_metric(row: dict | None, metric: str | None) -> str | None:
+    """The asked metric when the row has it, else its first token-level one."""
+    present = list(((row or {}).get("metrics") or {}))
+    if metric in present or not present:
+        return metric
+    return next((m for m in TOKEN_METRICS if m in present), present[0])
+
+
+def caption_view(image, row: dict | None, metric: str) -> tuple:
+    """(overlay, shaded tokens, summary, phrases) for one caption column."""
+    metric = shown_metric(row, metric)
+    return overlay(image, row, metric), shaded_tokens(row, metric), summary_markdown(row, metric), \
+        phrases_markdown(row)
+
+
+def click_report(models: Models, image, row: dict | None, metric: str, point) -> tuple:
+    """(overlay with the region selected, report) for a click at `point` = [x, y]."""
+    if image is None or not row:
+        return gr.skip(), region_report(None, metric, None, [])
+    metric = shown_metric(row, metric)
+    region = ui_draw.clicked_region(region_boxes(row), image.size, point)
+    if region is None:
+        return overlay(image, row, metric), "No region under that point."
+    matching = metric if metric in row["metrics"] and hasattr(models.scorer.metrics.get(metric), "backbone") \
+        else next(iter(row["metrics"]), metric)
+    matches = models.region_matches(image, row, region, matching) if row["metrics"] else []
+    return overlay(image, row, metric, region), region_report(row, metric, region, matches)
+
+
+def banner(models: Models) -> tuple:
+    """(banner update, metric radio update) once the models are loaded."""
+    available = models.available
+    missing = "; ".join(v if v.upper().startswith(METRIC_TITLES.get(k, k).upper()) else f"{METRIC_TITLES.get(k, k)}: {v}"
+                        for k, v in models.unavailable.items())
+    text = DEMO_BANNER if models.demo else ""
+    if missing:
+        text += ("\n\n" if text else "") + f"<small>Not available here: {html.escape(missing)}</small>"
+    first = next((m for m in available if m in TOKEN_METRICS), available[0])
+    choices = [(METRIC_TITLES.get(m, m), m) for m in available]
+    return gr.update(value=text, visible=bool(text)), gr.update(choices=choices, value=first)
+
+
+# ---------------------------------------------------------------- layout
+
+def build_inspect(models: Models, examples: list[dict]) -> dict:
+    """The Inspect tab's components and listeners (inside an open Blocks)."""
+    c: dict = {}
+    with gr.Row():
+        with gr.Column(scale=2):
+            c["image"] = gr.Image(type="pil", label="Image", sources=["upload", "clipboard"], height=260)
+            c["example"] = gr.Dropdown(
+                choices=[(f"{e['id']}: {e['caption'][:60]}", i) for i, e in enumerate(examples)],
+                label="…or pick a demo scene (clean and polluted caption)", value=None)
+        with gr.Column(scale=3):
+            c["caption_a"] = gr.Textbox(label="Caption A", lines=2, elem_id="cs-caption-a",
+                                        placeholder="Type a caption; it is scored as you type")
+            c["caption_b"] = gr.Textbox(label="Caption B (optional, for comparison)", lines=2, elem_id="cs-caption-b")
+            c["references"] = gr.Textbox(label="References (optional, one per line)", lines=2)
+            with gr.Row():
+                c["metric"] = gr.Radio(choices=[(METRIC_TITLES[m], m) for m in CANDIDATE_METRICS], value="infometic",
+                                       label="Show tokens and regions by", scale=3)
+                c["score"] = gr.Button("Score", variant="primary", scale=1, elem_id="cs-score")
+    c["regions"] = gr.State(None)  # given boxes for a demo scene; None = propose
+    c["row_a"], c["row_b"] = gr.State(None), gr.State(None)
+    with gr.Row(equal_height=False):
+        for side in ("a", "b"):
+            with gr.Column():
+                c[f"overlay_{side}"] = gr.Image(label=f"Regions · caption {side.upper()}", interactive=False,
+                                                buttons=[], height=380, elem_id=f"cs-overlay-{side}")
+                c[f"tokens_{side}"] = gr.HighlightedText(
+                    label=f"Caption {side.upper()} · red: unsupported word, purple: supported",
+                    interactive=False, show_legend=True, elem_id=f"cs-tokens-{side}", elem_classes="cs-tokens")
+                c[f"summary_{side}"] = gr.Markdown()
+                c[f"region_{side}"] = gr.Markdown("Click inside a region to see what in the caption matches it.")
+                c[f"phrases_{side}"] = gr.Markdown()
+    c["table"] = gr.Dataframe(headers=["metric", "score", "caption A", "caption B"], label="Global scores",
+                              interactive=False, elem_classes="cs-scores")
+    _wire_inspect(models, examples, c)
+    return c
+
+
+def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
+    model_queue = {"concurrency_id": "model", "concurrency_limit": 1}
+
+    def make_scorer(side: str):
+        other = "b" if side == "a" else "a"
+
+        def score_side(image, caption, references, metric, regions, other_row):
+            row = score_caption(models, image, caption, references, regions)
+            pair = (row, other_row) if side == "a" else (other_row, row)
+            return (row, *caption_view(image, row, metric), scores_rows(*pair))
+
+        outputs = [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
+                   c[f"phrases_{side}"], c["table"]]
+        inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"], c[f"row_{other}"]]
+        return score_side, inputs, outputs
+
+    for side in ("a", "b"):
+        fn, inputs, outputs = make_scorer(side)
+        c[f"caption_{side}"].input(fn, inputs, outputs, trigger_mode="always_last", show_progress="hidden",
+                                   api_name=f"score_{side}", **model_queue)
+        c["score"].click(fn, inputs, outputs, api_visibility="private", **model_queue)
+        c["references"].submit(fn, inputs, outputs, api_visibility="private", **model_queue)
+
+        def on_click(image, row, metric, evt: gr.SelectData):
+            return click_report(models, image, row, metric, evt.index)
+
+        c[f"overlay_{side}"].select(on_click, [c["image"], c[f"row_{side}"], c["metric"]],
+                                    [c[f"overlay_{side}"], c[f"region_{side}"]], trigger_mode="multiple",
+                                    api_visibility="private", **model_queue)
+
+    def redraw(image, metric, row_a, row_b):
+        return (*caption_view(image, row_a, metric), *caption_view(image, row_b, metric))
+
+    views = [c[k] for s in ("a", "b") for k in (f"overlay_{s}", f"tokens_{s}", f"summary_{s}", f"phrases_{s}")]
+    c["metric"].change(redraw, [c["image"], c["metric"], c["row_a"], c["row_b"]], views, api_visibility="private")
+
+    def pick_example(index):
+        if index is None or not 0 <= index < len(examples):
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        example = examples[index]
+        image = Image.open(example["path"]).convert("RGB")
+        return image, example["caption"], example.get("twin_caption", ""), example["regions"]
+
+    picked = c["example"].change(pick_example, c["example"], [c["image"], c["caption_a"], c["caption_b"], c["regions"]],
+                                 api_visibility="private")
+    for side in ("a", "b"):
+        fn, inputs, outputs = make_scorer(side)
+        picked = picked.then(fn, inputs, outputs, api_visibility="private", **model_queue)
+    c["image"].upload(lambda: None, None, c["regions"], api_visibility="private")

@@ -1,0 +1,123 @@
+"""The scorer behind the web UI: built on first use with every metric that can
+be had here, one call at a time (a Scorer's caches are not thread-safe).
+
+Metrics whose weights are missing are left out with the reason, so that the
+page can say why PAC-S or HICE-S is not offered instead of failing."""
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+CANDIDATE_METRICS = ("infometic", "infoclip", "clip-s", "pac-s", "hice")
+TOKEN_METRICS = ("infometic", "infoclip", "hice")
+CLIP_METRICS = ("clip-s", "infoclip", "hice")
+_COMPONENT_OF = {"PAC-S": ("pac-s",), "InfoMetIC": ("infometic",), "HICE": ("hice",), "Alpha-CLIP": ("hice",)}
+
+
+def culprits(err: BaseException, metrics: list[str]) -> list[str]:
+    """The metrics a build error is about, judged from its one-line message."""
+    message = str(err)
+    if isinstance(err, ImportError) and "hice" in (getattr(err, "name", "") or message):
+        return [m for m in metrics if m == "hice"] or metrics[-1:]
+    for component, names in _COMPONENT_OF.items():
+        if message.startswith(component) or f"{component}:" in message:
+            found = [m for m in metrics if m in names]
+            if found:
+                return found
+    if "CLIP" in message or "open_clip" in message:
+        found = [m for m in metrics if m in CLIP_METRICS]
+        if found:
+            return found
+    return metrics[-1:]
+
+
+@contextmanager
+def one_thread():
+    """One intra-op torch thread for a single pair: on a busy CPU, splitting
+    tiny operations over threads costs far more than it saves (measured on
+    the 2-core dev machine: an InfoMetIC re-score 0.8 s on two threads,
+    10 ms on one)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def default_factory(metrics: list[str]):
+    from capscope.metrics.scorer import Scorer
+
+    return Scorer(metrics, device="auto")
+
+
+class Models:
+    """Lazily built scorer with the metrics that load; thread-safe `score`."""
+
+    def __init__(self, factory: Callable[[list[str]], object] | None = None,
+                 metrics: tuple[str, ...] = CANDIDATE_METRICS):
+        self.factory = factory or default_factory
+        self.wanted = list(metrics)
+        self.unavailable: dict[str, str] = {}
+        self._scorer = None
+        self._build_lock = threading.Lock()
+        self._score_lock = threading.Lock()
+
+    @property
+    def scorer(self):
+        with self._build_lock:
+            if self._scorer is None:
+                self._scorer = self._build()
+            return self._scorer
+
+    def _build(self):
+        remaining = list(self.wanted)
+        while remaining:
+            try:
+                return self.factory(remaining)
+            except Exception as err:  # ModelUnavailable, a missing module, a bad file
+                for name in culprits(err, remaining):
+                    self.unavailable[name] = str(err).splitlines()[0] if str(err) else type(err).__name__
+                    remaining.remove(name)
+                    log.warning("UI: metric %s unavailable: %s", name, self.unavailable[name])
+        raise RuntimeError("no metric can be loaded: " + "; ".join(f"{k}: {v}" for k, v in self.unavailable.items()))
+
+    @property
+    def available(self) -> list[str]:
+        return list(self.scorer.metrics)
+
+    @property
+    def demo(self) -> bool:
+        return bool(getattr(self.scorer, "demo", False))
+
+    def score(self, image, caption: str, references=None, regions=None, tokens=None) -> dict:
+        scorer = self.scorer
+        with self._score_lock, one_thread():
+            return scorer.score(image, caption, references=references or None, regions=regions, tokens=tokens)
+
+    def region_matches(self, image, row: dict, region: int, metric: str) -> list[tuple[str, float]]:
+        """Caption words and phrases ranked by CLIP cosine with one region's
+        crop (the evidence InfoCLIP uses), best first."""
+        import torch
+
+        from capscope.metrics.regions import given_regions
+
+        scorer = self.scorer
+        backbone = scorer.metrics[metric].backbone
+        regions = given_regions(row["regions"], *image.size)
+        candidates = [t["text"] for t in row["tokens"] if t["semantic"]]
+        candidates += [p["text"] for p in row["metrics"].get("hice", {}).get("phrases", []) or []]
+        candidates = list(dict.fromkeys(candidates))
+        if not candidates or not 0 <= region < len(regions):
+            return []
+        with self._score_lock, one_thread():
+            feats = backbone.image_features([image], [regions])[0].region_feats[region]
+            texts = backbone.encode_texts(candidates)
+        cos = torch.nn.functional.cosine_similarity(texts, feats[None, :], dim=-1).tolist()
+        return sorted(zip(candidates, cos), key=lambda pair: -pair[1])

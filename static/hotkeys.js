@@ -1,0 +1,24 @@
+<script>
+/* capscope annotate shortcuts: each key clicks a button of the page (by elem_id).
+   Keys typed into text fields are left alone. */
+(() => {
+  const keys = {
+    n: "cs-next", s: "cs-submit", Enter: "cs-submit", k: "cs-skip",
+    u: "cs-undo", z: "cs-undo", p: "cs-prelabels", g: "cs-guidelines",
+  };
+  document.addEventListener("keydown", (event) => {
+    const target = event.target;
+    if (/INPUT|TEXTAREA|SELECT/.test(target.tagName) || target.isContentEditable) return;
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const annotate = document.querySelector("#cs-annotate");
+    if (!annotate || annotate.offsetParent === null) return;  // only on the Annotate tab
+    let id = keys[event.key];
+    if (!id && /^[0-9]$/.test(event.key)) id = "cs-region-" + (event.key === "0" ? 10 : +event.key);
+    const button = id && document.getElementById(id);
+    if (!button) return;
+    event.preventDefault();
+    const clickable = button.matches("button, input") ? button : button.querySelector("button, input");
+    (clickable || button).click();
+  });
+})();
+</script>
