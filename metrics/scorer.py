@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from . import loading
 from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
@@ -256,8 +256,10 @@ class Scorer:
                 return im.convert("RGB"), str(image)
         except FileNotFoundError:
             raise RowError(f"image not found: {image}") from None
-        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
-            raise RowError(f"cannot read image {image}: {err}") from None
+        except RowError:
+            raise
+        except Exception as err:  # PIL raises many types for broken files (and plugins add more)
+            raise RowError(f"cannot read image {image}: {type(err).__name__}: {err}") from None
 
     def _regions(self, image: Image.Image, given) -> list[Region]:
         if given is not None:

@@ -86,6 +86,7 @@ def ultralytics_weights(default: str, checkpoint, variable: str, component: str)
 
 
 def _download_asset(name: str, target: Path, component: str, hint: str) -> Path:
+    _import_ultralytics()
     from ultralytics.utils.downloads import attempt_download_asset
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -189,9 +190,20 @@ class SamProposer:
 
 # ---------------------------------------------------------------- ultralytics
 
-def _load_ultralytics(cls_name: str, path: Path, component: str):
+def _import_ultralytics():
+    """ultralytics, without its side effects on everyone else: it would pip-install
+    missing packages at run time and replaces PIL's `Image.open` process-wide
+    (a corrupt image then raises ModuleNotFoundError instead of PIL's error)."""
+    os.environ.setdefault("YOLO_AUTOINSTALL", "false")
+    open_before = Image.open
     import ultralytics
 
+    Image.open = open_before
+    return ultralytics
+
+
+def _load_ultralytics(cls_name: str, path: Path, component: str):
+    ultralytics = _import_ultralytics()
     try:
         return getattr(ultralytics, cls_name)(str(path))
     except Exception as err:

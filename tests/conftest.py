@@ -1,9 +1,12 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).parent
+os.environ.setdefault("YOLO_AUTOINSTALL", "false")  # ultralytics must never pip-install during tests
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test reaches the network
 sys.path.insert(0, str(TESTS))
 
 
