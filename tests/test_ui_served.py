@@ -1,0 +1,242 @@
+"""The UI served for real: `capscope serve`'s app with the UI mounted at `/`,
+the demo-format model (random weights, built here) and a seeded demo dataset.
+The Gradio API is driven through gradio_client; the pages through headless
+Chromium (marked `browser`, skipped when /usr/bin/chromium is missing).
+Screenshots go to tests/artifacts/."""
+import io
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from capscope.annotation import workflow
+from capscope.annotation.users import add_user, get_user
+from capscope.server import create_app
+from capscope.ui import mount_ui
+from capscope.ui_models import Models
+from ui_support import Served, make_demo_checkpoint
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ADMIN_PASSWORD = "admin-pw-1"
+browser = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ui")
+    patch = pytest.MonkeyPatch()
+    for name, value in {"CAPSCOPE_DATA_DIR": root / "data", "CAPSCOPE_CACHE": root / "cache",
+                        "HF_HUB_OFFLINE": "1", "CAPSCOPE_ADMIN_PASSWORD": ADMIN_PASSWORD,
+                        "CAPSCOPE_DEMO_MODEL": make_demo_checkpoint(root / "demo.pt", full_size=True)}.items():
+        patch.setenv(name, str(value))
+    patch.delenv("CAPSCOPE_NO_SEED", raising=False)
+    app = create_app(f"sqlite:///{root / 'ui.db'}")
+    store = app.state.store
+    models = Models()
+    app = mount_ui(app, models=models, demo_scenes=4)
+    for name in ("ann1", "ann2"):
+        add_user(store, name, "pw-" + name)
+    models.scorer  # load the model before the first page asks for it
+    with Served(app) as server:
+        server.store, server.models = store, models
+        yield server
+    patch.undo()
+
+
+def client(served, user="ann1"):
+    from gradio_client import Client
+
+    return Client(served.url + "/", auth=(user, "pw-" + user), verbose=False)
+
+
+# ---------------------------------------------------------------- gradio_client
+
+def test_first_run_seeded_demo_data_and_admin(served):
+    from capscope.ui_queries import dataset_names
+
+    assert dataset_names(served.store) == ["demo"]
+    assert get_user(served.store, "admin").is_admin
+
+
+def test_api_annotate_round_trip(served):
+    c = client(served, "ann1")
+    endpoints = set(c.view_api(return_format="dict", print_info=False)["named_endpoints"])
+    assert {"/next", "/toggle_token", "/toggle_region", "/undo", "/submit", "/skip", "/score_a"} <= endpoints
+    header, *_ = c.predict(False, api_name="/next")
+    assert "Item" in header
+    c.predict(False, 1, api_name="/toggle_token")
+    c.predict(False, 2, api_name="/toggle_token")
+    result = c.predict(False, 0, api_name="/toggle_region")
+    assert "Saved" in result[4] and "2 wrong words, 1 region" in result[4]
+    user = get_user(served.store, "ann1")
+    item = workflow.next_item(served.store, user)
+    assert item["labels"]["incorrect_tokens"] == [1, 2] and item["labels"]["mentioned_regions"] == [0]
+    result = c.predict(False, api_name="/undo")
+    assert "1 region" not in result[4]
+    c.predict(False, api_name="/submit")
+    assert workflow.get_item(served.store, user, item["item_id"])["labels"]["status"] == "submitted"
+
+
+def test_api_score_caption(served):
+    from gradio_client import handle_file
+
+    image = sorted((Path(os.environ["CAPSCOPE_DATA_DIR"]) / "demo-data" / "images").glob("*.png"))[0]
+    c = client(served, "ann2")
+    overlay, tokens, summary, phrases, table = c.predict(handle_file(str(image)), "a small red circle.", "",
+                                                         "infometic", api_name="/score_a")
+    assert Image.open(overlay).size == (672, 672)
+    assert [t["token"] for t in tokens] == ["a", " small", " red", " circle", "."]
+    assert "Wrong words" in summary
+    assert any(row[0] == "InfoMetIC" and row[1] == "overall" for row in table["data"])
+
+
+def test_api_requires_login(served):
+    from gradio_client import Client
+
+    with pytest.raises(Exception):
+        Client(served.url + "/", auth=("ann1", "wrong"), verbose=False)
+
+
+# ---------------------------------------------------------------- browser
+
+@pytest.fixture(scope="module")
+def chromium():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def logged_in_page(chromium, served, user, password):
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served.url + "/")
+    page.fill("input[type=text]", user)
+    page.fill("input[type=password]", password)
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#cs-caption-a", timeout=30_000)
+    return page
+
+
+def shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def element_colours(page, selector) -> set:
+    pixels = np.asarray(Image.open(io.BytesIO(page.locator(selector).screenshot())).convert("RGB"))
+    return {tuple(int(v) for v in c) for c in pixels.reshape(-1, 3)[::7]}
+
+
+def saved_revision(page) -> str:
+    return page.inner_text("#cs-saved")
+
+
+@browser
+def test_browser_annotate_clicks_survive_reload(chromium, served):
+    page = logged_in_page(chromium, served, "ann2", "pw-ann2")
+    page.get_by_role("tab", name="Annotate").click()
+    tokens = page.locator("#cs-annotate-tokens .token")
+    tokens.first.wait_for(timeout=30_000)
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('revision 0')", timeout=30_000)
+    user = get_user(served.store, "ann2")
+    item = workflow.next_item(served.store, user)
+    semantic = [i for i, t in enumerate(item["tokens"]) if t["semantic"]][:2]
+
+    tokens.nth(semantic[0]).click()
+    tokens.nth(semantic[1]).click()
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('revision 2')", timeout=20_000)
+    region = min(range(len(item["regions"])), key=lambda i: _area(item["regions"][i]["box"]))
+    _click_region(page, item, region)
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('1 region mentioned')",
+                           timeout=20_000)
+    assert "2 wrong words" in saved_revision(page)
+    shot(page, "annotate.png")
+
+    page.reload()
+    page.wait_for_selector("#cs-caption-a", timeout=30_000)
+    page.get_by_role("tab", name="Annotate").click()
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('1 region mentioned')",
+                           timeout=30_000)
+    backgrounds = page.eval_on_selector_all("#cs-annotate-tokens .token", "ts => ts.map(t => t.style.backgroundColor)")
+    assert [i for i, b in enumerate(backgrounds) if b] == semantic
+    labels = workflow.get_item(served.store, user, item["item_id"])["labels"]
+    assert labels["incorrect_tokens"] == semantic and labels["mentioned_regions"] == [region]
+    assert "Keys:" in page.inner_text("#cs-annotate")
+    # a number key toggles a region too, and the page says it saved
+    page.locator("body").press(str(region + 1) if region < 9 else "0")
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('0 regions mentioned')",
+                           timeout=20_000)
+    page.close()
+
+
+def _area(box):
+    return (box[2] - box[0]) * (box[3] - box[1])
+
+
+def _click_region(page, item, region):
+    """Click the middle of a region on the displayed (enlarged, scaled-down) picture."""
+    image = page.locator("#cs-annotate-image img")
+    shown = image.bounding_box()
+    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    x0, y0, x1, y1 = item["regions"][region]["box"]
+    scale = natural[0] / item["width"]
+    fit = min(shown["width"] / natural[0], shown["height"] / natural[1])
+    left = shown["x"] + (shown["width"] - natural[0] * fit) / 2
+    top = shown["y"] + (shown["height"] - natural[1] * fit) / 2
+    page.mouse.click(left + (x0 + x1) / 2 * scale * fit, top + (y0 + y1) / 2 * scale * fit)
+
+
+@browser
+def test_browser_inspect_shades_tokens_and_regions_and_rescores_fast(chromium, served):
+    page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
+    page.wait_for_selector("#cs-banner", timeout=30_000)
+    assert "Demo model in use" in page.inner_text("#cs-banner")
+    page.get_by_label("…or pick a demo scene (clean and polluted caption)").click()
+    page.get_by_role("option").first.click()
+    shaded = "#cs-tokens-a .token"
+    page.wait_for_function(f"[...document.querySelectorAll('{shaded}')].some(t => t.style.backgroundColor)",
+                           timeout=30_000)
+    backgrounds = page.eval_on_selector_all(shaded, "ts => ts.map(t => t.style.backgroundColor)")
+    assert any(b.startswith("rgba") for b in backgrounds)
+    page.wait_for_selector("#cs-overlay-a img", timeout=30_000)
+    page.wait_for_selector("#cs-overlay-b img", timeout=30_000)
+    time.sleep(0.5)
+    from capscope.ui_draw import UNMENTIONED
+
+    near = lambda c, ref: sum(abs(a - b) for a, b in zip(c, ref)) < 60  # noqa: E731
+    region_colours = element_colours(page, "#cs-overlay-a img")
+    assert any(near(c, UNMENTIONED) for c in region_colours) or \
+        any(c[0] > 200 and c[1] < 80 and c[2] < 80 for c in region_colours)
+    shot(page, "inspect.png")
+
+    timings = [_rescore_ms(page, f"a large {colour} circle and a small star.") for colour in
+               ("red", "green", "blue", "yellow", "purple", "orange")]
+    median = statistics.median(timings[1:])
+    (ARTIFACTS / "rescore_ms.txt").write_text(" ".join(f"{t:.0f}" for t in timings) + f"\nmedian {median:.0f}\n")
+    print(f"re-score to new shading in the browser: {timings} ms, median {median:.0f} ms")
+    assert median < 1000
+    page.close()
+
+
+def _rescore_ms(page, caption: str) -> float:
+    """Edit caption A (the last keystroke typed, as a user does) and time it
+    until the shaded tokens show the new caption."""
+    word = caption.split()[2]
+    page.fill("#cs-caption-a textarea", caption[:-1])  # fill() fires no Gradio input event
+    started = page.evaluate("() => performance.now()")
+    page.press("#cs-caption-a textarea", caption[-1])
+    page.wait_for_function(
+        "word => [...document.querySelectorAll('#cs-tokens-a .token')].some(t => t.innerText.trim() === word)",
+        arg=word, timeout=10_000, polling="raf")
+    return page.evaluate("() => performance.now()") - started

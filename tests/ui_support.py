@@ -1,0 +1,76 @@
+"""Helpers for the UI tests: a demo-format checkpoint built here (random
+weights, the real loading path), a seeded store, a served app."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+DEMO_CLIP_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "capscope-demo-clip.json"
+TINY_CLIP = {
+    "embed_dim": 64,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 64, "head_width": 32, "patch_size": 8},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 1},
+}
+
+
+def make_demo_checkpoint(path: Path, full_size: bool = False) -> Path:
+    """A capscope-infometic checkpoint as the demo model is shipped: tiny by
+    default, or the demo model's real size (for timings)."""
+    import torch
+
+    from capscope.metrics.infometic import HeadConfig, InfoMetIC, capscope_checkpoint
+    from capscope.metrics.scorer import create_clip_from_config
+
+    torch.manual_seed(0)
+    if full_size:
+        config, name = json.loads(DEMO_CLIP_CONFIG.read_text()), "capscope-demo-clip-test"
+        head = HeadConfig(width=128, heads=4, intra_layers=4, inter_layers=2, text_positions=True)
+        crop = {"margin": 0.15, "canvas": 64}
+    else:
+        config, name = TINY_CLIP, "tiny-test-clip"
+        head = HeadConfig(width=64, heads=2, intra_layers=1, inter_layers=1, text_positions=True)
+        crop = {"margin": 0.15, "canvas": 32}
+    model = InfoMetIC(create_clip_from_config(name, config), head)
+    checkpoint = capscope_checkpoint(model, name, config, crop=crop)
+    checkpoint["state_dict"] = {k: v.half() for k, v in checkpoint["state_dict"].items()}
+    torch.save(checkpoint, path)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    """An ASGI app served by uvicorn in a thread."""
+
+    def __init__(self, app, port: int | None = None):
+        import uvicorn
+
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        import httpx
+
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/api/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server did not start")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
