@@ -9,8 +9,9 @@ shared by all three encoders; the global image slot is masked out of the final
 softmax only; text tokens get no positional features.
 
 capscope's own checkpoints may switch on what the paper describes and the
-released code lacks (learnable text positions) and a word-region evidence
-feature; both are off for the released checkpoint.
+released code lacks (learnable text positions), a word-region evidence
+feature and a token verifier (`TokenVerifier`); all are off for the released
+checkpoint, whose computation does not change.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class HeadConfig:
     text_len: int = 32
     text_positions: bool = False   # capscope: the paper's learnable text positions
     evidence: bool = False         # capscope: each piece's best region similarity as an input feature
+    verify: bool = False           # capscope: phrase-level word-region checks feeding the text attention
 
 
 def _encoder(width: int, layers: int, heads: int) -> nn.Module:
@@ -61,6 +63,8 @@ class InfoMetIC(nn.Module):
             self.text_position_embedding = nn.Parameter(torch.randn(config.text_len, w) * 0.01)
         if config.evidence:
             self.evidence_embedding = nn.Parameter(torch.randn(2, w) * 0.01)
+        if config.verify:
+            self.verifier = TokenVerifier(w, *clip_match_calibration(clip_backbone))
 
     def head_parameters(self):
         return [p for n, p in self.named_parameters() if not n.startswith("clip_backbone.")]
@@ -72,6 +76,11 @@ class InfoMetIC(nn.Module):
         t_g B x D, tokens B x L x D (every position encoded alone), text_mask B x L.
         Returns recall, precision, cos(v_g, t_g) (B each), region attention
         B x (n+1) (regions, then the null slot) and text attention B x L."""
+        out = self.outputs(v_g, regions, boxes, sizes, t_g, tokens, text_mask)
+        return out["recall"], out["precision"], out["cos"], out["region_attention"], out["text_attention"]
+
+    def outputs(self, v_g, regions, boxes, sizes, t_g, tokens, text_mask) -> dict:
+        """`forward` with its intermediates (what training needs) in a dict."""
         batch, n, width = regions.shape
         zeros = regions.new_zeros(batch, 1, width)
         seq = torch.cat([v_g[:, None], regions, zeros], dim=1)
@@ -87,17 +96,29 @@ class InfoMetIC(nn.Module):
 
         image_out = self.ln(self.image_encoder(image_in))
         text_out = self.ln(self.text_encoder(text_in))
+        checks = None
+        if self.config.verify:
+            checks = self.verifier.check(text_out, tokens, regions, all_boxes[:, 1 : n + 1], text_mask)
+            text_out = text_out + self.verifier.inject(checks["features"])
         fused = self.ln(self.fusion_encoder(torch.cat([image_out, text_out], dim=1)))
         image_out, text_out = fused[:, : n + 2], fused[:, n + 2 :]
 
         image_mask = torch.ones(batch, n + 2, device=regions.device)
         image_mask[:, 0] = 0
         a_v = attention((t_g @ self.img_att_query), image_out @ self.img_att_key, image_mask)
-        a_t = attention((v_g @ self.text_att_query), text_out @ self.text_att_key, text_mask)
+        text_bias = None
+        if checks is not None:
+            checks["logits"] = text_bias = self.verifier.judge(text_out, checks["features"])
+        a_t = attention((v_g @ self.text_att_query), text_out @ self.text_att_key, text_mask, text_bias)
         scale = self.logit_scale.exp()
-        recall = scale * cosine(torch.einsum("bk,bkd->bd", a_v, image_out), v_g)
-        precision = scale * cosine(torch.einsum("bk,bkd->bd", a_t, text_out), t_g)
-        return recall, precision, cosine(v_g, t_g), a_v[:, 1:], a_t
+        return {
+            "recall": scale * cosine(torch.einsum("bk,bkd->bd", a_v, image_out), v_g),
+            "precision": scale * cosine(torch.einsum("bk,bkd->bd", a_t, text_out), t_g),
+            "cos": cosine(v_g, t_g),
+            "region_attention": a_v[:, 1:],
+            "text_attention": a_t,
+            "checks": checks,
+        }
 
     @staticmethod
     def _evidence(tokens, regions):
@@ -108,10 +129,114 @@ class InfoMetIC(nn.Module):
         return torch.stack([sims.max(dim=-1).values, sims.mean(dim=-1)], dim=-1)
 
 
-def attention(query, keys, mask):
-    """softmax(q . k + (1 - mask) * -10000) without 1/sqrt(d), as released."""
+def attention(query, keys, mask, bias=None):
+    """softmax(q . k + (1 - mask) * -10000) without 1/sqrt(d), as released;
+    capscope's verifier may add a per-key `bias` (B x K)."""
     logits = torch.einsum("bd,bkd->bk", query, keys) + (1 - mask) * NEG
+    if bias is not None:
+        logits = logits + bias
     return logits.softmax(dim=-1)
+
+
+class TokenVerifier(nn.Module):
+    """capscope's answer to "is this word true of some region, together with
+    the words of its phrase?" (a binding error such as "a red square" where
+    the square is blue and a circle red has every word true of some region,
+    but no region true of the whole phrase).
+
+    - match[i, r]: log-probability that piece i is true of region r, from the
+      raw CLIP cosine (calibrated) plus a learned bilinear term on the raw
+      features and the region's box (size and place are in the box);
+    - grouping: an attention over the caption's pieces, computed from the
+      text encoder's output (which sees the text positions), that learns
+      which pieces form a phrase with piece i;
+    - per piece: how well its phrase fits the best region, how well it fits
+      any region alone, how well the *rest* of its phrase fits the best
+      region and how well the piece itself fits that region (a piece is
+      wrong where the rest of its phrase finds a region and it does not).
+    These features are added to the text tokens before the fusion encoder,
+    and a small judge turns them (with the fused token) into a per-piece
+    logit that is added to the text attention logits."""
+
+    N_FEATURES = 7
+    FLOOR = -12.0
+
+    def __init__(self, width: int, match_scale: float = 10.0, match_bias: float = -2.0):
+        super().__init__()
+        self.text_proj = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width))
+        self.region_proj = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width))
+        self.box_proj = nn.Linear(6, width)
+        # the learned match starts as the CLIP's own calibrated word-crop match
+        for layer in (self.region_proj[1], self.box_proj):
+            nn.init.zeros_(layer.weight)
+            nn.init.zeros_(layer.bias)
+        self.cos_weight = nn.Parameter(torch.tensor(float(match_scale)))
+        self.match_bias = nn.Parameter(torch.tensor(float(match_bias)))
+        self.group_query = nn.Linear(width, width)
+        self.group_key = nn.Linear(width, width)
+        self.focus = nn.Parameter(torch.tensor(2.0))   # log temperature of the soft region choice
+        self.feature_proj = nn.Linear(self.N_FEATURES, width)
+        self.judge_mlp = nn.Sequential(
+            nn.Linear(width + self.N_FEATURES, width), nn.GELU(), nn.Linear(width, 1),
+        )
+        self.judge_skip = nn.Linear(self.N_FEATURES, 1)   # a direct path: the features alone decide early on
+
+    def match(self, tokens, regions, norm_boxes):
+        """B x L x n log-probabilities that each piece is true of each region."""
+        w, h = norm_boxes[..., 2] - norm_boxes[..., 0], norm_boxes[..., 3] - norm_boxes[..., 1]
+        box = torch.cat([norm_boxes, w[..., None], h[..., None]], dim=-1)
+        t = self.text_proj(tokens)
+        r = self.region_proj(regions) + self.box_proj(box)
+        cos = F.normalize(tokens, dim=-1) @ F.normalize(regions, dim=-1).transpose(1, 2)
+        logits = t @ r.transpose(1, 2) / t.shape[-1] ** 0.5 + self.cos_weight * cos + self.match_bias
+        return F.logsigmoid(logits).clamp(min=self.FLOOR)
+
+    def grouping(self, text_out, text_mask):
+        """B x L x L: how much piece j belongs to the phrase of piece i (rows sum to 1)."""
+        q, k = self.group_query(text_out), self.group_key(text_out)
+        logits = q @ k.transpose(1, 2) / q.shape[-1] ** 0.5 + (1 - text_mask[:, None, :]) * NEG
+        return logits.softmax(dim=-1)
+
+    def check(self, text_out, tokens, regions, norm_boxes, text_mask) -> dict:
+        batch, length, _ = tokens.shape
+        if regions.shape[1] == 0:
+            return {"features": tokens.new_zeros(batch, length, self.N_FEATURES), "phrase": None}
+        match = self.match(tokens, regions, norm_boxes)
+        group = self.grouping(text_out, text_mask)
+        others = group * (1 - torch.eye(length, device=group.device))
+        others = others / others.sum(-1, keepdim=True).clamp(min=1e-6)
+        phrase = group @ match                  # B x L x n
+        rest = others @ match
+        sharp = self.focus.exp()
+        at_phrase = (phrase * sharp).softmax(-1)
+        at_rest = (rest * sharp).softmax(-1)
+        features = torch.stack([
+            phrase.max(-1).values,
+            match.max(-1).values,
+            rest.max(-1).values,
+            (at_rest * match).sum(-1),
+            (at_phrase * match).sum(-1),
+            match.mean(-1),
+            (at_phrase * rest).sum(-1),
+        ], dim=-1) / -self.FLOOR
+        return {"features": features, "phrase": phrase * sharp, "match": match}
+
+    def inject(self, features):
+        return self.feature_proj(features)
+
+    def judge(self, fused_text, features):
+        """B x L logits, added to the text attention: high for a piece that checks out."""
+        return (self.judge_mlp(torch.cat([fused_text, features], dim=-1)) + self.judge_skip(features)).squeeze(-1)
+
+
+def clip_match_calibration(clip_model) -> tuple[float, float]:
+    """(scale, bias) turning a CLIP cosine into a match logit: the CLIP's own for
+    a sigmoid-trained model (capscope's demo CLIP, SigLIP), else a mild default."""
+    bias = getattr(clip_model, "logit_bias", None)
+    scale = getattr(clip_model, "logit_scale", None)
+    if bias is None or scale is None:
+        return 10.0, -2.0
+    return float(scale.detach().exp()), float(bias.detach())
 
 
 def cosine(x, y):

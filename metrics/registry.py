@@ -119,14 +119,16 @@ class InfoFamilyMetric:
         }
 
     def word_threshold(self, tokens: list[Token], pieces: list[Piece]) -> float:
-        """`paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: β times the share a
-        word would get if attention were uniform over the semantic words seen,
-        times ten, so that it equals 0.1 for a caption of ten semantic words and
-        does not flag every word of a long caption."""
+        """`paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: half the share a
+        word would get if attention were uniform over the n semantic words seen
+        (β·5/n, so 0.05 for ten words), never above β. The paper's β flags every
+        word of a caption with more than ten semantic words, and a threshold at
+        the uniform share itself (1/n) splits a clean caption's words at random,
+        since training (eq. 9) drives their shares towards exactly 1/n."""
         if self.token_rule == "paper":
             return self.beta
         seen = {p.token for p in pieces if p.token is not None and tokens[p.token].semantic}
-        return self.beta * 10 / max(len(seen), 1) if seen else self.beta
+        return min(self.beta, self.beta * 5 / len(seen)) if seen else self.beta
 
 
 def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[float]) -> list[float | None]:

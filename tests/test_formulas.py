@@ -78,7 +78,8 @@ def test_relative_rule_scales_beta_with_semantic_words():
     pieces = [Piece(i, f"w{i}", i) for i in range(20)]
     metric = InfoFamilyMetric.__new__(InfoFamilyMetric)
     metric.beta, metric.token_rule = 0.1, "relative"
-    assert metric.word_threshold(tokens, pieces) == pytest.approx(0.05)
+    assert metric.word_threshold(tokens, pieces) == pytest.approx(0.025)   # half of 1/20
+    assert metric.word_threshold(tokens[:4], pieces[:4]) == 0.1                # never above beta
     metric.token_rule = "paper"
     assert metric.word_threshold(tokens, pieces) == 0.1
 
