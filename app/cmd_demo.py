@@ -1,4 +1,5 @@
-"""Demo world commands: `demo-data` and `train clip` (CONTRACTS §4)."""
+"""Demo world commands: `demo-data`, `train clip`, `train infometic`, `train demo`
+(CONTRACTS §4) and `evaluate` (CONTRACTS §3)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,6 +29,69 @@ def register(sub) -> None:
     clip.add_argument("--checkpoint-minutes", type=float, default=5.0)
     clip.add_argument("--probe-scenes", type=int, default=150, help="held-out scenes for the probe figures")
     clip.set_defaults(func=run_train_clip)
+    register_train_infometic(targets)
+    register_train_demo(targets)
+    register_evaluate(sub)
+
+
+def _training_options(parser, minutes: float) -> None:
+    parser.add_argument("--minutes", type=float, default=minutes, help=f"training time budget (default {minutes:g})")
+    parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--checkpoint-minutes", type=float, default=5.0)
+
+
+def _head_options(parser) -> None:
+    parser.add_argument("--batch-size", type=int, default=16, help="images per step (each: clean, polluted, second caption)")
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--intra-layers", type=int, default=2, help="layers of each intra-modal encoder")
+    parser.add_argument("--inter-layers", type=int, default=2, help="layers of the inter-modal encoder")
+    parser.add_argument("--demo-scenes", type=int, default=4000, help="demo scenes encoded once (captions are drawn afresh each step)")
+    parser.add_argument("--probe-gold", type=Path, default=None, help="CapTokenEval file scored at every checkpoint")
+
+
+def register_train_infometic(targets) -> None:
+    head = targets.add_parser("infometic", help="an InfoMetIC head on a frozen CLIP (training file or demo scenes)")
+    head.add_argument("--out", required=True, type=Path, help="checkpoint file (capscope-infometic/1)")
+    head.add_argument("--data", type=Path, default=None, help="training file (docs/training-data.md); default: demo scenes")
+    head.add_argument("--clip", type=Path, default=None, help="demo CLIP checkpoint from `capscope train clip`")
+    head.add_argument("--clip-model", default=None, help="open_clip model name (when not --clip)")
+    head.add_argument("--clip-pretrained", default=None, help="open_clip pretrained tag or file")
+    head.add_argument("--resume", action="store_true", help="continue from OUT's training state")
+    head.add_argument("--half", action="store_true", help="save fp16 weights")
+    _training_options(head, 15.0)
+    _head_options(head)
+    head.set_defaults(func=run_train_infometic)
+
+
+def register_train_demo(targets) -> None:
+    demo = targets.add_parser("demo", help="the bundled demo model: `train clip`, then `train infometic` on it")
+    demo.add_argument("--out", type=Path, default=None, help="model file (default: the packaged demo model)")
+    demo.add_argument("--work", type=Path, default=Path("runs/demo"), help="folder for the CLIP and training state")
+    demo.add_argument("--clip-minutes", type=float, default=65.0)
+    demo.add_argument("--head-minutes", type=float, default=40.0)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    demo.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    demo.add_argument("--resume", action="store_true", help="continue both stages from WORK")
+    demo.set_defaults(func=run_train_demo)
+
+
+def register_evaluate(sub) -> None:
+    ev = sub.add_parser("evaluate", help="token and region figures against CapTokenEval gold labels")
+    ev.add_argument("--gold", required=True, type=Path, help="CapTokenEval JSONL")
+    ev.add_argument("--metric", required=True, help="infometic, infoclip, hice, ...")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ev.add_argument("--clip-model", default=None)
+    ev.add_argument("--clip-pretrained", default=None)
+    ev.add_argument("--infometic-checkpoint", default=None)
+    ev.add_argument("--token-rule", choices=["paper", "relative"], default="paper")
+    ev.add_argument("--beta", type=float, default=0.1)
+    ev.add_argument("--batch-size", type=int, default=32)
+    ev.set_defaults(func=run_evaluate)
 
 
 def run_demo_data(args) -> int:
@@ -54,4 +118,58 @@ def run_train_clip(args) -> int:
         checkpoint_minutes=args.checkpoint_minutes, probe_scenes=args.probe_scenes,
     )
     train_clip(config)
+    return 0
+
+
+def _info_config(args, **overrides):
+    from capscope.demo.train_infometic import InfoTrainConfig
+
+    values = dict(
+        out=args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
+        threads=args.threads, checkpoint_minutes=args.checkpoint_minutes, batch_size=args.batch_size, lr=args.lr,
+        intra_layers=args.intra_layers, inter_layers=args.inter_layers, demo_scenes=args.demo_scenes,
+        probe_gold=args.probe_gold,
+    )
+    values.update(overrides)
+    return InfoTrainConfig(**values)
+
+
+def run_train_infometic(args) -> int:
+    from capscope.demo.train_infometic import state_path, train_infometic
+
+    if args.clip is None and args.clip_model is None:
+        raise CapscopeError("give --clip (a demo CLIP from `capscope train clip`) or --clip-model/--clip-pretrained")
+    if args.clip is not None and not args.clip.is_file():
+        raise CapscopeError(f"--clip: no checkpoint at {args.clip}")
+    if args.data is not None and not args.data.is_file():
+        raise CapscopeError(f"--data: no training file at {args.data}")
+    if args.resume and not state_path(args.out).is_file():
+        raise CapscopeError(f"--resume: no training state at {state_path(args.out)}")
+    train_infometic(_info_config(args, clip=args.clip, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
+                                 data=args.data, resume=args.resume, half=args.half))
+    return 0
+
+
+def run_train_demo(args) -> int:
+    from capscope.demo.train_demo import train_demo
+
+    train_demo(args)
+    return 0
+
+
+def run_evaluate(args) -> int:
+    import json
+
+    from capscope.bench.evaluate import evaluate_gold, format_figures, read_gold, scorer_for
+
+    if not args.gold.is_file():
+        raise CapscopeError(f"--gold: no file at {args.gold}")
+    try:
+        items = read_gold(args.gold)
+    except ValueError as err:
+        raise CapscopeError(str(err)) from None
+    scorer = scorer_for(args)
+    figures = evaluate_gold(scorer, args.metric, items, args.gold.parent, token_rule=args.token_rule,
+                            beta=args.beta, batch_size=args.batch_size, progress=not args.json)
+    print(json.dumps(figures) if args.json else format_figures(figures))
     return 0

@@ -1,0 +1,154 @@
+"""`capscope evaluate` (CONTRACTS §3): score every gold item with its own
+tokens and regions through the public `Scorer`, then compare with the gold
+labels (`bench.gold`), under both token rules, with FOIL pairing where the
+file has clean/polluted twins."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .gold import accuracy, evaluate, f1, foil_accuracy
+
+CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
+                 "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")
+OVERALL_KEY = {"infometic": "overall", "infoclip": "overall", "hice": "hice", "clip-s": "clip_s", "pac-s": "pac_s"}
+RULES = ("paper", "relative")
+
+
+def read_gold(path) -> list[dict]:
+    items = []
+    with open(path) as lines:
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+    return items
+
+
+def scorer_row(item: dict) -> dict:
+    """The item as a scoring row: its own tokens and regions, nothing re-derived."""
+    return {
+        "id": item["id"], "image": item["image"], "caption": item["caption"],
+        "references": item.get("references"),
+        "tokens": [{k: t[k] for k in ("text", "start", "end", "semantic")} for t in item["tokens"]],
+        "regions": [{"box": r["box"]} for r in item["regions"]],
+    }
+
+
+def predict(scorer, metric: str, items: list[dict], base_dir: Path, batch_size: int = 32,
+            progress: bool = False) -> tuple[list[dict], list[str]]:
+    """Per item the metric's output (empty dict when the row failed) and the errors met."""
+    from tqdm import tqdm
+
+    predictions, errors = [], []
+    bar = tqdm(total=len(items), desc=f"evaluate {metric}", unit="item", disable=not progress, mininterval=5.0)
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        for item, row in zip(chunk, scorer.score_batch([scorer_row(i) for i in chunk], base_dir=base_dir)):
+            out = row["metrics"].get(metric)
+            if out is None:
+                errors.append(f"{item['id']}: {row.get('error')}")
+            predictions.append(out or {})
+        bar.update(len(chunk))
+    bar.close()
+    return predictions, errors
+
+
+def decisions_under(rule: str, beta: float, item: dict, prediction: dict) -> list:
+    """token_correct recomputed from the reported piece scores under a token rule
+    (InfoMetIC family only; others keep their own decisions)."""
+    from capscope.metrics.registry import InfoFamilyMetric
+    from capscope.metrics.text import Piece, Token
+
+    if "pieces" not in prediction or prediction.get("token_scores") is None:
+        return prediction.get("token_correct") or [None] * len(item["tokens"])
+    tokens = [Token(t["text"], t["start"], t["end"], bool(t.get("semantic"))) for t in item["tokens"]]
+    pieces = [Piece(0, p["text"], p["token"]) for p in prediction["pieces"]]
+    threshold = InfoFamilyMetric("infometic", None, beta, rule).word_threshold(tokens, pieces)
+    return [
+        (s > threshold) if (t.semantic and s is not None) else None
+        for t, s in zip(tokens, prediction["token_scores"])
+    ]
+
+
+def rule_figures(items: list[dict], predictions: list[dict], beta: float) -> dict:
+    from .gold import collect_tokens
+
+    out = {}
+    for rule in RULES:
+        redecided = [dict(p, token_correct=decisions_under(rule, beta, item, p)) for item, p in zip(items, predictions)]
+        judged = collect_tokens(items, redecided)
+        out[rule] = {"text_accuracy": accuracy(judged.gold, judged.decided),
+                     "incorrect_token_f1": f1(judged.gold, judged.decided)}
+    return out
+
+
+def evaluate_gold(scorer, metric: str, items: list[dict], base_dir: Path, *, token_rule: str = "paper",
+                  beta: float = 0.1, batch_size: int = 32, progress: bool = False) -> dict:
+    predictions, errors = predict(scorer, metric, items, base_dir, batch_size, progress)
+    if token_rule in RULES:
+        predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p)) if p else p
+                       for item, p in zip(items, predictions)]
+    figures = evaluate(items, predictions, metric)
+    figures["token_rule"], figures["beta"] = token_rule, beta
+    figures["token_rules"] = rule_figures(items, predictions, beta)
+    key = OVERALL_KEY.get(metric)
+    overall = {item["id"]: p["scores"][key] for item, p in zip(items, predictions)
+               if p and key in p.get("scores", {})}
+    figures["foil"] = foil_accuracy(items, overall)
+    figures["n_errors"] = len(errors)
+    if errors:
+        figures["first_error"] = errors[0]
+    return figures
+
+
+def format_figures(figures: dict) -> str:
+    """Human-readable figures with the trivial rule beside each."""
+    trivial = figures["trivial"]
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"
+    lines = [f"{figures['metric']}: {figures['n_items']} items, {figures['n_tokens']} labelled semantic tokens "
+             f"({figures['n_incorrect_tokens']} incorrect), {figures['n_regions']} labelled regions "
+             f"({figures['n_mentioned_regions']} mentioned); token rule {figures['token_rule']}, beta {figures['beta']}"]
+    for key in CONTRACT_KEYS[2:]:
+        lines.append(f"  {key:24s} {fmt(figures[key]):>7s}   (trivial {fmt(trivial.get(key))})")
+    for rule, values in figures["token_rules"].items():
+        lines.append(f"  rule {rule:8s} text_accuracy {fmt(values['text_accuracy'])}, "
+                     f"incorrect_token_f1 {fmt(values['incorrect_token_f1'])}")
+    foil = figures["foil"]
+    lines.append(f"  FOIL (clean above polluted twin) {fmt(foil['foil_accuracy'])} over {foil['n_pairs']} pairs (chance 0.500)")
+    if figures.get("n_errors"):
+        lines.append(f"  {figures['n_errors']} items failed, e.g. {figures['first_error']}")
+    return "\n".join(lines)
+
+
+def scorer_for(args):
+    """The Scorer `capscope evaluate` uses: given regions only (each item's own),
+    the metric and models asked for. A demo CLIP (`--clip-model
+    capscope-demo-clip`) is registered with open_clip from the config beside its
+    checkpoint and fed crops in the style it was trained on."""
+    from capscope.metrics.scorer import Scorer
+
+    demo_clip = args.clip_model == "capscope-demo-clip"
+    if demo_clip:
+        from capscope.demo.clip_model import config_path_beside, register_demo_clip_config
+
+        beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
+        register_demo_clip_config(beside if beside is not None and beside.is_file() else None)
+    scorer = Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
+                    regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
+                    token_rule=args.token_rule)
+    if demo_clip:
+        _use_demo_crops(scorer)
+    return scorer
+
+
+def _use_demo_crops(scorer) -> None:
+    from capscope.demo.train_infometic import DEMO_CROP
+    from capscope.metrics.encoder import CropStyle
+
+    for metric in scorer.metrics.values():
+        backbone = getattr(metric, "backbone", None)
+        if backbone is not None and backbone.name.startswith("capscope-demo-clip"):
+            backbone.crop = CropStyle(**DEMO_CROP)

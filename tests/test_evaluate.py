@@ -1,0 +1,86 @@
+"""`capscope evaluate` (CONTRACTS §3): the contract's keys, both token rules,
+FOIL pairing, and the shipped demo model against the issue's bars."""
+import json
+
+import pytest
+import torch
+
+from capscope.bench.evaluate import CONTRACT_KEYS, decisions_under
+from capscope.cli import main
+from capscope.metrics.loading import demo_model_path
+
+
+@pytest.fixture(scope="module")
+def gold_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gold")
+    assert main(["demo-data", "--out", str(folder), "--n", "4", "--seed", "77"]) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from capscope.demo.clip_model import new_demo_clip, save_demo_clip
+    from capscope.demo.train_infometic import InfoTrainConfig, train_infometic
+
+    folder = tmp_path_factory.mktemp("model")
+    torch.manual_seed(0)
+    save_demo_clip(new_demo_clip(), folder / "demo_clip.pt")
+    config = InfoTrainConfig(out=folder / "head.pt", clip=folder / "demo_clip.pt", demo_scenes=12, batch_size=4,
+                             minutes=None, steps=1, threads=1, progress=False, intra_layers=1, inter_layers=1)
+    train_infometic(config)
+    return folder
+
+
+def test_json_has_the_contract_keys(gold_dir, tiny_checkpoint, capsys):
+    code = main(["evaluate", "--gold", str(gold_dir / "captokeneval.jsonl"), "--metric", "infometic", "--json",
+                 "--device", "cpu", "--infometic-checkpoint", str(tiny_checkpoint / "head.pt")])
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert set(CONTRACT_KEYS) <= set(figures)
+    assert figures["metric"] == "infometic" and figures["n_items"] == 8
+    assert set(figures["token_rules"]) == {"paper", "relative"}
+    assert figures["foil"]["n_pairs"] == 4
+    assert figures["trivial"]["incorrect_token_f1"] == 0.0
+    assert figures["n_errors"] == 0
+
+
+def test_infoclip_on_the_demo_clip(gold_dir, tiny_checkpoint, capsys):
+    code = main(["evaluate", "--gold", str(gold_dir / "captokeneval.jsonl"), "--metric", "infoclip", "--json",
+                 "--device", "cpu", "--clip-model", "capscope-demo-clip",
+                 "--clip-pretrained", str(tiny_checkpoint / "demo_clip.pt")])
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["n_errors"] == 0 and figures["vision_accuracy"] is not None
+
+
+def test_missing_gold_is_a_user_error(tmp_path, capsys):
+    assert main(["evaluate", "--gold", str(tmp_path / "none.jsonl"), "--metric", "infometic"]) == 2
+    assert "no file" in capsys.readouterr().err
+
+
+def test_token_rules_differ_on_long_captions():
+    words = "a b c d e f g h i j k l".split()
+    caption = " ".join(words)
+    tokens, start = [], 0
+    for w in words:
+        tokens.append({"text": w, "start": start, "end": start + 1, "semantic": True})
+        start += 2
+    share = 1 / len(words)
+    prediction = {"token_scores": [share] * len(words),
+                  "pieces": [{"text": w, "token": i, "score": share} for i, w in enumerate(words)]}
+    item = {"caption": caption, "tokens": tokens}
+    assert not any(decisions_under("paper", 0.1, item, prediction))      # 1/12 < 0.1: all flagged
+    assert all(decisions_under("relative", 0.1, item, prediction))
+
+
+@pytest.mark.skipif(not demo_model_path().is_file(), reason="the demo model is not shipped yet")
+def test_shipped_demo_model_meets_the_bars(tmp_path, capsys):
+    assert main(["demo-data", "--out", str(tmp_path), "--n", "80", "--seed", "4242"]) == 0
+    capsys.readouterr()
+    code = main(["evaluate", "--gold", str(tmp_path / "captokeneval.jsonl"), "--metric", "infometic", "--json",
+                 "--device", "cpu", "--token-rule", "relative", "--infometic-checkpoint", str(demo_model_path())])
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["vision_accuracy"] >= 0.90 and figures["region_auroc"] >= 0.95
+    assert figures["text_accuracy"] >= 0.95 and figures["incorrect_token_f1"] >= 0.75
+    assert figures["foil"]["foil_accuracy"] >= 0.90
