@@ -10,6 +10,7 @@ from .clipscore import CLIP_S_WEIGHT, PAC_S_WEIGHT, PROMPT, clip_s, ref_score
 from .encoder import ClipBackbone, ImageFeatures
 from .infometic import InfoMetIC, infoclip
 from .text import Piece, Token, bpe_pieces, model_ids
+from .threads import few_threads
 
 METRIC_NAMES = ("clip-s", "pac-s", "infoclip", "infometic", "hice")
 BETA = 0.1
@@ -90,8 +91,9 @@ class InfoFamilyMetric:
             p = bpe_pieces(pair.caption, pair.tokens, self.backbone.tokenizer)
             i, m, k = model_ids(p, self.max_len)
             pieces.append(p[:k]); ids.append(i); masks.append(m); kept.append(k)
-        t_g = self.backbone.encode_ids([i[: k + 2] for i, k in zip(ids, kept)])
-        flat = self.backbone.encode_pieces([x for i in ids for x in i])
+        with few_threads(sum(k + 2 for k in kept), device=self.backbone.device):  # a re-score: one thread is faster
+            t_g = self.backbone.encode_ids([i[: k + 2] for i, k in zip(ids, kept)])
+            flat = self.backbone.encode_pieces([x for i in ids for x in i])
         tokens = flat.view(len(pairs), self.max_len, -1)
         return pieces, t_g, tokens, torch.tensor(masks, dtype=torch.float32)
 
@@ -186,7 +188,8 @@ class InfoMetICMetric(InfoFamilyMetric):
                 torch.tensor([images[i].size for i in idx], dtype=torch.float32),
                 t_g[idx], tokens[idx], masks[idx],
             ]
-            recall, precision, cos, a_v, a_t = self.model(*[x.to(device) for x in batch])
+            with few_threads(len(idx) * (n + 2 + self.max_len), device=device):
+                recall, precision, cos, a_v, a_t = self.model(*[x.to(device) for x in batch])
             scores = [
                 {"precision": float(p), "recall": float(r), "overall": float(p + r),
                  "overall_plus": float(p + r + 100.0 * c)}
