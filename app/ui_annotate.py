@@ -73,11 +73,11 @@ class Suggestions:
 
     def _stored(self, user: UserInfo, item: dict):
         full = workflow.get_item(self.store, user, item["item_id"], include_predictions=True)
-        for prediction in full.get("predictions") or []:
-            if prediction["metric"] in TOKEN_METRICS and prediction.get("token_scores"):
-                return _decided(item, prediction["token_scores"], prediction.get("region_scores") or [],
-                                prediction["metric"])
-        return None
+        stored = {p["metric"]: p for p in full.get("predictions") or [] if p.get("token_scores")}
+        metric = next((m for m in TOKEN_METRICS if m in stored), None)
+        if metric is None:
+            return None
+        return _decided(item, stored[metric]["token_scores"], stored[metric].get("region_scores") or [], metric)
 
     def _computed(self, item: dict):
         if self.models is None:
@@ -100,7 +100,11 @@ class Suggestions:
         return item["_path"]
 
 
-def _decided(item: dict, token_scores: list, region_scores: list, metric: str, beta: float = 0.1):
+def _decided(item: dict, token_scores: list, region_scores: list, metric: str):
+    """Stored scores to (wrong tokens, mentioned regions) by the metric's own threshold."""
+    from capscope.ui_inspect import THRESHOLDS
+
+    beta = THRESHOLDS.get(metric, 0.1)
     wrong = {i for i, (t, s) in enumerate(zip(item["tokens"], token_scores))
              if t["semantic"] and s is not None and s <= beta}
     mentioned = {i for i, s in enumerate(region_scores) if s is not None and s > beta}

@@ -3,6 +3,7 @@ against gold labels, score distributions, agreement, exports) and Admin
 (import, users). Plain functions first, Gradio wiring last."""
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shutil
@@ -17,7 +18,7 @@ from PIL import Image
 from capscope import ui_draw, ui_queries
 from capscope.annotation import agreement, browse, export, importer
 from capscope.annotation.errors import AnnotationError
-from capscope.annotation.users import add_user, list_users
+from capscope.annotation.users import add_user, get_user, list_users
 from capscope.annotation.votes import iter_items
 from capscope.db import Store, data_dir
 from capscope.ui_inspect import METRIC_TITLES, shaded_tokens, token_segments
@@ -92,16 +93,35 @@ def evaluation_rows(pairs: list[tuple[dict, dict]]) -> list[list]:
     if not pairs:
         return []
     items = [gold for gold, _ in pairs]
-    metrics = list(dict.fromkeys(m for _, row in pairs for m in row["metrics"]))
+    metrics = [m for m in dict.fromkeys(m for _, row in pairs for m in row["metrics"])
+               if any(_judges_units(row["metrics"].get(m)) for _, row in pairs)]
     table, trivial = [], None
     for metric in metrics:
-        predictions = [row["metrics"].get(metric) or {} for _, row in pairs]
+        predictions = [_aligned_prediction(gold, row["metrics"].get(metric)) for gold, row in pairs]
         figures = evaluate(items, predictions, metric)
         trivial = figures["trivial"]
         table.append([METRIC_TITLES.get(metric, metric), figures["n_items"], *[_round(figures[f]) for f in FIGURES]])
     if trivial:
         table.append(["trivial rule (all correct / none mentioned)", len(items), *[_round(trivial[f]) for f in FIGURES]])
     return table
+
+
+def _judges_units(result: dict | None) -> bool:
+    """Whether a metric says anything per token or region (CLIP-S, PAC-S do not)."""
+    result = result or {}
+    return any(v is not None for v in result.get("token_scores") or []) or bool(result.get("region_scores"))
+
+
+def _aligned_prediction(gold: dict, result: dict | None) -> dict:
+    """The metric's per-unit verdicts, with None where it gave none, one per gold token and region."""
+    result = result or {}
+    out = {}
+    for kind, keys in (("tokens", ("token_scores", "token_correct")), ("regions", ("region_scores", "region_mentioned"))):
+        size = len(gold[kind])
+        for key in keys:
+            values = result.get(key) or []
+            out[key] = list(values) if len(values) == size else [None] * size
+    return out
 
 
 def _round(value):
@@ -180,6 +200,10 @@ def table_rows(page: dict) -> list[list]:
             row.append(_round(item["score"]))
         rows.append(row)
     return rows
+
+
+def dataset_choices(store: Store) -> list[tuple[str, str]]:
+    return [("all datasets", "")] + [(name, name) for name in ui_queries.dataset_names(store)]
 
 
 def sort_choices(store: Store) -> list[tuple[str, str]]:
@@ -291,18 +315,49 @@ def add_user_action(store: Store, name: str, password: str, role: str) -> tuple[
 
 # ---------------------------------------------------------------- Gradio wiring
 
+def is_admin(store: Store, request) -> bool:
+    name = getattr(request, "username", None)
+    try:
+        return bool(name) and get_user(store, name).is_admin
+    except AnnotationError:
+        return False
+
+
+def admin_only(store: Store, fn, outputs: int | None = None):
+    """`fn` for admins only: the hidden tabs' endpoints stay reachable through
+    the API, so every call checks the caller's role in the store. Others get
+    an error, or with `outputs` (page loads) nothing changed."""
+    signature = inspect.signature(fn)
+    request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                annotation=gr.Request)
+
+    def guarded(*args):
+        if not is_admin(store, args[-1] if args else None):
+            if outputs is not None:
+                return gr.skip() if outputs == 1 else tuple(gr.skip() for _ in range(outputs))
+            raise gr.Error("This needs the admin role.")
+        return fn(*args[:-1])
+
+    guarded.__signature__ = signature.replace(parameters=[*signature.parameters.values(), request])
+    guarded.__annotations__ = {"request": gr.Request}  # Gradio reads type hints, not the signature
+    guarded.__name__ = getattr(fn, "__name__", "admin_call")
+    return guarded
+
+
 def build_explore(store: Store, scores: DatasetScores) -> dict:
     c: dict = {}
     with gr.Row():
-        c["dataset"] = gr.Dropdown(label="Dataset", choices=[""], value="", scale=1)
+        c["dataset"] = gr.Dropdown(label="Dataset", choices=[("all datasets", "")], value="", allow_custom_value=True, scale=1)
         c["status"] = gr.Dropdown(label="Status", choices=list(browse.STATUS_FILTERS), value="all", scale=1)
         c["sort"] = gr.Dropdown(label="Sort by", choices=list(browse.SORTS), value="id", scale=2)
         c["descending"] = gr.Checkbox(label="Descending", value=False, scale=1)
-        c["annotator"] = gr.Dropdown(label="Annotator", choices=[""], value="", scale=1)
+        c["annotator"] = gr.Dropdown(label="Annotator", choices=[("everyone", "")], value="", allow_custom_value=True, scale=1)
         c["search"] = gr.Textbox(label="Search caption or id", scale=2)
         c["page"] = gr.Number(label="Page", value=1, precision=0, minimum=1, scale=1)
     c["total"] = gr.Markdown()
-    c["table"] = gr.Dataframe(headers=TABLE_COLUMNS, interactive=False, wrap=True, elem_id="cs-explore-table")
+    c["table"] = gr.Dataframe(headers=TABLE_COLUMNS, interactive=False, wrap=True, elem_id="cs-explore-table",
+                              column_widths=["5%", "14%", "6%", "35%", "6%", "6%", "6%", "6%", "6%", "5%", "5%"],
+                              max_height=420)
     gr.Markdown("Select a row to compare the model with the gold labels.")
     c["note"] = gr.Markdown()
     with gr.Row():
@@ -315,21 +370,21 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
 
     filters = [c[k] for k in ("dataset", "status", "sort", "descending", "annotator", "search", "page")]
 
-    def refresh(*values):
-        rows, total, headers = explore_page(store, *values)
+    def refresh(dataset, status, sort, descending, annotator, search, page):
+        rows, total, headers = explore_page(store, dataset, status, sort, descending, annotator, search, page)
         return gr.update(value=rows, headers=headers), total
 
     for component in filters:
         event = component.submit if isinstance(component, gr.Textbox) else component.change
-        event(refresh, filters, [c["table"], c["total"]], api_visibility="private")
+        event(admin_only(store, refresh), filters, [c["table"], c["total"]], api_visibility="private")
 
     def choices():
-        datasets = [""] + ui_queries.dataset_names(store)
-        return (gr.update(choices=datasets), gr.update(choices=[""] + ui_queries.annotator_names(store)),
+        return (gr.update(choices=dataset_choices(store)),
+                gr.update(choices=[("everyone", "")] + [(n, n) for n in ui_queries.annotator_names(store)]),
                 gr.update(choices=sort_choices(store)))
 
-    c["load"] = [(choices, None, [c["dataset"], c["annotator"], c["sort"]]),
-                 (refresh, filters, [c["table"], c["total"]])]
+    c["load"] = [(admin_only(store, choices, 3), None, [c["dataset"], c["annotator"], c["sort"]]),
+                 (admin_only(store, refresh, 2), filters, [c["table"], c["total"]])]
 
     def on_row(table, evt: gr.SelectData):
         row = evt.row_value if evt.row_value is not None else None
@@ -337,7 +392,7 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         return gold_and_model(store, scores, int(row[0]), None)
 
-    c["table"].select(on_row, c["table"], [c["gold_image"], c["model_image"], c["gold_tokens"], c["model_tokens"],
+    c["table"].select(admin_only(store, on_row), c["table"], [c["gold_image"], c["model_image"], c["gold_tokens"], c["model_tokens"],
                                            c["note"]], api_visibility="private", concurrency_id="model",
                       concurrency_limit=1)
     return c
@@ -349,7 +404,7 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
                 "and regions), with the trivial rule beside it. Scoring stores the model's predictions, so that "
                 "Explore can sort by score and uncertainty and Annotate can show them as suggestions.")
     with gr.Row():
-        c["dataset"] = gr.Dropdown(label="Dataset", choices=[""], value="")
+        c["dataset"] = gr.Dropdown(label="Dataset", choices=[("all datasets", "")], value="", allow_custom_value=True)
         c["limit"] = gr.Slider(4, 500, value=48, step=4, label="Items to score")
         c["run"] = gr.Button("Score and evaluate", variant="primary")
     c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold")
@@ -368,11 +423,11 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
         pairs = scores.score_dataset(dataset or None, int(limit), progress)
         return evaluation_rows(pairs), distribution_plot(pairs)
 
-    c["run"].click(run, [c["dataset"], c["limit"]], [c["figures"], c["plot"]], api_name="evaluate",
+    c["run"].click(admin_only(store, run), [c["dataset"], c["limit"]], [c["figures"], c["plot"]], api_name="evaluate",
                    concurrency_id="model", concurrency_limit=1)
-    c["agreement_button"].click(lambda d: agreement_tables(store, d), c["dataset"],
+    c["agreement_button"].click(admin_only(store, lambda d: agreement_tables(store, d)), c["dataset"],
                                 [c["agreement"], c["annotators"], c["pairs"]], api_name="agreement")
-    c["load"] = [(lambda: gr.update(choices=[""] + ui_queries.dataset_names(store)), None, c["dataset"])]
+    c["load"] = [(admin_only(store, lambda: gr.update(choices=dataset_choices(store)), 1), None, c["dataset"])]
     return c
 
 
@@ -384,7 +439,7 @@ def build_export(store: Store, c: dict, dataset=None, api: bool = True) -> None:
     c["export_file"] = gr.File(label="Export", interactive=False)
     for fmt, button in buttons.items():
         visibility = {"api_name": f"export_{fmt}"} if api else {"api_visibility": "private"}
-        button.click(lambda d=None, fmt=fmt: export_file(store, fmt, d or None), dataset, c["export_file"],
+        button.click(admin_only(store, lambda d=None, fmt=fmt: export_file(store, fmt, d or None)), dataset, c["export_file"],
                      **visibility)
 
 
@@ -408,9 +463,9 @@ def build_admin(store: Store) -> dict:
             c["import"] = gr.Button("Import")
             c["report"] = gr.Markdown()
     build_export(store, c, None, api=False)
-    c["add"].click(lambda n, p, r: add_user_action(store, n, p, r), [c["name"], c["password"], c["role"]],
+    c["add"].click(admin_only(store, lambda n, p, r: add_user_action(store, n, p, r)), [c["name"], c["password"], c["role"]],
                    [c["message"], c["users"]], api_visibility="private")
-    c["import"].click(lambda f, k, d, n: import_files(store, f, k, d, n),
+    c["import"].click(admin_only(store, lambda f, k, d, n: import_files(store, f, k, d, n)),
                       [c["files"], c["kind"], c["dataset"], c["per_item"]], c["report"], api_visibility="private")
-    c["load"] = [(lambda: users_rows(store), None, c["users"])]
+    c["load"] = [(admin_only(store, lambda: users_rows(store), 1), None, c["users"])]
     return c

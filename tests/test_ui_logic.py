@@ -305,3 +305,31 @@ def test_demo_examples_pair_polluted_with_clean(dataset):
     examples = demo_examples(tmp_path)
     assert len(examples) == 2 and examples[0]["regions"][0] == {"box": BOXES[0]}
     assert demo_examples(None) == []
+
+
+def test_admin_only_checks_the_callers_role(dataset):
+    import gradio as gr
+
+    store, *_ = dataset
+    request = lambda name: type("Request", (), {"username": name})()  # noqa: E731
+    double = ui_explore.admin_only(store, lambda x: 2 * x)
+    assert double(21, request("boss")) == 42
+    with pytest.raises(gr.Error):
+        double(21, request("ann"))
+    quiet = ui_explore.admin_only(store, lambda: (1, 2), outputs=2)
+    assert len(quiet(request(None))) == 2
+    assert list(__import__("inspect").signature(double).parameters) == ["x", "request"]
+
+
+def test_suggestions_prefer_infometic_predictions(dataset):
+    from capscope.ui_annotate import Suggestions
+
+    store, ann, _, _ = dataset
+    scores = ui_explore.DatasetScores(store, models=None)
+    hice = model_row([None, 0.3, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.3, 0.3], metric="hice")
+    info = model_row([None, 0.02, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.01, 0.3])
+    info["metrics"].update(hice["metrics"])
+    scores.store_predictions([({"id": "s0-clean", "dataset": "demo"}, info)])
+    item = Annotator(store).next(ann)
+    wrong, mentioned, metric = Suggestions(store, None).get(ann, item)
+    assert metric == "infometic" and wrong == {1} and mentioned == {0, 2}

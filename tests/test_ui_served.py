@@ -97,6 +97,19 @@ def test_api_score_caption(served):
     assert any(row[0] == "InfoMetIC" and row[1] == "overall" for row in table["data"])
 
 
+def test_api_admin_endpoints_check_the_role(served):
+    from gradio_client import Client
+
+    admin = Client(served.url + "/", auth=("admin", ADMIN_PASSWORD), verbose=False)
+    figures, plot = admin.predict("demo", 4, api_name="/evaluate")
+    names = [row[0] for row in figures["data"]]
+    assert "InfoMetIC" in names and names[-1].startswith("trivial") and figures["data"][0][1] == 4
+    exported = admin.predict("demo", api_name="/export_captokeneval")
+    assert Path(exported).read_text().count("\n") == 8
+    with pytest.raises(Exception, match="admin"):
+        client(served, "ann2").predict("demo", api_name="/export_captokeneval")
+
+
 def test_api_requires_login(served):
     from gradio_client import Client
 
