@@ -339,7 +339,8 @@ def admin_only(store: Store, fn, outputs: int | None = None):
         return fn(*args[:-1])
 
     guarded.__signature__ = signature.replace(parameters=[*signature.parameters.values(), request])
-    guarded.__annotations__ = {"request": gr.Request}  # Gradio reads type hints, not the signature
+    # Gradio finds event data, progress and request through type hints, not the signature
+    guarded.__annotations__ = {**getattr(fn, "__annotations__", {}), "request": gr.Request}
     guarded.__name__ = getattr(fn, "__name__", "admin_call")
     return guarded
 
@@ -431,6 +432,12 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
     return c
 
 
+def _exporter(store: Store, fmt: str):
+    def export_(dataset: str | None = None) -> str:
+        return export_file(store, fmt, dataset or None)
+    return export_
+
+
 def build_export(store: Store, c: dict, dataset=None, api: bool = True) -> None:
     """Export buttons: each writes the file and offers it for download."""
     gr.Markdown("### Export")
@@ -439,7 +446,7 @@ def build_export(store: Store, c: dict, dataset=None, api: bool = True) -> None:
     c["export_file"] = gr.File(label="Export", interactive=False)
     for fmt, button in buttons.items():
         visibility = {"api_name": f"export_{fmt}"} if api else {"api_visibility": "private"}
-        button.click(admin_only(store, lambda d=None, fmt=fmt: export_file(store, fmt, d or None)), dataset, c["export_file"],
+        button.click(admin_only(store, _exporter(store, fmt)), dataset, c["export_file"],
                      **visibility)
 
 

@@ -110,6 +110,20 @@ def test_api_admin_endpoints_check_the_role(served):
         client(served, "ann2").predict("demo", api_name="/export_captokeneval")
 
 
+def test_region_click_reports_best_matching_words(served):
+    from capscope.ui_inspect import click_report, score_caption
+
+    image = Image.open(sorted((Path(os.environ["CAPSCOPE_DATA_DIR"]) / "demo-data" / "images").glob("*.png"))[0])
+    image = image.convert("RGB")
+    boxes = [{"box": [10, 10, 80, 80]}, {"box": [120, 120, 200, 200]}]
+    row = score_caption(served.models, image, "a large red circle and a blue star.", "", boxes)
+    drawn, report = click_report(served.models, image, row, "infometic", [3 * 150, 3 * 150])
+    assert "Region 2" in report and "best match" in report
+    assert any(word in report for word in ("large", "red", "circle", "blue", "star"))
+    assert drawn.size == (672, 672)
+    assert click_report(served.models, image, row, "infometic", [3 * 100, 3 * 5])[1] == "No region under that point."
+
+
 def test_api_requires_login(served):
     from gradio_client import Client
 
