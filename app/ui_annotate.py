@@ -63,10 +63,11 @@ class Suggestions:
     def cached(self, item_id: int) -> tuple[set[int], set[int], str] | None:
         return self._cache.get(item_id)
 
-    def get(self, user: UserInfo, item: dict) -> tuple[set[int], set[int], str] | None:
+    def get(self, user: UserInfo, item: dict, compute: bool = True) -> tuple[set[int], set[int], str] | None:
+        """Cached, else stored, else (with `compute`) scored now."""
         if item["item_id"] in self._cache:
             return self._cache[item["item_id"]]
-        found = self._stored(user, item) or self._computed(item)
+        found = self._stored(user, item) or (self._computed(item) if compute else None)
         if found is not None:
             self._cache[item["item_id"]] = found
         return found
@@ -255,13 +256,13 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     outputs = [c["item_id"], c["header"], c["image"], c["gallery"], c["tokens"], c["saved"], c["progress"],
                c["suggested"]]
 
-    def render(user: UserInfo, item: dict | None, note: str = "", show_suggestions: bool = False) -> tuple:
+    def render(user: UserInfo, item: dict | None, note: str = "", show_suggestions: bool = False,
+               compute: bool = False) -> tuple:
         progress = progress_html(annotator.progress(user))
         if item is None:
             return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "")
-        suggestion = annotator.suggestions.cached(item["item_id"]) if show_suggestions else None
-        if show_suggestions and suggestion is None:
-            suggestion = annotator.suggestions.get(user, item)
+        # label clicks never run the model: only the suggestions handler (model queue) computes
+        suggestion = annotator.suggestions.get(user, item, compute) if show_suggestions else None
         wrong, mentioned = (suggestion[0], suggestion[1]) if suggestion else (None, None)
         chosen = set(item["labels"]["mentioned_regions"]) if item.get("labels") else set()
         image = _image(item["_path"])
@@ -269,12 +270,13 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
         hint = ""
         if show_suggestions:
             hint = ("Model suggestions (" + suggestion[2] + "): faint red words, dashed boxes." if suggestion
+                    else "Model suggestions are being computed…" if not compute
                     else "No model suggestions for this item.")
         return (item["item_id"], item_header(item), ui_draw.labels_overlay(image, boxes, chosen, mentioned),
                 ui_draw.thumbnails(image, boxes, chosen), token_values(item, wrong),
                 saved_text(item.get("labels"), note), progress, hint)
 
-    def run(request: gr.Request | None, item_id, show, action, *args) -> tuple:
+    def run(request: gr.Request | None, item_id, show, action, *args, compute: bool = False) -> tuple:
         """`action(user, item_id, *args)` -> (item, note), drawn; workflow errors go to the status line."""
         try:
             user = annotator.user(request.username if request else None)
@@ -286,7 +288,7 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
             except AnnotationError as err:
                 item = annotator.item(user, item_id) if item_id else annotator.next(user)
                 note = f"⚠ not saved: {html.escape(str(err))}"
-            return render(user, item, note, show)
+            return render(user, item, note, show, compute)
 
     def open_next(user, item_id):
         return annotator.next(user), ""
@@ -366,17 +368,23 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
         return run(request, item_id, show, open_next)
 
     def on_reload(item_id, show, request: gr.Request):
-        return run(request, item_id, show, current)
+        return run(request, item_id, show, current, compute=True)
+
+    def on_suggest(item_id, show, request: gr.Request):
+        """After moving to another item: its suggestions, when they are shown and not known yet."""
+        if not show or item_id is None or annotator.suggestions.cached(item_id) is not None:
+            return tuple(gr.skip() for _ in outputs)
+        return on_reload(item_id, show, request)
 
     gr.Button(visible=False).click(api_toggle_token, [*state, api_index], outputs, api_name="toggle_token", **db)
     gr.Button(visible=False).click(api_toggle_region, [*state, api_index], outputs, api_name="toggle_region", **db)
     c["undo"].click(on_undo, state, outputs, trigger_mode="multiple", api_name="undo", **db)
-    c["submit"].click(on_submit, state, outputs, api_name="submit", **db)
-    c["skip"].click(on_skip, state, outputs, api_name="skip", **db)
-    c["next"].click(on_next, state, outputs, api_name="next", **db)
+    model = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
+    for button, handler, name in ((c["submit"], on_submit, "submit"), (c["skip"], on_skip, "skip"),
+                                  (c["next"], on_next, "next")):
+        button.click(handler, state, outputs, api_name=name, **db).then(on_suggest, state, outputs, **model)
     # suggestions may need the model: they queue with inference, so label saves never wait behind them
-    c["prelabels"].change(on_reload, state, outputs, show_progress="minimal", api_visibility="private",
-                          concurrency_id="model", concurrency_limit=1)
+    c["prelabels"].change(on_reload, state, outputs, show_progress="minimal", **model)
     c["guidelines_button"].click(lambda: gr.Accordion(open=True), None, c["guidelines"], api_visibility="private",
                                  queue=False)
     c["open"] = (on_next, state, outputs)

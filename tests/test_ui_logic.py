@@ -333,3 +333,22 @@ def test_suggestions_prefer_infometic_predictions(dataset):
     item = Annotator(store).next(ann)
     wrong, mentioned, metric = Suggestions(store, None).get(ann, item)
     assert metric == "infometic" and wrong == {1} and mentioned == {0, 2}
+
+
+def test_label_clicks_never_run_the_model_for_suggestions(dataset):
+    from capscope.ui_annotate import Suggestions
+
+    store, ann, _, _ = dataset
+
+    class CountingModels:
+        calls = 0
+
+        def score(self, *args, **kwargs):
+            CountingModels.calls += 1
+            return model_row([None, 0.02, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.01, 0.3])
+
+    item = Annotator(store).next(ann)
+    suggestions = Suggestions(store, CountingModels())
+    assert suggestions.get(ann, item, compute=False) is None and CountingModels.calls == 0
+    assert suggestions.get(ann, item)[:2] == ({1}, {0, 2}) and CountingModels.calls == 1
+    assert suggestions.cached(item["item_id"]) is not None
