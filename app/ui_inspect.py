@@ -292,4 +292,7 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
     for side in ("a", "b"):
         fn, inputs, outputs = make_scorer(side)
         picked = picked.then(fn, inputs, outputs, api_visibility="private", **model_queue)
-    c["image"].upload(lambda: None, None, c["regions"], api_visibility="private")
+    uploaded = c["image"].upload(lambda: None, None, c["regions"], api_visibility="private")
+    for side in ("a", "b"):
+        fn, inputs, outputs = make_scorer(side)
+        uploaded = uploaded.then(fn, inputs, outputs, api_visibility="private", **model_queue)

@@ -61,8 +61,14 @@ def client(served, user="ann1"):
 def test_first_run_seeded_demo_data_and_admin(served):
     from capscope.ui_queries import dataset_names
 
+    import httpx
+
     assert dataset_names(served.store) == ["demo"]
     assert get_user(served.store, "admin").is_admin
+    # one port: the API and its schema next to the UI at /
+    assert httpx.get(served.url + "/api/health").json()["status"] == "ok"
+    assert "/api/items/next" in httpx.get(served.url + "/openapi.json").json()["paths"]
+    assert httpx.get(served.url + "/api/items/next").status_code == 401
 
 
 def test_api_annotate_round_trip(served):
