@@ -45,7 +45,7 @@ def _training_options(parser, minutes: float) -> None:
 
 def _head_options(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="images per step (each: clean, polluted, second caption)")
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--lr", type=float, default=7e-4)
     parser.add_argument("--intra-layers", type=int, default=2, help="layers of each intra-modal encoder")
     parser.add_argument("--inter-layers", type=int, default=2, help="layers of the inter-modal encoder")
     parser.add_argument("--demo-scenes", type=int, default=4000, help="demo scenes encoded once (captions are drawn afresh each step)")

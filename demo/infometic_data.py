@@ -30,6 +30,7 @@ from capscope.metrics.text import Token, load_spacy, tokenize
 log = logging.getLogger(__name__)
 
 IGNORE = -1
+OTHER = 2          # a piece of a non-semantic word: never judged, should draw no attention
 GROUNDING_IOU = 0.5
 
 
@@ -296,7 +297,7 @@ class TextBatch:
     t_g: torch.Tensor           # B x D
     tokens: torch.Tensor        # B x L x D
     mask: torch.Tensor          # B x L
-    labels: torch.Tensor        # B x L: 1 correct semantic piece, 0 wrong piece, -1 no label
+    labels: torch.Tensor        # B x L: 1 correct semantic piece, 0 wrong piece, 2 other piece, -1 no piece
     grounding: torch.Tensor     # B x L: region index each piece's phrase names, -1 none
 
 
@@ -328,6 +329,7 @@ class Texts:
         for b, (sample, pair) in enumerate(zip(samples, pairs)):
             boxes = region_boxes[b].tolist()
             for k, piece in enumerate(pieces[b]):
+                labels[b, k + 1] = OTHER
                 if piece.token is None:
                     continue
                 token = pair.tokens[piece.token]

@@ -50,7 +50,7 @@ class InfoTrainConfig:
     resume: bool = False
     batch_size: int = 16
     shifts: int = 3                        # in-batch negatives per image / per caption
-    lr: float = 3e-4
+    lr: float = 7e-4
     weight_decay: float = 0.01
     intra_layers: int = 2
     inter_layers: int = 2
@@ -208,7 +208,7 @@ def text_token_loss(text_attention, labels):
     """Eq. 9: -1/n_s sum over correct semantic pieces of log alpha_t."""
     import torch
 
-    semantic = labels >= 0
+    semantic = (labels == 0) | (labels == 1)
     correct = labels == 1
     log_alpha = torch.log(text_attention.clamp(min=1e-8))
     per_pair = -(log_alpha * correct).sum(-1) / semantic.sum(-1).clamp(min=1)
@@ -228,18 +228,21 @@ def vision_token_loss(region_attention, labels):
     return per_pair[keep].mean() if keep.any() else per_pair.sum() * 0
 
 
-def verify_loss(logits, labels):
-    """Class-balanced BCE on the verifier's per-piece logits (1 = piece checks out)."""
-    import torch
+def verify_loss(logits, labels, other_weight: float = 0.5):
+    """Class-balanced BCE on the verifier's per-piece logits: 1 for a correct
+    semantic piece, 0 for a wrong one and (weighted `other_weight`) for a piece
+    of a non-semantic word, which should draw no text attention either."""
     import torch.nn.functional as F
 
-    parts = []
-    for value in (0, 1):
+    from .infometic_data import OTHER
+
+    parts, weights = [], []
+    for value, target, weight in ((1, 1.0, 1.0), (0, 0.0, 1.0), (OTHER, 0.0, other_weight)):
         chosen = labels == value
-        if chosen.any():
-            target = torch.full_like(logits[chosen], float(value))
-            parts.append(F.binary_cross_entropy_with_logits(logits[chosen], target))
-    return sum(parts) / len(parts) if parts else logits.sum() * 0
+        if chosen.any() and weight > 0:
+            parts.append(weight * F.binary_cross_entropy_with_logits(logits[chosen], logits[chosen].new_full((int(chosen.sum()),), target)))
+            weights.append(weight)
+    return sum(parts) / sum(weights) if parts else logits.sum() * 0
 
 
 def grounding_loss(phrase, grounding):

@@ -65,6 +65,8 @@ class InfoMetIC(nn.Module):
             self.evidence_embedding = nn.Parameter(torch.randn(2, w) * 0.01)
         if config.verify:
             self.verifier = TokenVerifier(w, *clip_match_calibration(clip_backbone))
+            # the text attention starts from the verifier's judgement alone; q . k grows where it helps
+            nn.init.zeros_(self.text_att_query)
 
     def head_parameters(self):
         return [p for n, p in self.named_parameters() if not n.startswith("clip_backbone.")]
@@ -105,10 +107,12 @@ class InfoMetIC(nn.Module):
 
         image_mask = torch.ones(batch, n + 2, device=regions.device)
         image_mask[:, 0] = 0
-        a_v = attention((t_g @ self.img_att_query), image_out @ self.img_att_key, image_mask)
+        region_bias = self.verifier.region_bias(checks, n) if checks is not None else None
+        a_v = attention((t_g @ self.img_att_query), image_out @ self.img_att_key, image_mask, region_bias)
         text_bias = None
         if checks is not None:
-            checks["logits"] = text_bias = self.verifier.judge(text_out, checks["features"])
+            checks["logits"] = self.verifier.judge(text_out, checks["features"])
+            text_bias = self.verifier.attention_bias(checks["logits"])
         a_t = attention((v_g @ self.text_att_query), text_out @ self.text_att_key, text_mask, text_bias)
         scale = self.logit_scale.exp()
         return {
@@ -160,6 +164,7 @@ class TokenVerifier(nn.Module):
 
     N_FEATURES = 7
     FLOOR = -12.0
+    REACH = 4   # offsets beyond this share the outermost bias
 
     def __init__(self, width: int, match_scale: float = 10.0, match_bias: float = -2.0):
         super().__init__()
@@ -174,6 +179,13 @@ class TokenVerifier(nn.Module):
         self.match_bias = nn.Parameter(torch.tensor(float(match_bias)))
         self.group_query = nn.Linear(width, width)
         self.group_key = nn.Linear(width, width)
+        # phrases are local: a learned bias per relative offset, starting at "within two pieces"
+        offsets = torch.arange(-self.REACH, self.REACH + 1).abs()
+        self.group_offset_bias = nn.Parameter(torch.where(offsets <= 2, 0.0, -3.0))
+        self.bias_scale = nn.Parameter(torch.tensor(3.0))  # the verifier's weight in the text attention
+        self.visual = nn.Linear(width, 1)                   # how much a piece's phrase speaks about regions
+        self.region_scale = nn.Parameter(torch.tensor(1.0))
+        self.region_offset = nn.Parameter(torch.tensor(4.0))  # against the null slot's 0
         self.focus = nn.Parameter(torch.tensor(2.0))   # log temperature of the soft region choice
         self.feature_proj = nn.Linear(self.N_FEATURES, width)
         self.judge_mlp = nn.Sequential(
@@ -194,13 +206,16 @@ class TokenVerifier(nn.Module):
     def grouping(self, text_out, text_mask):
         """B x L x L: how much piece j belongs to the phrase of piece i (rows sum to 1)."""
         q, k = self.group_query(text_out), self.group_key(text_out)
-        logits = q @ k.transpose(1, 2) / q.shape[-1] ** 0.5 + (1 - text_mask[:, None, :]) * NEG
-        return logits.softmax(dim=-1)
+        length = text_out.shape[1]
+        position = torch.arange(length, device=text_out.device)
+        offset = (position[None, :] - position[:, None]).clamp(-self.REACH, self.REACH) + self.REACH
+        logits = q @ k.transpose(1, 2) / q.shape[-1] ** 0.5 + self.group_offset_bias[offset]
+        return (logits + (1 - text_mask[:, None, :]) * NEG).softmax(dim=-1)
 
     def check(self, text_out, tokens, regions, norm_boxes, text_mask) -> dict:
         batch, length, _ = tokens.shape
         if regions.shape[1] == 0:
-            return {"features": tokens.new_zeros(batch, length, self.N_FEATURES), "phrase": None}
+            return {"features": tokens.new_zeros(batch, length, self.N_FEATURES), "phrase": None, "mentions": None}
         match = self.match(tokens, regions, norm_boxes)
         group = self.grouping(text_out, text_mask)
         others = group * (1 - torch.eye(length, device=group.device))
@@ -210,6 +225,7 @@ class TokenVerifier(nn.Module):
         sharp = self.focus.exp()
         at_phrase = (phrase * sharp).softmax(-1)
         at_rest = (rest * sharp).softmax(-1)
+        mentions = self._mentions(phrase, text_out, text_mask)
         features = torch.stack([
             phrase.max(-1).values,
             match.max(-1).values,
@@ -219,7 +235,20 @@ class TokenVerifier(nn.Module):
             match.mean(-1),
             (at_phrase * rest).sum(-1),
         ], dim=-1) / -self.FLOOR
-        return {"features": features, "phrase": phrase * sharp, "match": match}
+        return {"features": features, "phrase": phrase * sharp, "match": match, "mentions": mentions}
+
+    def _mentions(self, phrase, text_out, text_mask):
+        """B x n: how well the caption's best-fitting visual phrase fits each region."""
+        weight = F.logsigmoid(self.visual(text_out).squeeze(-1)) + (1 - text_mask) * NEG
+        return torch.logsumexp(phrase + weight[..., None], dim=1)
+
+    def region_bias(self, checks, n: int):
+        """B x (n + 2) logits for the region attention (global and null slots get 0)."""
+        mentions = checks.get("mentions")
+        if mentions is None:
+            return None
+        pad = mentions.new_zeros(mentions.shape[0], 1)
+        return torch.cat([pad, self.region_scale * mentions + self.region_offset, pad], dim=1)
 
     def inject(self, features):
         return self.feature_proj(features)
@@ -227,6 +256,9 @@ class TokenVerifier(nn.Module):
     def judge(self, fused_text, features):
         """B x L logits, added to the text attention: high for a piece that checks out."""
         return (self.judge_mlp(torch.cat([fused_text, features], dim=-1)) + self.judge_skip(features)).squeeze(-1)
+
+    def attention_bias(self, logits):
+        return self.bias_scale * logits
 
 
 def clip_match_calibration(clip_model) -> tuple[float, float]:
