@@ -424,8 +424,9 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
         pairs = scores.score_dataset(dataset or None, int(limit), progress)
         return evaluation_rows(pairs), distribution_plot(pairs)
 
+    # its own queue: it takes the model one item at a time, so inspect calls get in between
     c["run"].click(admin_only(store, run), [c["dataset"], c["limit"]], [c["figures"], c["plot"]], api_name="evaluate",
-                   concurrency_id="model", concurrency_limit=1)
+                   concurrency_id="bulk", concurrency_limit=1)
     c["agreement_button"].click(admin_only(store, lambda d: agreement_tables(store, d)), c["dataset"],
                                 [c["agreement"], c["annotators"], c["pairs"]], api_name="agreement")
     c["load"] = [(admin_only(store, lambda: gr.update(choices=dataset_choices(store)), 1), None, c["dataset"])]

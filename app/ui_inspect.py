@@ -195,11 +195,11 @@ def click_report(models: Models, image, row: dict | None, metric: str, point) ->
 def banner(models: Models) -> tuple:
     """(banner update, metric radio update) once the models are loaded."""
     available = models.available
-    missing = "; ".join(v if v.upper().startswith(METRIC_TITLES.get(k, k).upper()) else f"{METRIC_TITLES.get(k, k)}: {v}"
-                        for k, v in models.unavailable.items())
+    missing = ", ".join(METRIC_TITLES.get(k, k) for k in models.unavailable)  # reasons are in the server log
     text = DEMO_BANNER if models.demo else ""
     if missing:
-        text += ("\n\n" if text else "") + f"<small>Not available here: {html.escape(missing)}</small>"
+        text += ("\n\n" if text else "") + f"<small>Not available here: {html.escape(missing)} " \
+                                              "(their weights are missing; `capscope models` lists what to get)</small>"
     first = next((m for m in available if m in TOKEN_METRICS), available[0])
     choices = [(METRIC_TITLES.get(m, m), m) for m in available]
     return gr.update(value=text, visible=bool(text)), gr.update(choices=choices, value=first)
