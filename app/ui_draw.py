@@ -155,5 +155,5 @@ def thumbnails(image: Image.Image, boxes: list, chosen: set[int] | None = None,
         is_chosen = chosen is not None and i in chosen
         if is_chosen:
             ImageDraw.Draw(tile).rectangle((0, 0, side - 1, side - 1), outline=CHOSEN, width=5)
-        out.append((tile, f"{i + 1} ✓ mentioned" if is_chosen else f"{i + 1}"))
+        out.append((tile, f"{i + 1} ✓" if is_chosen else f"{i + 1}"))
     return out

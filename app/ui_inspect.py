@@ -159,8 +159,8 @@ def score_caption(models: Models, image, caption: str, references: str, regions:
         return None
     try:
         return models.score(image, caption, parse_references(references), regions=regions)
-    except ValueError as err:
-        return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": str(err)}
+    except Exception as err:  # a bad caption, or no model at all: said on the page, the app stays up
+        return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": str(err).splitlines()[0]}
 
 
 def shown_metric(row: dict | None, metric: str | None) -> str | None:
@@ -194,7 +194,11 @@ def click_report(models: Models, image, row: dict | None, metric: str, point) ->
 
 def banner(models: Models) -> tuple:
     """(banner update, metric radio update) once the models are loaded."""
-    available = models.available
+    try:
+        available = models.available
+    except Exception as err:  # nothing loads: annotation still works, scoring cannot
+        text = f"⚠ **No scoring model can be loaded here**, so Inspect cannot score: {html.escape(str(err))}"
+        return gr.update(value=text, visible=True), gr.skip()
     missing = ", ".join(METRIC_TITLES.get(k, k) for k in models.unavailable)  # reasons are in the server log
     text = DEMO_BANNER if models.demo else ""
     if missing:

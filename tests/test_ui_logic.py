@@ -95,7 +95,7 @@ def test_overlays_mark_unmentioned_regions_and_chosen_ones():
     chosen = ui_draw.labels_overlay(image, BOXES[:2], {1}, suggested={0})
     assert ui_draw.CHOSEN in colours(chosen)
     tiles = ui_draw.thumbnails(image, BOXES, {1})
-    assert [caption for _, caption in tiles] == ["1", "2 ✓ mentioned", "3"]
+    assert [caption for _, caption in tiles] == ["1", "2 ✓", "3"]
 
 
 def test_heat_runs_from_cool_to_hot():
@@ -352,3 +352,15 @@ def test_label_clicks_never_run_the_model_for_suggestions(dataset):
     assert suggestions.get(ann, item, compute=False) is None and CountingModels.calls == 0
     assert suggestions.get(ann, item)[:2] == ({1}, {0, 2}) and CountingModels.calls == 1
     assert suggestions.cached(item["item_id"]) is not None
+
+
+def test_without_any_model_the_page_says_so_and_scoring_fails_softly():
+    def factory(metrics):
+        raise RuntimeError("open_clip: no weights here")
+
+    models = Models(factory)
+    text = ui_inspect.banner(models)[0]["value"]
+    assert "No scoring model" in text
+    row = ui_inspect.score_caption(models, Image.new("RGB", (32, 32)), "a red circle.", "", None)
+    assert "no metric can be loaded" in row["error"]
+    assert "Cannot score" in ui_inspect.summary_markdown(row, "infometic")
