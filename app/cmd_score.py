@@ -13,7 +13,7 @@ from .cli import CapscopeError
 log = logging.getLogger("capscope")
 
 METRICS = ("clip-s", "pac-s", "infoclip", "infometic", "hice")
-REGION_SOURCES = ("sam", "yolo", "fastsam", "classic", "given")
+REGION_SOURCES = ("sam", "yolo", "fastsam", "mobilesam", "classic", "given")
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clip-pretrained", default=None, help="open_clip pretrained tag or a local checkpoint file (default openai)")
     parser.add_argument("--infometic-checkpoint", default=None, help="released best_model.pth or a capscope-trained checkpoint")
     parser.add_argument("--pacs-checkpoint", default=None, help="PAC-S checkpoint file (state_dict with OpenAI CLIP keys)")
+    parser.add_argument("--alpha-clip-checkpoint", default=None,
+                        help="Alpha-CLIP visual checkpoint for HICE-S region features (else masked crops)")
     parser.add_argument("--beta", type=float, default=0.1, help="threshold for correct tokens / mentioned regions (paper: 0.1)")
     parser.add_argument("--token-rule", default="paper", choices=["paper", "relative"],
                         help="paper: share > beta; relative: beta scaled by the number of semantic words")
@@ -62,7 +64,7 @@ def build_scorer(args, metrics):
             metrics, device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
             regions=getattr(args, "regions", "classic"), max_regions=getattr(args, "max_regions", 20),
             infometic_checkpoint=args.infometic_checkpoint, pacs_checkpoint=args.pacs_checkpoint,
-            beta=args.beta, token_rule=args.token_rule,
+            alpha_clip_checkpoint=args.alpha_clip_checkpoint, beta=args.beta, token_rule=args.token_rule,
         )
     except ValueError as err:
         raise CapscopeError(str(err)) from None

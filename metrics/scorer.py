@@ -64,6 +64,7 @@ class Scorer:
         infometic_checkpoint: str | None = None,
         pacs_checkpoint: str | None = None,
         pacs_model: str = "ViT-B-32-quickgelu",
+        alpha_clip_checkpoint: str | None = None,
         beta: float = 0.1,
         token_rule: str = "paper",
         spacy_model: str = "en_core_web_sm",
@@ -99,7 +100,7 @@ class Scorer:
             elif name == "hice":
                 from .hice import HiceMetric  # noqa: PLC0415  (its own issue)
 
-                self.metrics[name] = HiceMetric(clip, **options)
+                self.metrics[name] = HiceMetric(clip, **options, alpha_clip_checkpoint=alpha_clip_checkpoint)
         self.clip_name = (clip or next(iter(self.metrics.values())).backbone).name
 
     # ------------------------------------------------------------ models
