@@ -163,6 +163,9 @@ class Annotator:
     def skip(self, user: UserInfo, item_id: int) -> dict:
         return workflow.skip(self.store, user, item_id, lease_seconds=self.lease)
 
+    def flag(self, user: UserInfo, item_id: int, kind: str, comment: str = "") -> dict:
+        return workflow.add_flag(self.store, user, item_id, kind, comment)
+
     def progress(self, user: UserInfo) -> dict:
         return browse.progress(self.store, user)
 
@@ -241,6 +244,12 @@ def build_annotate(annotator: Annotator) -> dict:
                     c["next"] = gr.Button("Next (n)", elem_id="cs-next")
                 c["prelabels"] = gr.Checkbox(False, label="Show model suggestions (p)", elem_id="cs-prelabels")
                 gr.HTML(KEYS_HELP)
+                with gr.Accordion("Flag this item", open=False):
+                    with gr.Row():
+                        c["flag_kind"] = gr.Dropdown(list(workflow.FLAG_KINDS), value="unsure", label="Kind",
+                                                     scale=1)
+                        c["flag_comment"] = gr.Textbox(label="Comment (optional)", scale=2)
+                    c["flag"] = gr.Button("Flag", size="sm", elem_id="cs-flag")
                 c["progress"] = gr.HTML("", elem_id="cs-progress-box")
                 c["guidelines_button"] = gr.Button("Guidelines (g)", size="sm", elem_id="cs-guidelines")
                 with gr.Accordion("Guidelines", open=False) as c["guidelines"]:
@@ -367,6 +376,15 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     def on_next(item_id, show, request: gr.Request):
         return run(request, item_id, show, open_next)
 
+    def flag_item(user, item_id, kind, comment):
+        if item_id is None:
+            return annotator.next(user), ""
+        annotator.flag(user, item_id, kind, comment or "")
+        return annotator.item(user, item_id), f"flagged: {kind.replace('_', ' ')}"
+
+    def on_flag(item_id, show, kind, comment, request: gr.Request):
+        return run(request, item_id, show, flag_item, kind, comment)
+
     def on_reload(item_id, show, request: gr.Request):
         return run(request, item_id, show, current, compute=True)
 
@@ -379,6 +397,7 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     gr.Button(visible=False).click(api_toggle_token, [*state, api_index], outputs, api_name="toggle_token", **db)
     gr.Button(visible=False).click(api_toggle_region, [*state, api_index], outputs, api_name="toggle_region", **db)
     c["undo"].click(on_undo, state, outputs, trigger_mode="multiple", api_name="undo", **db)
+    c["flag"].click(on_flag, [*state, c["flag_kind"], c["flag_comment"]], outputs, api_name="flag", **db)
     model = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
     for button, handler, name in ((c["submit"], on_submit, "submit"), (c["skip"], on_skip, "skip"),
                                   (c["next"], on_next, "next")):

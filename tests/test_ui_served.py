@@ -86,6 +86,8 @@ def test_api_annotate_round_trip(served):
     assert item["labels"]["incorrect_tokens"] == [1, 2] and item["labels"]["mentioned_regions"] == [0]
     result = c.predict(False, api_name="/undo")
     assert "1 region" not in result[4]
+    flagged = c.predict(False, "unsure", "is that star orange?", api_name="/flag")
+    assert "flagged: unsure" in flagged[4]
     c.predict(False, api_name="/submit")
     assert workflow.get_item(served.store, user, item["item_id"])["labels"]["status"] == "submitted"
 
