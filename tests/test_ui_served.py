@@ -188,7 +188,13 @@ def test_browser_annotate_clicks_survive_reload(chromium, served):
     item = workflow.next_item(served.store, user)
     semantic = [i for i, t in enumerate(item["tokens"]) if t["semantic"]][:2]
 
+    started = page.evaluate("() => performance.now()")
     tokens.nth(semantic[0]).click()
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('revision 1')", timeout=20_000,
+                           polling="raf")
+    click_to_saved_ms = page.evaluate("() => performance.now()") - started
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "click_to_saved_ms.txt").write_text(f"{click_to_saved_ms:.0f}\n")
     tokens.nth(semantic[1]).click()
     page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('revision 2')", timeout=20_000)
     region = min(range(len(item["regions"])), key=lambda i: _area(item["regions"][i]["box"]))
