@@ -13,7 +13,6 @@ import html
 import logging
 import threading
 from datetime import datetime
-from pathlib import Path
 
 import gradio as gr
 from PIL import Image
@@ -29,19 +28,16 @@ log = logging.getLogger(__name__)
 
 MAX_REGION_KEYS = 10
 KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
-             "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · <kbd>u</kbd>/<kbd>z</kbd> undo · "
+             "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · "
+             "<kbd>u</kbd>/<kbd>z</kbd> undo · "
              "<kbd>n</kbd> next · <kbd>p</kbd> model suggestions · <kbd>g</kbd> guidelines · "
              "<kbd>←</kbd>/<kbd>→</kbd> + <kbd>Enter</kbd> on words</span>")
-GUIDELINES = (Path(__file__).resolve().parent.parent / "static" / "guidelines.md")
 
 
 def guidelines_text() -> str:
     from importlib import resources
 
-    try:
-        return resources.files("capscope.static").joinpath("guidelines.md").read_text(encoding="utf-8")
-    except (FileNotFoundError, ModuleNotFoundError):
-        return GUIDELINES.read_text(encoding="utf-8") if GUIDELINES.is_file() else ""
+    return resources.files("capscope.static").joinpath("guidelines.md").read_text(encoding="utf-8")
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,9 +186,9 @@ def saved_text(labels: dict | None, note: str = "") -> str:
     except ValueError:
         pass
     words, regions = len(labels["incorrect_tokens"]), len(labels["mentioned_regions"])
-    status = {"draft": "draft", "submitted": "submitted", "skipped": "skipped"}.get(labels["status"], labels["status"])
-    text = (f"<span class='cs-ok'>✓ Saved</span> · revision {labels['revision']} · {at} · {words} wrong word{'s' * (words != 1)}, "
-            f"{regions} region{'s' * (regions != 1)} mentioned · {status}")
+    status = labels["status"]
+    text = (f"<span class='cs-ok'>✓ Saved</span> · revision {labels['revision']} · {at} · "
+            f"{words} wrong word{'s' * (words != 1)}, {regions} region{'s' * (regions != 1)} mentioned · {status}")
     return f"{text} · {note}" if note else text
 
 

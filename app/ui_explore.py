@@ -8,7 +8,6 @@ import json
 import logging
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -42,7 +41,6 @@ class DatasetScores:
     def __init__(self, store: Store, models: Models):
         self.store, self.models = store, models
         self.rows: dict[int, dict] = {}
-        self._lock = threading.Lock()
 
     def score_item(self, item) -> dict:
         """`item` is a votes.ItemData."""
@@ -102,7 +100,8 @@ def evaluation_rows(pairs: list[tuple[dict, dict]]) -> list[list]:
         trivial = figures["trivial"]
         table.append([METRIC_TITLES.get(metric, metric), figures["n_items"], *[_round(figures[f]) for f in FIGURES]])
     if trivial:
-        table.append(["trivial rule (all correct / none mentioned)", len(items), *[_round(trivial[f]) for f in FIGURES]])
+        table.append(["trivial rule (all correct / none mentioned)", len(items),
+                      *[_round(trivial[f]) for f in FIGURES]])
     return table
 
 
@@ -116,7 +115,8 @@ def _aligned_prediction(gold: dict, result: dict | None) -> dict:
     """The metric's per-unit verdicts, with None where it gave none, one per gold token and region."""
     result = result or {}
     out = {}
-    for kind, keys in (("tokens", ("token_scores", "token_correct")), ("regions", ("region_scores", "region_mentioned"))):
+    for kind, keys in (("tokens", ("token_scores", "token_correct")),
+                       ("regions", ("region_scores", "region_mentioned"))):
         size = len(gold[kind])
         for key in keys:
             values = result.get(key) or []
@@ -212,7 +212,8 @@ def sort_choices(store: Store) -> list[tuple[str, str]]:
     return choices
 
 
-def explore_page(store: Store, dataset, status, sort, descending, annotator, search, page) -> tuple[list[list], str, list[str]]:
+def explore_page(store: Store, dataset, status, sort, descending, annotator, search,
+                 page) -> tuple[list[list], str, list[str]]:
     score = tuple(sort.split(":", 2)[1:]) if sort and sort.startswith("score:") else None
     result = ui_queries.list_items(store, dataset=dataset or None, status=status or "all", search=search or None,
                                    sort="id" if score else (sort or "id"), descending=bool(descending),
@@ -348,11 +349,13 @@ def admin_only(store: Store, fn, outputs: int | None = None):
 def build_explore(store: Store, scores: DatasetScores) -> dict:
     c: dict = {}
     with gr.Row():
-        c["dataset"] = gr.Dropdown(label="Dataset", choices=[("all datasets", "")], value="", allow_custom_value=True, scale=1)
+        c["dataset"] = gr.Dropdown(label="Dataset", choices=[("all datasets", "")], value="", allow_custom_value=True,
+                                   scale=1)
         c["status"] = gr.Dropdown(label="Status", choices=list(browse.STATUS_FILTERS), value="all", scale=1)
         c["sort"] = gr.Dropdown(label="Sort by", choices=list(browse.SORTS), value="id", scale=2)
         c["descending"] = gr.Checkbox(label="Descending", value=False, scale=1)
-        c["annotator"] = gr.Dropdown(label="Annotator", choices=[("everyone", "")], value="", allow_custom_value=True, scale=1)
+        c["annotator"] = gr.Dropdown(label="Annotator", choices=[("everyone", "")], value="", allow_custom_value=True,
+                                     scale=1)
         c["search"] = gr.Textbox(label="Search caption or id", scale=2)
         c["page"] = gr.Number(label="Page", value=1, precision=0, minimum=1, scale=1)
     c["total"] = gr.Markdown()
@@ -393,8 +396,8 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         return gold_and_model(store, scores, int(row[0]), None)
 
-    c["table"].select(admin_only(store, on_row), c["table"], [c["gold_image"], c["model_image"], c["gold_tokens"], c["model_tokens"],
-                                           c["note"]], api_visibility="private", concurrency_id="model",
+    views = [c["gold_image"], c["model_image"], c["gold_tokens"], c["model_tokens"], c["note"]]
+    c["table"].select(admin_only(store, on_row), c["table"], views, api_visibility="private", concurrency_id="model",
                       concurrency_limit=1)
     return c
 
@@ -471,7 +474,8 @@ def build_admin(store: Store) -> dict:
             c["import"] = gr.Button("Import")
             c["report"] = gr.Markdown()
     build_export(store, c, None, api=False)
-    c["add"].click(admin_only(store, lambda n, p, r: add_user_action(store, n, p, r)), [c["name"], c["password"], c["role"]],
+    c["add"].click(admin_only(store, lambda n, p, r: add_user_action(store, n, p, r)),
+                   [c["name"], c["password"], c["role"]],
                    [c["message"], c["users"]], api_visibility="private")
     c["import"].click(admin_only(store, lambda f, k, d, n: import_files(store, f, k, d, n)),
                       [c["files"], c["kind"], c["dataset"], c["per_item"]], c["report"], api_visibility="private")
