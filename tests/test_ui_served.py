@@ -218,6 +218,10 @@ def test_browser_annotate_clicks_survive_reload(chromium, served):
     page.locator("body").press(str(region + 1) if region < 9 else "0")
     page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('0 regions mentioned')",
                            timeout=20_000)
+    page.locator("body").press("u")  # undo brings it back
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('1 region mentioned')",
+                           timeout=20_000)
+    assert workflow.get_item(served.store, user, item["item_id"])["labels"]["mentioned_regions"] == [region]
     page.close()
 
 
