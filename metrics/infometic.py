@@ -182,7 +182,7 @@ class TokenVerifier(nn.Module):
         # phrases are local: a learned bias per relative offset, starting at "within two pieces"
         offsets = torch.arange(-self.REACH, self.REACH + 1).abs()
         self.group_offset_bias = nn.Parameter(torch.where(offsets <= 2, 0.0, -3.0))
-        self.bias_scale = nn.Parameter(torch.tensor(3.0))  # the verifier's weight in the text attention
+        self.bias_scale = nn.Parameter(torch.tensor(2.0))  # the verifier's weight in the text attention
         self.visual = nn.Linear(width, 1)                   # how much a piece's phrase speaks about regions
         self.region_scale = nn.Parameter(torch.tensor(1.0))
         self.region_offset = nn.Parameter(torch.tensor(4.0))  # against the null slot's 0
@@ -258,7 +258,10 @@ class TokenVerifier(nn.Module):
         return (self.judge_mlp(torch.cat([fused_text, features], dim=-1)) + self.judge_skip(features)).squeeze(-1)
 
     def attention_bias(self, logits):
-        return self.bias_scale * logits
+        """gamma * log P(piece checks out): a share is scaled by that probability
+        (to the power gamma), so wrong pieces lose their share while correct ones
+        keep equal footing, however sure the verifier is about each."""
+        return self.bias_scale * F.logsigmoid(logits)
 
 
 def clip_match_calibration(clip_model) -> tuple[float, float]:
