@@ -240,7 +240,8 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
                     label=f"Caption {side.upper()} · red: unsupported word, purple: supported",
                     interactive=False, show_legend=True, elem_id=f"cs-tokens-{side}", elem_classes="cs-tokens")
                 c[f"summary_{side}"] = gr.Markdown()
-                c[f"region_{side}"] = gr.Markdown("Click inside a region to see what in the caption matches it.")
+                c[f"region_{side}"] = gr.Markdown("Click inside a region to see what in the caption matches it.",
+                                                  elem_id=f"cs-match-{side}")
                 c[f"phrases_{side}"] = gr.Markdown()
     c["table"] = gr.Dataframe(headers=["metric", "score", "caption A", "caption B"], label="Global scores",
                               interactive=False, elem_classes="cs-scores")

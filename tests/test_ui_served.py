@@ -16,7 +16,7 @@ from PIL import Image
 from capscope.annotation import workflow
 from capscope.annotation.users import add_user, get_user
 from capscope.server import create_app
-from capscope.ui import mount_ui
+from capscope.ui import demo_examples, mount_ui
 from capscope.ui_models import Models
 from ui_support import Served, make_demo_checkpoint
 
@@ -198,7 +198,7 @@ def test_browser_annotate_clicks_survive_reload(chromium, served):
     tokens.nth(semantic[1]).click()
     page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('revision 2')", timeout=20_000)
     region = min(range(len(item["regions"])), key=lambda i: _area(item["regions"][i]["box"]))
-    _click_region(page, item, region)
+    _click_region(page, "#cs-annotate-image img", [r["box"] for r in item["regions"]], item["width"], region)
     page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('1 region mentioned')",
                            timeout=20_000)
     assert "2 wrong words" in saved_revision(page)
@@ -229,13 +229,13 @@ def _area(box):
     return (box[2] - box[0]) * (box[3] - box[1])
 
 
-def _click_region(page, item, region):
+def _click_region(page, selector, boxes, width, region):
     """Click the middle of a region on the displayed (enlarged, scaled-down) picture."""
-    image = page.locator("#cs-annotate-image img")
+    image = page.locator(selector)
     shown = image.bounding_box()
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
-    x0, y0, x1, y1 = item["regions"][region]["box"]
-    scale = natural[0] / item["width"]
+    x0, y0, x1, y1 = boxes[region]
+    scale = natural[0] / width
     fit = min(shown["width"] / natural[0], shown["height"] / natural[1])
     left = shown["x"] + (shown["width"] - natural[0] * fit) / 2
     top = shown["y"] + (shown["height"] - natural[1] * fit) / 2
@@ -263,6 +263,12 @@ def test_browser_inspect_shades_tokens_and_regions_and_rescores_fast(chromium, s
     region_colours = element_colours(page, "#cs-overlay-a img")
     assert any(near(c, UNMENTIONED) for c in region_colours) or \
         any(c[0] > 200 and c[1] < 80 and c[2] < 80 for c in region_colours)
+    # clicking a region names the caption word or phrase that matches it best
+    example = demo_examples(Path(os.environ["CAPSCOPE_DATA_DIR"]) / "demo-data")[0]
+    _click_region(page, "#cs-overlay-a img", [r["box"] for r in example["regions"]], 224, 0)
+    page.wait_for_function("document.querySelector('#cs-match-a').innerText.includes('best match')",
+                           timeout=20_000)
+    assert "Region 1" in page.inner_text("#cs-match-a")
     shot(page, "inspect.png")
 
     timings = [_rescore_ms(page, f"a large {colour} circle and a small star.") for colour in
