@@ -28,13 +28,22 @@ ADMIN_PASSWORD = "admin-pw-1"
 browser = pytest.mark.browser
 
 
+def demo_model(folder: Path) -> Path:
+    """The bundled demo model when it is there (real shading, real timings),
+    else a random-weight checkpoint of the same size and format."""
+    from capscope.metrics.loading import demo_model_path
+
+    bundled = Path(os.environ.get("CAPSCOPE_UI_TEST_MODEL") or demo_model_path())
+    return bundled if bundled.is_file() else make_demo_checkpoint(folder / "demo.pt", full_size=True)
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui")
     patch = pytest.MonkeyPatch()
     for name, value in {"CAPSCOPE_DATA_DIR": root / "data", "CAPSCOPE_CACHE": root / "cache",
                         "HF_HUB_OFFLINE": "1", "CAPSCOPE_ADMIN_PASSWORD": ADMIN_PASSWORD,
-                        "CAPSCOPE_DEMO_MODEL": make_demo_checkpoint(root / "demo.pt", full_size=True)}.items():
+                        "CAPSCOPE_DEMO_MODEL": demo_model(root)}.items():
         patch.setenv(name, str(value))
     patch.delenv("CAPSCOPE_NO_SEED", raising=False)
     app = create_app(f"sqlite:///{root / 'ui.db'}")
