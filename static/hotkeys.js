@@ -12,6 +12,8 @@
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const annotate = document.querySelector("#cs-annotate");
     if (!annotate || annotate.offsetParent === null) return;  // only on the Annotate tab
+    // Enter on a focused word or button is that element's own action, not "submit"
+    if (event.key === "Enter" && target.closest("[role=button], button, a")) return;
     let id = keys[event.key];
     if (!id && /^[0-9]$/.test(event.key)) id = "cs-region-" + (event.key === "0" ? 10 : +event.key);
     const button = id && document.getElementById(id);
