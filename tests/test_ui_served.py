@@ -231,6 +231,12 @@ def test_browser_annotate_clicks_survive_reload(chromium, served):
     page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('1 region mentioned')",
                            timeout=20_000)
     assert workflow.get_item(served.store, user, item["item_id"])["labels"]["mentioned_regions"] == [region]
+    # Enter on a focused word toggles that word; it does not submit the item
+    tokens.nth(semantic[0]).focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('1 wrong word,')",
+                           timeout=20_000)
+    assert "draft" in saved_revision(page)
     page.close()
 
 
