@@ -262,7 +262,9 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
                c["suggested"]]
 
     def render(user: UserInfo, item: dict | None, note: str = "", show_suggestions: bool = False,
-               compute: bool = False) -> tuple:
+               compute: bool = False, words_only: bool = False) -> tuple:
+        """Every output; with `words_only` (a word toggled on the same item) the
+        picture, thumbnails and header are left as they are, which keeps clicks quick."""
         progress = progress_html(annotator.progress(user))
         if item is None:
             return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "")
@@ -270,18 +272,23 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
         suggestion = annotator.suggestions.get(user, item, compute) if show_suggestions else None
         wrong, mentioned = (suggestion[0], suggestion[1]) if suggestion else (None, None)
         chosen = set(item["labels"]["mentioned_regions"]) if item.get("labels") else set()
-        image = _image(item["_path"])
+        image = None if words_only else _image(item["_path"])
         boxes = [r["box"] for r in item["regions"]]
         hint = ""
         if show_suggestions:
             hint = ("Model suggestions (" + suggestion[2] + "): faint red words, dashed boxes." if suggestion
                     else "Model suggestions are being computed…" if not compute
                     else "No model suggestions for this item.")
-        return (item["item_id"], item_header(item), ui_draw.labels_overlay(image, boxes, chosen, mentioned),
-                ui_draw.thumbnails(image, boxes, chosen), token_values(item, wrong),
-                saved_text(item.get("labels"), note), progress, hint)
+        if words_only:
+            picture = (gr.skip(), gr.skip(), gr.skip())
+        else:
+            picture = (item_header(item), ui_draw.labels_overlay(image, boxes, chosen, mentioned),
+                       ui_draw.thumbnails(image, boxes, chosen))
+        return (item["item_id"], *picture, token_values(item, wrong), saved_text(item.get("labels"), note),
+                progress, hint)
 
-    def run(request: gr.Request | None, item_id, show, action, *args, compute: bool = False) -> tuple:
+    def run(request: gr.Request | None, item_id, show, action, *args, compute: bool = False,
+            words_only: bool = False) -> tuple:
         """`action(user, item_id, *args)` -> (item, note), drawn; workflow errors go to the status line."""
         try:
             user = annotator.user(request.username if request else None)
@@ -293,7 +300,8 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
             except AnnotationError as err:
                 item = annotator.item(user, item_id) if item_id else annotator.next(user)
                 note = f"⚠ not saved: {html.escape(str(err))}"
-            return render(user, item, note, show, compute)
+            same_item = item is not None and item["item_id"] == item_id
+            return render(user, item, note, show, compute, words_only and same_item)
 
     def open_next(user, item_id):
         return annotator.next(user), ""
@@ -332,7 +340,7 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     db = {"concurrency_id": "db", "concurrency_limit": 4, "show_progress": "hidden"}
 
     def on_token(item_id, show, evt: gr.SelectData, request: gr.Request):
-        return run(request, item_id, show, toggle_token, evt.index)
+        return run(request, item_id, show, toggle_token, evt.index, words_only=True)
 
     def on_image(item_id, show, evt: gr.SelectData, request: gr.Request):
         return run(request, item_id, show, toggle_region_at_point, evt.index)
@@ -355,7 +363,7 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     api_index = gr.Number(visible=False, precision=0)
 
     def api_toggle_token(item_id, show, index, request: gr.Request):
-        return run(request, item_id, show, toggle_token, int(index))
+        return run(request, item_id, show, toggle_token, int(index), words_only=True)
 
     def api_toggle_region(item_id, show, index, request: gr.Request):
         return run(request, item_id, show, toggle_region, int(index))
