@@ -77,7 +77,7 @@ class Scorer:
         self.device = loading.resolve_device(device)
         self.region_source, self.max_regions = regions, max_regions
         self.nlp = load_spacy(spacy_model)
-        self.text_model = spacy_model if self.nlp.meta.get("name") != "" and self.nlp.pipe_names else "spacy.blank('en') (fallback)"
+        self.text_model = spacy_model if self.nlp.pipe_names else "spacy.blank('en') (fallback)"
         self.demo = False
         self._demo: tuple[InfoMetIC, ClipBackbone] | None = None
         self._proposer = None
