@@ -447,7 +447,7 @@ def build_export(store: Store, c: dict, dataset=None, api: bool = True) -> None:
     gr.Markdown("### Export")
     with gr.Row():
         buttons = {fmt: gr.Button(f"Export {fmt}", size="sm") for fmt in export.FORMATS}
-    c["export_file"] = gr.File(label="Export", interactive=False)
+    c["export_file"] = gr.File(label="Export", interactive=False, height=90)
     for fmt, button in buttons.items():
         visibility = {"api_name": f"export_{fmt}"} if api else {"api_visibility": "private"}
         button.click(admin_only(store, _exporter(store, fmt)), dataset, c["export_file"],
