@@ -204,24 +204,19 @@ def _first_wins(logits):
     return F.cross_entropy(torch.stack(logits)[None], torch.zeros(1, dtype=torch.long, device=logits[0].device))
 
 
-def text_token_loss(text_attention, labels):
+def text_token_loss(log_alpha, labels):
     """Eq. 9: -1/n_s sum over correct semantic pieces of log alpha_t."""
-    import torch
-
     semantic = (labels == 0) | (labels == 1)
     correct = labels == 1
-    log_alpha = torch.log(text_attention.clamp(min=1e-8))
     per_pair = -(log_alpha * correct).sum(-1) / semantic.sum(-1).clamp(min=1)
     keep = correct.any(-1)
     return per_pair[keep].mean() if keep.any() else per_pair.sum() * 0
 
 
-def vision_token_loss(region_attention, labels):
+def vision_token_loss(log_attention, labels):
     """Eq. 10: -1/m sum over mentioned regions of log alpha_v (null slot excluded from m)."""
-    import torch
-
     n = labels.shape[1]
-    log_alpha = torch.log(region_attention[:, :n].clamp(min=1e-8))
+    log_alpha = log_attention[:, :n]
     mentioned = labels == 1
     per_pair = -(log_alpha * mentioned).sum(-1) / max(n, 1)
     keep = mentioned.any(-1)
@@ -272,8 +267,8 @@ def step_losses(model, bank, texts, source, draws, images, config: InfoTrainConf
     }
     own = pairs.positive + [p for twins in pairs.polluted.values() for p in twins]
     labels = text.labels.to(device)
-    losses["text_token"] = text_token_loss(out["text_attention"][own], labels[own])
-    losses["vision_token"] = vision_token_loss(out["region_attention"][own], regions.to(device)[own])
+    losses["text_token"] = text_token_loss(out["text_log_attention"][own], labels[own])
+    losses["vision_token"] = vision_token_loss(out["region_log_attention"][own], regions.to(device)[own])
     checks = out["checks"]
     losses["verify"] = verify_loss(checks["logits"][own], labels[own])
     phrase = None if checks["phrase"] is None else checks["phrase"][pairs.positive]

@@ -65,8 +65,10 @@ class InfoMetIC(nn.Module):
             self.evidence_embedding = nn.Parameter(torch.randn(2, w) * 0.01)
         if config.verify:
             self.verifier = TokenVerifier(w, *clip_match_calibration(clip_backbone))
-            # the text attention starts from the verifier's judgement alone; q . k grows where it helps
+            # the text attention is the verifier's alone: a learned q . k (v_g against each piece)
+            # drew the mass to shape words whatever their truth, as text precision rewards that
             nn.init.zeros_(self.text_att_query)
+            self.text_att_query.requires_grad_(False)
 
     def head_parameters(self):
         return [p for n, p in self.named_parameters() if not n.startswith("clip_backbone.")]
@@ -108,19 +110,29 @@ class InfoMetIC(nn.Module):
         image_mask = torch.ones(batch, n + 2, device=regions.device)
         image_mask[:, 0] = 0
         region_bias = self.verifier.region_bias(checks, n) if checks is not None else None
-        a_v = attention((t_g @ self.img_att_query), image_out @ self.img_att_key, image_mask, region_bias)
+        region_logits = attention_logits((t_g @ self.img_att_query), image_out @ self.img_att_key, image_mask, region_bias)
+        a_v = region_logits.softmax(dim=-1)
         text_bias = None
         if checks is not None:
             checks["logits"] = self.verifier.judge(text_out, checks["features"])
             text_bias = self.verifier.attention_bias(checks["logits"])
-        a_t = attention((v_g @ self.text_att_query), text_out @ self.text_att_key, text_mask, text_bias)
+        text_query, text_keys = v_g @ self.text_att_query, text_out @ self.text_att_key
+        text_logits = attention_logits(text_query, text_keys, text_mask, text_bias)
+        a_t = text_logits.softmax(dim=-1)
+        a_t_score = a_t
+        if checks is not None and self.training:
+            # same values; the precision losses may not move the verifier (a precision NCE
+            # with polluted negatives would rather put a polluted caption's mass on its wrong word)
+            a_t_score = attention(text_query, text_keys, text_mask, self.verifier.attention_bias(checks["logits"].detach()))
         scale = self.logit_scale.exp()
         return {
             "recall": scale * cosine(torch.einsum("bk,bkd->bd", a_v, image_out), v_g),
-            "precision": scale * cosine(torch.einsum("bk,bkd->bd", a_t, text_out), t_g),
+            "precision": scale * cosine(torch.einsum("bk,bkd->bd", a_t_score, text_out), t_g),
             "cos": cosine(v_g, t_g),
             "region_attention": a_v[:, 1:],
             "text_attention": a_t,
+            "region_log_attention": region_logits.log_softmax(dim=-1)[:, 1:],   # for training losses
+            "text_log_attention": text_logits.log_softmax(dim=-1),
             "checks": checks,
         }
 
@@ -136,10 +148,14 @@ class InfoMetIC(nn.Module):
 def attention(query, keys, mask, bias=None):
     """softmax(q . k + (1 - mask) * -10000) without 1/sqrt(d), as released;
     capscope's verifier may add a per-key `bias` (B x K)."""
+    return attention_logits(query, keys, mask, bias).softmax(dim=-1)
+
+
+def attention_logits(query, keys, mask, bias=None):
     logits = torch.einsum("bd,bkd->bk", query, keys) + (1 - mask) * NEG
     if bias is not None:
         logits = logits + bias
-    return logits.softmax(dim=-1)
+    return logits
 
 
 class TokenVerifier(nn.Module):
