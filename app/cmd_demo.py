@@ -71,7 +71,7 @@ def register_train_demo(targets) -> None:
     demo.add_argument("--out", type=Path, default=None, help="model file (default: the packaged demo model)")
     demo.add_argument("--work", type=Path, default=Path("runs/demo"), help="folder for the CLIP and training state")
     demo.add_argument("--clip-minutes", type=float, default=65.0)
-    demo.add_argument("--head-minutes", type=float, default=40.0)
+    demo.add_argument("--head-minutes", type=float, default=36.0)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     demo.add_argument("--threads", type=int, default=None, help="torch CPU threads")
