@@ -212,13 +212,14 @@ def sort_choices(store: Store) -> list[tuple[str, str]]:
     return choices
 
 
-def explore_page(store: Store, dataset, status, sort, descending, annotator, search,
-                 page) -> tuple[list[list], str, list[str]]:
+def explore_page(store: Store, dataset, status, sort, descending, annotator, search, page,
+                 low=None, high=None) -> tuple[list[list], str, list[str]]:
+    """One page of the table; a `score:metric:key` sort also keeps scores within [low, high]."""
     score = tuple(sort.split(":", 2)[1:]) if sort and sort.startswith("score:") else None
     result = ui_queries.list_items(store, dataset=dataset or None, status=status or "all", search=search or None,
                                    sort="id" if score else (sort or "id"), descending=bool(descending),
-                                   annotator=annotator or None, score=score, page=max(1, int(page or 1)),
-                                   page_size=PAGE_SIZE)
+                                   annotator=annotator or None, score=score, score_range=(low, high),
+                                   page=max(1, int(page or 1)), page_size=PAGE_SIZE)
     pages = max(1, -(-result["total"] // PAGE_SIZE))
     headers = TABLE_COLUMNS + (["score"] if score else [])
     return table_rows(result), f"{result['total']} items · page {result['page']} of {pages}", headers
@@ -358,6 +359,9 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
                                      scale=1)
         c["search"] = gr.Textbox(label="Search caption or id", scale=2)
         c["page"] = gr.Number(label="Page", value=1, precision=0, minimum=1, scale=1)
+    with gr.Row():
+        c["low"] = gr.Number(label="Score at least (with a score sort)", value=None)
+        c["high"] = gr.Number(label="Score at most", value=None)
     c["total"] = gr.Markdown()
     c["table"] = gr.Dataframe(headers=TABLE_COLUMNS, interactive=False, wrap=True, elem_id="cs-explore-table",
                               column_widths=["5%", "14%", "6%", "35%", "6%", "6%", "6%", "6%", "6%", "5%", "5%"],
@@ -372,10 +376,11 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
         c["gold_tokens"] = gr.HighlightedText(label="Gold: red = incorrect", interactive=False)
         c["model_tokens"] = gr.HighlightedText(label="Model: red = unsupported", interactive=False)
 
-    filters = [c[k] for k in ("dataset", "status", "sort", "descending", "annotator", "search", "page")]
+    filters = [c[k] for k in ("dataset", "status", "sort", "descending", "annotator", "search", "page", "low", "high")]
 
-    def refresh(dataset, status, sort, descending, annotator, search, page):
-        rows, total, headers = explore_page(store, dataset, status, sort, descending, annotator, search, page)
+    def refresh(dataset, status, sort, descending, annotator, search, page, low, high):
+        rows, total, headers = explore_page(store, dataset, status, sort, descending, annotator, search, page,
+                                            low, high)
         return gr.update(value=rows, headers=headers), total
 
     for component in filters:

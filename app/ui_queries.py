@@ -33,9 +33,10 @@ def score_keys(store: Store) -> list[tuple[str, str]]:
 
 def list_items(store: Store, *, dataset: str | None = None, status: str = "all", search: str | None = None,
                sort: str = "id", descending: bool = False, annotator: str | None = None,
-               score: tuple[str, str] | None = None, page: int = 1, page_size: int = 25) -> dict:
+               score: tuple[str, str] | None = None, score_range: tuple[float | None, float | None] = (None, None),
+               page: int = 1, page_size: int = 25) -> dict:
     """`browse.list_items` plus `annotator` (items this user was given) and
-    `score` = (metric, key): show that stored score and sort by it."""
+    `score` = (metric, key): show that stored score, sort by it, keep those in `score_range`."""
     if annotator is None and score is None:
         return browse.list_items(store, dataset=dataset, status=status, search=search, sort=sort,
                                  descending=descending, page=page, page_size=page_size)
@@ -71,6 +72,11 @@ def list_items(store: Store, *, dataset: str | None = None, status: str = "all",
                                                                           Prediction.metric == metric)
                  .correlate(Caption).scalar_subquery())
         query = query.add_columns(value.label("score"))
+        low, high = score_range
+        if low is not None:
+            query = query.where(value >= low)
+        if high is not None:
+            query = query.where(value <= high)
         order = func.coalesce(value, -1e9)
     else:
         order = {"id": Caption.id, "disagreement": columns["disagreement"], "submitted": n_submitted,
