@@ -202,6 +202,14 @@ def table_rows(page: dict) -> list[list]:
     return rows
 
 
+def _bound(value) -> float | None:
+    """A typed score bound; empty or not a number means none."""
+    try:
+        return None if value in (None, "") else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def dataset_choices(store: Store) -> list[tuple[str, str]]:
     return [("all datasets", "")] + [(name, name) for name in ui_queries.dataset_names(store)]
 
@@ -215,6 +223,7 @@ def sort_choices(store: Store) -> list[tuple[str, str]]:
 def explore_page(store: Store, dataset, status, sort, descending, annotator, search, page,
                  low=None, high=None) -> tuple[list[list], str, list[str]]:
     """One page of the table; a `score:metric:key` sort also keeps scores within [low, high]."""
+    low, high = _bound(low), _bound(high)
     score = tuple(sort.split(":", 2)[1:]) if sort and sort.startswith("score:") else None
     result = ui_queries.list_items(store, dataset=dataset or None, status=status or "all", search=search or None,
                                    sort="id" if score else (sort or "id"), descending=bool(descending),
@@ -360,8 +369,8 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
         c["search"] = gr.Textbox(label="Search caption or id", scale=2)
         c["page"] = gr.Number(label="Page", value=1, precision=0, minimum=1, scale=1)
     with gr.Row():
-        c["low"] = gr.Number(label="Score at least (with a score sort)", value=None)
-        c["high"] = gr.Number(label="Score at most", value=None)
+        c["low"] = gr.Textbox(label="Score at least (with a score sort; Enter)", placeholder="no bound")
+        c["high"] = gr.Textbox(label="Score at most (Enter)", placeholder="no bound")
     c["total"] = gr.Markdown()
     c["table"] = gr.Dataframe(headers=TABLE_COLUMNS, interactive=False, wrap=True, elem_id="cs-explore-table",
                               column_widths=["5%", "14%", "6%", "35%", "6%", "6%", "6%", "6%", "6%", "5%", "5%"],

@@ -243,8 +243,9 @@ def test_explore_filters_by_annotator_and_sorts_by_stored_score(dataset):
     assert headers[-1] == "score" and [r[1] for r in rows] == ["s1-polluted", "s0-clean"]
     rows, _, _ = ui_explore.explore_page(store, "", "all", "uncertainty", True, "", "", 1)
     assert len(rows) == 2
-    rows, total, _ = ui_explore.explore_page(store, "", "all", "score:infometic:overall", False, "", "", 1, 5.0)
+    rows, total, _ = ui_explore.explore_page(store, "", "all", "score:infometic:overall", False, "", "", 1, "5", "")
     assert [r[1] for r in rows] == ["s1-polluted"] and total.startswith("1 items")
+    assert len(ui_explore.explore_page(store, "", "all", "score:infometic:overall", False, "", "", 1, "x", "")[0]) == 2
 
 
 def test_evaluation_rows_and_plot_from_scored_pairs(dataset):
