@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import case, func, literal, or_, select
+from sqlalchemy import case, exists, func, literal, or_, select
 
 from capscope.annotation.errors import Invalid
 from capscope.annotation.users import UserInfo
@@ -40,9 +40,13 @@ def _item_figures(now: datetime):
 
 def list_items(store: Store, *, dataset: str | None = None, status: str = "all", search: str | None = None,
                sort: str = "id", descending: bool = False, page: int = 1, page_size: int = 50,
+               annotator: str | None = None, score: tuple[str, str] | None = None,
+               score_range: tuple[float | None, float | None] = (None, None),
                now: datetime | None = None) -> dict:
     """One page of items with their figures: submitted / needed judgements,
-    annotators at work, disputed units (disagreement), model uncertainty, flags, gold."""
+    annotators at work, disputed units (disagreement), model uncertainty, flags, gold.
+    `annotator` keeps the items given to that user; `score` = (metric, key) adds that
+    stored model score, sorts by it and keeps those inside `score_range`."""
     if sort not in SORTS:
         raise Invalid(f"sort must be one of {', '.join(SORTS)}")
     if status not in STATUS_FILTERS:
@@ -69,20 +73,41 @@ def list_items(store: Store, *, dataset: str | None = None, status: str = "all",
              .outerjoin(flags, flags.c.caption_id == Caption.id)
              .outerjoin(GoldLabel, GoldLabel.caption_id == Caption.id))
     query = _filtered(query, dataset, status, search, n_submitted, columns)
+    if annotator:
+        query = query.where(exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == User.id,
+                                           User.name == annotator))
+    if score:
+        value = _stored_score(*score)
+        query = query.add_columns(value.label("score"))
+        low, high = score_range
+        if low is not None:
+            query = query.where(value >= low)
+        if high is not None:
+            query = query.where(value <= high)
+        order = func.coalesce(value, -1e9)
+    else:
+        order = {"id": Caption.id, "disagreement": columns["disagreement"], "submitted": n_submitted,
+                 "uncertainty": func.coalesce(uncertainty.c.u, -1.0),
+                 "updated": func.coalesce(submitted.c.last, Caption.created_at)}[sort]
     total = _count(store, query)
-    order = {"id": Caption.id, "disagreement": columns["disagreement"], "submitted": n_submitted,
-             "uncertainty": func.coalesce(uncertainty.c.u, -1.0), "updated": func.coalesce(submitted.c.last,
-                                                                                          Caption.created_at)}[sort]
     query = query.order_by(order.desc() if descending else order.asc(), Caption.id)
     query = query.offset((page - 1) * page_size).limit(page_size)
     with store.read() as session:
         rows = session.execute(query).mappings().all()
     items = [{"item_id": r["id"], "id": r["external_id"], "dataset": r["name"], "caption": r["text"],
               "image_id": r["image_id"], "image_url": f"/api/images/{r['image_id']}",
-              "needed": r["annotators_needed"], **{k: r[k] for k in columns}} for r in rows]
+              "needed": r["annotators_needed"], **{k: r[k] for k in columns},
+              **({"score": r["score"]} if score else {})} for r in rows]
     for item in items:
         item["has_gold"] = bool(item["has_gold"])
     return {"total": total, "page": page, "page_size": page_size, "items": items}
+
+
+def _stored_score(metric: str, key: str):
+    """The highest stored `scores[key]` of a metric's predictions for the caption."""
+    return (select(func.max(Prediction.scores[key].as_float()))
+            .where(Prediction.caption_id == Caption.id, Prediction.metric == metric)
+            .correlate(Caption).scalar_subquery())
 
 
 def _filtered(query, dataset, status, search, n_submitted, columns):

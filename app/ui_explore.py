@@ -225,7 +225,7 @@ def explore_page(store: Store, dataset, status, sort, descending, annotator, sea
     """One page of the table; a `score:metric:key` sort also keeps scores within [low, high]."""
     low, high = _bound(low), _bound(high)
     score = tuple(sort.split(":", 2)[1:]) if sort and sort.startswith("score:") else None
-    result = ui_queries.list_items(store, dataset=dataset or None, status=status or "all", search=search or None,
+    result = browse.list_items(store, dataset=dataset or None, status=status or "all", search=search or None,
                                    sort="id" if score else (sort or "id"), descending=bool(descending),
                                    annotator=annotator or None, score=score, score_range=(low, high),
                                    page=max(1, int(page or 1)), page_size=PAGE_SIZE)

@@ -153,3 +153,20 @@ def test_progress_and_listing(store, users):
     assert page["items"][0]["item_id"] == 1 and page["items"][0]["disagreement"] == 2
     assert browse.list_items(store, status="complete")["total"] == 1
     assert browse.list_items(store, search="number 3")["items"][0]["id"] == "cap00003"
+
+
+def test_listing_by_annotator_and_by_stored_score(store, users, tmp_path):
+    from capscope.annotation import browse
+    from capscope.annotation.importer import import_predictions
+
+    ann, bob, _ = users
+    wf.next_item(store, ann)  # ann holds item 1
+    rows = [{"id": f"cap{i:05d}", "metrics": {"infometic": {"scores": {"overall": float(s)}}}}
+            for i, s in enumerate([0.5, 2.0, 1.0, 3.0])]
+    assert import_predictions(store, write_jsonl(tmp_path / "scored.jsonl", rows)).added == 4
+    assert [i["id"] for i in browse.list_items(store, annotator="ann")["items"]] == ["cap00000"]
+    assert browse.list_items(store, annotator="bob")["total"] == 0
+    page = browse.list_items(store, score=("infometic", "overall"), descending=True)
+    assert [i["score"] for i in page["items"]] == [3.0, 2.0, 1.0, 0.5]
+    kept = browse.list_items(store, score=("infometic", "overall"), score_range=(0.9, 2.5))
+    assert [i["id"] for i in kept["items"]] == ["cap00002", "cap00001"] and kept["total"] == 2
