@@ -24,8 +24,9 @@ from pathlib import Path
 import gradio as gr
 
 from capscope.annotation import importer
-from capscope.annotation.users import authenticate, get_user, list_users
-from capscope.annotation.users import add_user
+from capscope.annotation.errors import Invalid
+from capscope.annotation.users import add_user, authenticate, get_user, list_users
+from capscope.cli import CapscopeError
 from capscope.db import Store, data_dir
 from capscope.ui_annotate import Annotator, build_annotate
 from capscope.ui_explore import DatasetScores, build_admin, build_benchmark, build_explore
@@ -68,7 +69,10 @@ def ensure_admin(store: Store) -> str | None:
     if list_users(store):
         return None
     password = os.environ.get("CAPSCOPE_ADMIN_PASSWORD") or secrets.token_urlsafe(9)
-    add_user(store, "admin", password, "admin")
+    try:
+        add_user(store, "admin", password, "admin")
+    except Invalid as err:
+        raise CapscopeError(f"CAPSCOPE_ADMIN_PASSWORD: {err}") from None
     if not os.environ.get("CAPSCOPE_ADMIN_PASSWORD"):
         log.warning("first run: created user 'admin' with password %s (change it: capscope users add admin "
                     "--replace)", password)
