@@ -226,9 +226,9 @@ def explore_page(store: Store, dataset, status, sort, descending, annotator, sea
     low, high = _bound(low), _bound(high)
     score = tuple(sort.split(":", 2)[1:]) if sort and sort.startswith("score:") else None
     result = browse.list_items(store, dataset=dataset or None, status=status or "all", search=search or None,
-                                   sort="id" if score else (sort or "id"), descending=bool(descending),
-                                   annotator=annotator or None, score=score, score_range=(low, high),
-                                   page=max(1, int(page or 1)), page_size=PAGE_SIZE)
+                               sort="id" if score else (sort or "id"), descending=bool(descending),
+                               annotator=annotator or None, score=score, score_range=(low, high),
+                               page=max(1, int(page or 1)), page_size=PAGE_SIZE)
     pages = max(1, -(-result["total"] // PAGE_SIZE))
     headers = TABLE_COLUMNS + (["score"] if score else [])
     return table_rows(result), f"{result['total']} items · page {result['page']} of {pages}", headers
