@@ -83,3 +83,15 @@ def test_resume_continues(tmp_path, tiny_clip):
     state = train_infometic(tiny_config(tmp_path, tiny_clip, steps=3, resume=True))
     assert state.step == 3
     assert len(state.loss_history) == 2
+
+
+def test_trains_from_a_training_file(tmp_path, tiny_clip):
+    from capscope.cli import main
+
+    assert main(["demo-data", "--out", str(tmp_path / "data"), "--n", "6", "--seed", "5"]) == 0
+    code = main(["train", "infometic", "--clip", str(tiny_clip), "--data", str(tmp_path / "data" / "train.jsonl"),
+                 "--out", str(tmp_path / "file.pt"), "--steps", "2", "--minutes", "0", "--batch-size", "4",
+                 "--threads", "1", "--intra-layers", "1", "--inter-layers", "1"])
+    assert code == 0
+    raw = torch.load(tmp_path / "file.pt", map_location="cpu", weights_only=False)
+    assert raw["training"]["steps"] == 2
