@@ -93,7 +93,8 @@ def summary_markdown(row: dict | None, metric: str) -> str:
     parts = []
     wrong = wrong_words(row, metric)
     if metric in TOKEN_METRICS:
-        parts.append("**Wrong words:** " + (", ".join(f"~~{w}~~" for w in wrong) if wrong else "none found"))
+        rule = " (β scaled to the caption's length)" if metric in ("infometic", "infoclip") else ""
+        parts.append(f"**Wrong words{rule}:** " + (", ".join(f"~~{w}~~" for w in wrong) if wrong else "none found"))
     mentioned = result.get("region_mentioned") or []
     if mentioned:
         missing = [str(i + 1) for i, m in enumerate(mentioned) if not m]

@@ -51,10 +51,16 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
+# The page marks words with the length-aware rule: with more than ten semantic
+# words even a uniform attention share is under the paper's β = 0.1, and every
+# word of a long caption would be listed as wrong (the CLI keeps the paper's rule).
+TOKEN_RULE = "relative"
+
+
 def default_factory(metrics: list[str]):
     from capscope.metrics.scorer import Scorer
 
-    return Scorer(metrics, device="auto")
+    return Scorer(metrics, device="auto", token_rule=TOKEN_RULE)
 
 
 class Models:
