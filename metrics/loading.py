@@ -70,11 +70,20 @@ def create_open_clip(model_name: str, pretrained: str | None, device: torch.devi
         raise ModelUnavailable(f"{component}: unknown open_clip model {model_name!r} (see open_clip.list_models())")
     if pretrained and (os.sep in pretrained or Path(pretrained).suffix in {".pt", ".pth", ".bin", ".safetensors"}):
         state = load_state_file(pretrained, component, "--clip-pretrained")
-        model = open_clip.create_model(model_name, pretrained=None, device="cpu")
+        model = empty_open_clip(model_name)
         load_clip_state(model, state, pretrained)
     else:
         model = _from_tag(open_clip, model_name, pretrained, component)
     return model.to(device).eval()
+
+
+def empty_open_clip(model_name: str):
+    """An open_clip architecture to load weights into (without open_clip's
+    "initialized randomly" warning, which would be false a moment later)."""
+    import open_clip
+
+    with _quiet("root"):
+        return open_clip.create_model(model_name, pretrained=None, device="cpu")
 
 
 def _from_tag(open_clip, model_name: str, tag: str | None, component: str):

@@ -128,12 +128,11 @@ class Scorer:
             self._demo = self._load_infometic_file(path, demo=True)
             self.demo = True
         return self._demo
+
     def _pacs_clip(self, checkpoint, model_name) -> ClipBackbone:
         path = checkpoint or loading.env_or_cache("CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth")
         state = loading.load_state_file(path, "PAC-S", "--pacs-checkpoint or CAPSCOPE_PACS_CHECKPOINT")
-        import open_clip
-
-        model = open_clip.create_model(model_name, pretrained=None, device="cpu")
+        model = loading.empty_open_clip(model_name)
         loading.load_clip_state(model, state, str(path))
         return ClipBackbone.from_model(model.to(self.device), model_name, f"PAC-S {model_name}/{Path(path).name}", self.device)
 
@@ -301,8 +300,6 @@ class Scorer:
 
 def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
     """An InfoMetIC model from the released flat state dict or a capscope checkpoint."""
-    import open_clip
-
     if isinstance(raw, dict) and str(raw.get("format", "")).startswith("capscope-infometic"):
         clip_name = raw["clip_model"]
         model = create_clip_from_config(clip_name, raw.get("clip_config"))
@@ -314,7 +311,7 @@ def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
             config = released_head_config(raw)
         except (ValueError, KeyError, AttributeError, TypeError) as err:
             raise ModelUnavailable(f"InfoMetIC: {source} is not an InfoMetIC checkpoint ({err})") from None
-        infometic = InfoMetIC(open_clip.create_model(clip_name, pretrained=None, device="cpu"), config)
+        infometic = InfoMetIC(loading.empty_open_clip(clip_name), config)
         state = raw
     try:
         load_strict(infometic, state)
@@ -326,12 +323,11 @@ def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
 def create_clip_from_config(name: str, config: dict | None):
     """An open_clip architecture by name, registering `config` first for a
     custom one (capscope's demo CLIP ships its config inside its checkpoint)."""
-    import open_clip
     from open_clip.factory import _MODEL_CONFIGS
 
     if config:
         _MODEL_CONFIGS[name] = config
-    return open_clip.create_model(name, pretrained=None, device="cpu")
+    return loading.empty_open_clip(name)
 
 
 def _resolve(path, base_dir: Path | None) -> Path:
