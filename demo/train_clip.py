@@ -13,13 +13,13 @@ are right rather than noise.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .schedule import warmup_cosine
 from .scenes import (
     ATTRIBUTES, COLOURS, KINDS, SIZES, Caption, Phrase, crop_box, make_caption, make_scene,
     distractor_box, padded_crop, phrases_true, pollute, scene_regions,
@@ -314,16 +314,8 @@ def pick_device(name: str) -> str:
 
 
 def learning_rate(config: ClipTrainConfig, state: TrainState) -> float:
-    """Linear warm-up, then cosine to a tenth over the budget (time or steps, whichever is nearer)."""
-    if state.step < WARMUP_STEPS:
-        return config.lr * (state.step + 1) / WARMUP_STEPS
-    progress = 0.0
-    if config.minutes:
-        progress = max(progress, state.elapsed / (60 * config.minutes))
-    if config.steps:
-        progress = max(progress, state.step / config.steps)
-    progress = min(progress, 1.0)
-    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+    return warmup_cosine(config.lr, state.step, state.elapsed, warmup_steps=WARMUP_STEPS,
+                         minutes=config.minutes, steps=config.steps, floor=0.1)
 
 
 def finished(config: ClipTrainConfig, state: TrainState) -> bool:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from .schedule import warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,6 @@ def nce_losses(scores, pairs: Pairs, source, size: int, extra_negatives: dict | 
     """(image->caption + caption->image) / 2 (eq. 5-7) over the shifted
     negatives, leaving out any "negative" known to be true of the image."""
     import torch
-    import torch.nn.functional as F
 
     to_caption, to_image = [], []
     for b in range(size):
@@ -295,14 +295,8 @@ def pick_images(bank_buckets: dict, rng, batch_size: int) -> list[int]:
 
 
 def learning_rate(config: InfoTrainConfig, state: TrainState) -> float:
-    if state.step < WARMUP_STEPS:
-        return config.lr * (state.step + 1) / WARMUP_STEPS
-    progress = 0.0
-    if config.minutes:
-        progress = max(progress, state.elapsed / (60 * config.minutes))
-    if config.steps:
-        progress = max(progress, state.step / config.steps)
-    return config.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+    return warmup_cosine(config.lr, state.step, state.elapsed, warmup_steps=WARMUP_STEPS,
+                         minutes=config.minutes, steps=config.steps, floor=0.05)
 
 
 def finished(config: InfoTrainConfig, state: TrainState) -> bool:
@@ -363,7 +357,6 @@ def open_session(config: InfoTrainConfig) -> Session:
 
 
 def train_infometic(config: InfoTrainConfig) -> TrainState:
-    import torch
     from tqdm import tqdm
 
     s = open_session(config)
