@@ -303,16 +303,6 @@ def state_path(out: Path) -> Path:
     return Path(out).with_name(Path(out).name + ".train.pt")
 
 
-def pick_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda: no CUDA device is available")
-    return name
-
-
 def learning_rate(config: ClipTrainConfig, state: TrainState) -> float:
     return warmup_cosine(config.lr, state.step, state.elapsed, warmup_steps=WARMUP_STEPS,
                          minutes=config.minutes, steps=config.steps, floor=0.1)
@@ -358,11 +348,13 @@ def train_clip(config: ClipTrainConfig) -> TrainState:
     import torch
     from tqdm import tqdm
 
+    from capscope.metrics.loading import resolve_device
+
     from .clip_model import new_demo_clip
 
     if config.threads:
         torch.set_num_threads(config.threads)
-    device = pick_device(config.device)
+    device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     model = new_demo_clip().to(device).train()
     optimizer = make_optimizer(model, config)
