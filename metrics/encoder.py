@@ -105,13 +105,21 @@ class ClipBackbone:
 
     # ------------------------------------------------------------ text
 
-    @torch.inference_mode()
     def encode_ids(self, sequences: list[list[int]]) -> torch.Tensor:
         """Features of token-id sequences (each starting with <sot> and holding
-        an <eot>), read at the argmax id as CLIP does; run at the batch's real
-        length. Returns float32 N x D."""
+        an <eot>), read at the argmax id as CLIP does. Sequences of similar
+        length run together at their group's real length, so a 30-token caption
+        does not make its 6-token phrases pay for 30. Returns float32 N x D in
+        input order."""
         if not sequences:
             return torch.zeros(0, self.dim)
+        out = torch.empty(len(sequences), self.dim)
+        for group in length_groups([len(s) for s in sequences]):
+            out[group] = self._encode_group([sequences[i] for i in group])
+        return out
+
+    @torch.inference_mode()
+    def _encode_group(self, sequences: list[list[int]]) -> torch.Tensor:
         length = max(len(s) for s in sequences)
         ids = torch.zeros(len(sequences), length, dtype=torch.long)
         for row, seq in enumerate(sequences):
@@ -152,7 +160,10 @@ class ClipBackbone:
     # ------------------------------------------------------------ images
 
     @torch.inference_mode()
-    def encode_images(self, images: list[Image.Image], batch_size: int = 64) -> torch.Tensor:
+    def encode_images(self, images: list[Image.Image], batch_size: int | None = None) -> torch.Tensor:
+        # On a CPU, batches beyond ~16 images run slower per image (measured on
+        # a 2-core EPYC, ViT-B-32: 72 ms/image at 16, 80-90 ms at 64-96).
+        batch_size = batch_size or (64 if self.device.type == "cuda" else 16)
         out = []
         for start in range(0, len(images), batch_size):
             batch = torch.stack([self.preprocess(im.convert("RGB")) for im in images[start : start + batch_size]])
@@ -164,8 +175,7 @@ class ClipBackbone:
         """Global and region-crop features of many images; crops of all
         images go through CLIP together. Cached per (image, regions)."""
         keys = [f"{image_key(im)}:{regions_key(rs)}:{self.crop}" for im, rs in zip(images, regions)]
-        todo = [i for i, k in enumerate(keys) if k not in self._images]
-        todo = list(dict.fromkeys(todo, None))
+        todo = first_of_each_missing(keys, self._images)
         if todo:
             crops, owners = [], []
             for i in todo:
@@ -195,6 +205,28 @@ class ClipBackbone:
         self._images.move_to_end(key)
         while len(self._images) > self.cache_size:
             self._images.popitem(last=False)
+
+
+def first_of_each_missing(keys: list[str], cache) -> list[int]:
+    """Indices of the first occurrence of each key not in `cache`: an image
+    that comes with several captions in one batch is encoded once."""
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        if key not in cache:
+            first.setdefault(key, i)
+    return list(first.values())
+
+
+def length_groups(lengths: list[int], ratio: float = 1.5, max_rows: int = 256) -> list[list[int]]:
+    """Indices grouped by similar length: sorted, and a new group starts when a
+    length exceeds `ratio` times the group's shortest (or the group is full),
+    so padding never makes a row cost more than `ratio` times its own length."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if not groups or lengths[i] > ratio * lengths[groups[-1][0]] or len(groups[-1]) == max_rows:
+            groups.append([])
+        groups[-1].append(i)
+    return groups
 
 
 def crop_region(image: Image.Image, region: Region, style: CropStyle = CropStyle()) -> Image.Image:

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from .encoder import ClipBackbone, ImageFeatures, image_key, regions_key
+from .encoder import ClipBackbone, ImageFeatures, first_of_each_missing, image_key, regions_key
 from .loading import ModelUnavailable, load_state_file
 from .phrases import phrases as caption_phrases
 from .regions import Region
@@ -210,7 +210,7 @@ class HiceImageEncoder:
 
     def image_features(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
         keys = [f"{image_key(im)}:{regions_key(rs)}:{_masks_key(rs)}" for im, rs in zip(images, regions)]
-        todo = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in self._cache))
+        todo = first_of_each_missing(keys, self._cache)
         if todo:
             encode = self._alpha_features if self.alpha is not None else self._masked_features
             for i, (glob, feats) in zip(todo, encode([images[i] for i in todo], [regions[i] for i in todo])):

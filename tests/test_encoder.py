@@ -9,10 +9,12 @@ import pytest
 import torch
 from PIL import Image
 
+from capscope.metrics.encoder import length_groups
 from capscope.metrics.loading import ModelUnavailable, create_open_clip
 from capscope.metrics.scorer import Scorer
 
-CAPTIONS = ["a dog.", "A very large sheep is standing under clouds, near an old wooden fence and a tree."]
+# short, long, short: the long one runs in its own length group, out of input order
+CAPTIONS = ["a dog.", "A very large sheep is standing under clouds, near an old wooden fence and a tree.", "two cats."]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +38,12 @@ def test_dynamic_length_equals_full_context(scorer):
         triples[:, 0], triples[:, 1], triples[:, 2] = 49406, torch.tensor(ids), 49407
         full_pieces = backbone.model.encode_text(triples).float()
     assert torch.allclose(backbone.encode_pieces(ids), full_pieces, atol=1e-4)
+
+
+def test_length_groups_bound_padding_and_keep_every_index():
+    assert length_groups([3, 20, 4, 5, 30, 3]) == [[0, 5, 2], [3], [1, 4]]
+    assert length_groups([7, 7, 7], max_rows=2) == [[0, 1], [2]]
+    assert length_groups([]) == []
 
 
 def test_clip_s_and_ref_clip_s_equal_independent_open_clip(scorer, clip_checkpoint):

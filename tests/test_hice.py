@@ -172,6 +172,21 @@ def test_alpha_clip_visual_checkpoint_loads(backbone, tmp_path):
         HiceMetric(backbone, alpha_clip_checkpoint=str(bad))
 
 
+def test_an_image_with_several_captions_is_encoded_once_per_batch(backbone, monkeypatch):
+    metric = HiceMetric(backbone)
+    image = Image.new("RGB", (64, 48), (90, 140, 200))
+    other = Image.new("RGB", (64, 48), (200, 40, 40))
+    regions = [Region((4, 4, 30, 30), 1.0, "given")]
+    seen = []
+    encode = backbone.encode_images
+    monkeypatch.setattr(backbone, "encode_images", lambda images, **kw: seen.append(len(images)) or encode(images, **kw))
+    feats = metric.backbone.image_features([image, other, image, image], [regions] * 4)
+    assert seen == [4]  # two images with one region each, not four
+    assert feats[0] is feats[2] is feats[3] and feats[0] is not feats[1]
+    plain = backbone.image_features([other, other, image], [regions] * 3)
+    assert seen == [4, 4] and plain[0] is plain[1]
+
+
 # ---------------------------------------------------------------- end to end
 
 def test_capscope_score_hice_on_generated_pngs(tmp_path, clip_checkpoint):
