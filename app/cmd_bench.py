@@ -12,6 +12,8 @@ def register(sub) -> None:
     bench.add_argument("--pairs", type=int, default=24, help="distinct image-caption pairs for pairs/s")
     bench.add_argument("--rescore-runs", type=int, default=50, help="timed re-scores after warm-up (at least 50 for the contract)")
     bench.add_argument("--batch-size", type=int, default=16)
+    bench.add_argument("--captions-per-image", type=int, default=5,
+                       help="also time files where each image carries this many captions (details.shared_images; 1: skip)")
     bench.add_argument("--metric", action="append", choices=["infometic", "hice"], help="default: both")
     bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam",
                        help="comma-separated region sources timed on a 640 px image ('' for none)")
@@ -26,6 +28,7 @@ def run_bench(args: argparse.Namespace) -> int:
     result = speed.run(
         device=args.device, n_pairs=args.pairs, rescore_runs=args.rescore_runs, batch_size=args.batch_size,
         metrics=tuple(args.metric or speed.BENCH_METRICS), region_sources=sources,
+        captions_per_image=args.captions_per_image,
     )
     if args.plot:
         from capscope.bench.plot import rescore_plot

@@ -15,5 +15,8 @@ def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     for name in ("hice",):  # infometic is measured the same way; left out to keep this test short
         assert result["pairs_per_s"][name] > 0 and result["naive_pairs_per_s"][name] > 0
         assert set(result["rescore_ms"][name]) >= {"p50", "p95"}
+    shared = result["details"]["shared_images"]
+    assert shared["captions_per_image"] == 5 and shared["pairs_per_s"]["hice"] > 0
+    assert 0 < result["details"]["naive_image_tower_share"]["hice"] < 1
     assert result["word_encoding_speedup"] > 0 and result["peak_rss_mb"] > 0
     assert plot.stat().st_size > 1000
