@@ -5,7 +5,7 @@ The REST API and the Gradio UI call the same functions (all take a
 JSON-ready dicts):
 
 - users: `authenticate(store, name, password)`, `add_user`, `list_users`, `get_user`
-- workflow (queue and labels): `next_item`, `get_item`, `toggle_token`, `toggle_region`,
+- workflow (queue and labels): `next_item`, `previous_item`, `get_item`, `toggle_token`, `toggle_region`,
   `save_labels`, `undo`, `submit`, `skip`, `history`, `add_flag`, `image_path`
 - browse: `list_items(store, dataset=, status=, search=, sort=, descending=, page=, page_size=)`,
   `progress(store, user)`

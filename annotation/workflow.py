@@ -3,7 +3,8 @@
 Queue: each caption ("item") goes to `annotators_needed` annotators, never
 twice to one. A slot is held by a submitted assignment or by a draft whose
 lease has not expired; skipped items and abandoned drafts free their slot.
-`next_item` first resumes the annotator's own open draft.
+`next_item` first resumes the annotator's own open draft; `previous_item`
+walks back through the items they submitted.
 
 Labels: every change is written at once as a new revision (the full label
 state, kept forever), so nothing typed is lost and edits after submitting
@@ -74,6 +75,25 @@ def next_item(store: Store, user: UserInfo, *, dataset: str | None = None,
         return None if assignment is None else item_view(session, assignment)
 
     return store.run_write(work)
+
+
+def previous_item(store: Store, user: UserInfo, item_id: int | None = None) -> dict | None:
+    """The item this user submitted before `item_id` (in order of first
+    submission), or their latest submitted item when `item_id` is not one of
+    theirs yet; None at the start. Its labels stay editable (edits keep it
+    submitted and are recorded as revisions)."""
+    finished = (Assignment.submitted_at, Assignment.id)
+    with store.read() as session:
+        query = select(Assignment).where(Assignment.user_id == user.id, Assignment.status == "submitted")
+        current = None
+        if item_id is not None:
+            current = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
+                                                              Assignment.user_id == user.id))
+        if current is not None and current.status == "submitted" and current.submitted_at is not None:
+            query = query.where(or_(Assignment.submitted_at < current.submitted_at,
+                                    and_(Assignment.submitted_at == current.submitted_at, Assignment.id < current.id)))
+        earlier = session.scalar(query.order_by(*(c.desc() for c in finished)).limit(1))
+        return item_view(session, earlier) if earlier is not None else None
 
 
 def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, lease: datetime) -> Assignment | None:

@@ -40,6 +40,7 @@ MAX_CAPTION_CHARS = 1000
 MAX_REFERENCES = 50
 SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
+ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
 MAX_INDICES = 10_000
 
 
@@ -287,6 +288,12 @@ def _add_routes(app: FastAPI) -> None:
         if predictions:
             item = workflow.get_item(store, user, item["item_id"], include_predictions=True)
         return item
+
+    @app.get("/api/items/previous", responses={204: {"description": "no earlier submitted item"}})
+    def previous_item(user: User, before: ItemQuery = None):
+        """The item this user submitted before `before` (default: their latest submitted one)."""
+        item = workflow.previous_item(store, user, before)
+        return Response(status_code=204) if item is None else item
 
     @app.get("/api/items")
     def list_items(user: Admin, dataset: str | None = None, status: str = "all", search: str | None = None,

@@ -30,7 +30,7 @@ MAX_REGION_KEYS = 10
 KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
              "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · "
              "<kbd>u</kbd>/<kbd>z</kbd> undo · "
-             "<kbd>n</kbd> next · <kbd>p</kbd> model suggestions · <kbd>g</kbd> guidelines · "
+             "<kbd>n</kbd> next · <kbd>b</kbd> previous (submitted items stay editable) · <kbd>p</kbd> model suggestions · <kbd>g</kbd> guidelines · "
              "<kbd>←</kbd>/<kbd>→</kbd> + <kbd>Enter</kbd> on words</span>")
 
 
@@ -140,6 +140,12 @@ class Annotator:
             item["_path"] = workflow.image_path(self.store, user, item["image_id"])
         return item
 
+    def previous(self, user: UserInfo, item_id: int | None) -> dict | None:
+        item = workflow.previous_item(self.store, user, item_id)
+        if item is not None:
+            item["_path"] = workflow.image_path(self.store, user, item["image_id"])
+        return item
+
     def toggle_token(self, user: UserInfo, item_id: int, index: int) -> dict:
         return workflow.toggle_token(self.store, user, item_id, index, lease_seconds=self.lease)
 
@@ -236,6 +242,7 @@ def build_annotate(annotator: Annotator) -> dict:
                     c["submit"] = gr.Button("Submit & next (s)", variant="primary", elem_id="cs-submit")
                     c["skip"] = gr.Button("Skip (k)", elem_id="cs-skip")
                 with gr.Row():
+                    c["previous"] = gr.Button("Previous (b)", elem_id="cs-previous")
                     c["undo"] = gr.Button("Undo (u)", elem_id="cs-undo")
                     c["next"] = gr.Button("Next (n)", elem_id="cs-next")
                 c["prelabels"] = gr.Checkbox(False, label="Show model suggestions (p)", elem_id="cs-prelabels")
@@ -305,6 +312,12 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
 
     def open_next(user, item_id):
         return annotator.next(user), ""
+
+    def open_previous(user, item_id):
+        earlier = annotator.previous(user, item_id)
+        if earlier is not None:
+            return earlier, f"item {earlier['item_id']}: submitted earlier; changes are saved to it"
+        return (annotator.item(user, item_id) if item_id else annotator.next(user)), "no earlier submitted item"
 
     def current(user, item_id):
         return (annotator.item(user, item_id) if item_id else annotator.next(user)), ""
@@ -380,6 +393,9 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     def on_next(item_id, show, request: gr.Request):
         return run(request, item_id, show, open_next)
 
+    def on_previous(item_id, show, request: gr.Request):
+        return run(request, item_id, show, open_previous)
+
     def flag_item(user, item_id, kind, comment):
         if item_id is None:
             return annotator.next(user), ""
@@ -404,7 +420,7 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     c["flag"].click(on_flag, [*state, c["flag_kind"], c["flag_comment"]], outputs, api_name="flag", **db)
     model = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
     for button, handler, name in ((c["submit"], on_submit, "submit"), (c["skip"], on_skip, "skip"),
-                                  (c["next"], on_next, "next")):
+                                  (c["next"], on_next, "next"), (c["previous"], on_previous, "previous")):
         button.click(handler, state, outputs, api_name=name, **db).then(on_suggest, state, outputs, **model)
     # suggestions may need the model: they queue with inference, so label saves never wait behind them
     c["prelabels"].change(on_reload, state, outputs, show_progress="minimal", **model)

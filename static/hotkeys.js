@@ -3,7 +3,7 @@
    Keys typed into text fields are left alone. */
 (() => {
   const keys = {
-    n: "cs-next", s: "cs-submit", Enter: "cs-submit", k: "cs-skip",
+    n: "cs-next", b: "cs-previous", s: "cs-submit", Enter: "cs-submit", k: "cs-skip",
     u: "cs-undo", z: "cs-undo", p: "cs-prelabels", g: "cs-guidelines",
   };
   document.addEventListener("keydown", (event) => {

@@ -104,6 +104,26 @@ def test_edits_after_submit_keep_history(store, users):
     assert wf.undo(store, ann, item)["incorrect_tokens"] == [1]
 
 
+def test_previous_walks_back_through_submitted_items_and_they_stay_editable(store, users):
+    ann, bob, _ = users
+    assert wf.previous_item(store, ann) is None  # nothing submitted yet
+    done = []
+    for _ in range(3):
+        item = wf.next_item(store, ann)["item_id"]
+        wf.submit(store, ann, item)
+        done.append(item)
+    skipped = wf.next_item(store, ann)["item_id"]
+    wf.skip(store, ann, skipped)
+    assert wf.previous_item(store, ann)["item_id"] == done[2]  # skipped items are not walked back to
+    assert wf.previous_item(store, ann, done[2])["item_id"] == done[1]
+    assert wf.previous_item(store, ann, done[1])["item_id"] == done[0]
+    assert wf.previous_item(store, ann, done[0]) is None
+    edited = wf.toggle_token(store, ann, done[1], 2)
+    assert edited["status"] == "submitted" and edited["incorrect_tokens"] == [2]
+    assert wf.previous_item(store, ann, done[2])["labels"]["incorrect_tokens"] == [2]
+    assert wf.previous_item(store, bob) is None  # only one's own items
+
+
 def test_bad_indices_and_foreign_items_are_refused(store, users):
     ann, bob, _ = users
     item = wf.next_item(store, ann)

@@ -113,6 +113,10 @@ def test_label_an_item_then_nothing_left(api):
     third = api.get("/api/items/next", auth=BOB).json()["item_id"]
     api.put(f"/api/items/{third}/labels", json={"status": "submitted"}, auth=BOB)
     assert api.get("/api/items/next", auth=ANN).status_code == 204
+    back = api.get(f"/api/items/previous?before={taken[0]}", auth=ANN)
+    assert back.status_code == 200 and back.json()["item_id"] == item["item_id"]
+    assert api.get(f"/api/items/previous?before={item['item_id']}", auth=ANN).status_code == 204
+    assert api.get("/api/items/previous?before=0", auth=ANN).status_code == 422
 
 
 def test_undo_progress_and_flags(api):

@@ -237,6 +237,21 @@ def test_browser_annotate_clicks_survive_reload(chromium, served):
     page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('1 wrong word,')",
                            timeout=20_000)
     assert "draft" in saved_revision(page)
+    # submit moves on; "b" brings the submitted item back, still editable; "n" returns to the queue
+    page.locator("body").press("s")
+    page.wait_for_function(f"document.querySelector('#cs-saved').innerText.includes('item {item['item_id']} submitted')",
+                           timeout=20_000)
+    page.locator("body").press("b")
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('submitted earlier')",
+                           timeout=20_000)
+    assert f"Item {item['item_id']}" in page.inner_text("#cs-annotate")
+    tokens.nth(semantic[0]).click()  # marked again (Enter had cleared it)
+    page.wait_for_function("document.querySelector('#cs-saved').innerText.includes('2 wrong words')", timeout=20_000)
+    labels = workflow.get_item(served.store, user, item["item_id"])["labels"]
+    assert labels["status"] == "submitted" and labels["incorrect_tokens"] == semantic
+    page.locator("body").press("n")
+    page.wait_for_function(f"!document.querySelector('#cs-annotate').innerText.includes('Item {item['item_id']} ')",
+                           timeout=20_000)
     page.close()
 
 
