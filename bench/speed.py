@@ -186,7 +186,7 @@ class NaiveRunner:
         from capscope.metrics.hice import hice_scores, masked_crop
 
         found = self.metric.phrases_of(pair["caption"], tokens)
-        feats = self.images([image] + [masked_crop(image, r) for r in regions])
+        feats = self.images([image] + [masked_crop(image, r, self.metric.clip.crop) for r in regions])
         texts = self.texts(self.tokenizer([pair["caption"]] + [p.text for p in found]))
         return hice_scores(feats[0], texts[0], torch.cat([feats[1:], feats[:1]]), texts[1:])
 

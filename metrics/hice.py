@@ -26,7 +26,8 @@ Region features come from the regions' masks: with an Alpha-CLIP visual
 checkpoint (`alpha_clip_checkpoint` or CAPSCOPE_ALPHA_CLIP_CHECKPOINT), the
 whole image is encoded with the mask in the alpha channel (eq. 1); without one,
 the region's box is cropped, padded to a square, and every pixel outside the
-mask set to CLIP's mean colour. The metric's output names which
+mask set to CLIP's mean colour (or, for a backbone trained on canvas crops, in
+that style: `masked_crop`). The metric's output names which
 (`features.regions`).
 """
 from __future__ import annotations
@@ -43,7 +44,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from .encoder import ClipBackbone, ImageFeatures, first_of_each_missing, image_key, regions_key
+from .encoder import (
+    ClipBackbone, CropStyle, ImageFeatures, border_colour, first_of_each_missing, grown_box, image_key, paste_centred,
+    regions_key, shrink_to,
+)
 from .loading import ModelUnavailable, load_state_file
 from .phrases import phrases as caption_phrases
 from .regions import Region
@@ -106,23 +110,23 @@ def token_scores(tokens: list[Token], found: list[Phrase], scores: list[float], 
 
 # ---------------------------------------------------------------- region features
 
-def masked_crop(image: Image.Image, region: Region) -> Image.Image:
-    """The region's box, padded to a square, with pixels outside its mask (and
-    the padding) set to CLIP's mean colour, so nothing is lost to the centre crop."""
-    x0, y0, x1, y1 = (int(np.floor(region.box[0])), int(np.floor(region.box[1])),
-                      int(np.ceil(region.box[2])), int(np.ceil(region.box[3])))
-    fill = tuple(round(c * 255) for c in CLIP_MEAN)
-    crop = np.asarray(image.convert("RGB").crop((x0, y0, x1, y1))).copy()
+def masked_crop(image: Image.Image, region: Region, style: CropStyle = CropStyle()) -> Image.Image:
+    """The region's box with the pixels outside its mask neutralised, centred
+    on a square so nothing is lost to CLIP's centre crop. By default the fill
+    is CLIP's mean colour and the square is the box's longer side; a backbone
+    trained on crops with a margin, at true scale on a fixed canvas (capscope's
+    demo CLIP), gets them that way, filled with the local background colour it
+    saw in training."""
+    rgb = image.convert("RGB")
+    box = grown_box(region.box, style.margin, rgb.size)
+    pixels = np.asarray(rgb.crop(box)).copy()
+    fill = border_colour(pixels) if style.canvas else tuple(round(c * 255) for c in CLIP_MEAN)
     if region.mask is not None:
-        inside = np.asarray(region.mask, dtype=bool)[y0:y1, x0:x1]
-        crop[~inside[: crop.shape[0], : crop.shape[1]]] = fill
-    height, width = crop.shape[:2]
-    side = max(height, width)
-    square = np.empty((side, side, 3), dtype=np.uint8)
-    square[:] = fill
-    top, left = (side - height) // 2, (side - width) // 2
-    square[top : top + height, left : left + width] = crop
-    return Image.fromarray(square)
+        inside = np.asarray(region.mask, dtype=bool)[box[1] : box[3], box[0] : box[2]]
+        pixels[~inside[: pixels.shape[0], : pixels.shape[1]]] = fill
+    crop = Image.fromarray(pixels)
+    side = style.canvas or max(crop.size)
+    return paste_centred(shrink_to(crop, side), side, fill)
 
 
 def region_mask(region: Region, size: tuple[int, int]) -> np.ndarray:
@@ -221,7 +225,7 @@ class HiceImageEncoder:
         inputs, counts = [], []
         for image, rs in zip(images, regions):
             inputs.append(image)
-            inputs.extend(masked_crop(image, r) for r in rs)
+            inputs.extend(masked_crop(image, r, self._backbone.crop) for r in rs)
             counts.append(len(rs) + 1)
         return _split(self._backbone.encode_images(inputs), counts)
 

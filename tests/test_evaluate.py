@@ -73,9 +73,16 @@ def test_token_rules_differ_on_long_captions():
     assert all(decisions_under("relative", 0.1, item, prediction))
 
 
+@pytest.fixture(scope="module")
+def fresh_scenes(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fresh")
+    assert main(["demo-data", "--out", str(folder), "--n", "80", "--seed", "4242"]) == 0
+    return folder
+
+
 @pytest.mark.skipif(not demo_model_path().is_file(), reason="the demo model is not shipped yet")
-def test_shipped_demo_model_meets_the_bars(tmp_path, capsys):
-    assert main(["demo-data", "--out", str(tmp_path), "--n", "80", "--seed", "4242"]) == 0
+def test_shipped_demo_model_meets_the_bars(fresh_scenes, capsys):
+    tmp_path = fresh_scenes
     capsys.readouterr()
     code = main(["evaluate", "--gold", str(tmp_path / "captokeneval.jsonl"), "--metric", "infometic", "--json",
                  "--device", "cpu", "--token-rule", "relative", "--infometic-checkpoint", str(demo_model_path())])
@@ -84,3 +91,23 @@ def test_shipped_demo_model_meets_the_bars(tmp_path, capsys):
     assert figures["vision_accuracy"] >= 0.90 and figures["region_auroc"] >= 0.95
     assert figures["text_accuracy"] >= 0.95 and figures["incorrect_token_f1"] >= 0.75
     assert figures["foil"]["foil_accuracy"] >= 0.90
+
+
+@pytest.mark.skipif(not demo_model_path().is_file(), reason="the demo model is not shipped yet")
+def test_hice_on_the_demo_clip_ranks_regions_and_words(fresh_scenes, capsys, monkeypatch):
+    """HICE-S through the demo fallback, its region crops in the demo CLIP's own style
+    (0.93 region AUROC and 0.79 word AUROC on 300 held-out scenes before they were)."""
+    from capscope.metrics import loading
+
+    def offline(*args, **kwargs):  # as on a machine where no pretrained CLIP can be had, whatever its cache holds
+        raise loading.ModelUnavailable("CLIP: offline")
+
+    monkeypatch.setattr(loading, "create_open_clip", offline)
+    monkeypatch.delenv("CAPSCOPE_NO_DEMO", raising=False)
+    capsys.readouterr()
+    code = main(["evaluate", "--gold", str(fresh_scenes / "captokeneval.jsonl"), "--metric", "hice", "--json",
+                 "--device", "cpu"])
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["region_auroc"] >= 0.97 and figures["incorrect_token_auroc"] >= 0.85
+    assert figures["vision_accuracy"] >= 0.85 and figures["foil"]["foil_accuracy"] >= 0.75

@@ -117,6 +117,22 @@ def test_masked_crop_neutralises_the_background():
     assert tuple(crop[0, 0]) == (123, 117, 104)            # padding
 
 
+def test_masked_crop_in_a_canvas_style_keeps_true_scale_and_the_local_background():
+    from capscope.metrics.encoder import CropStyle
+
+    image = Image.new("RGB", (100, 80), (230, 230, 230))
+    image.paste((255, 0, 0), (40, 30, 60, 50))         # a 20 x 20 red square ...
+    image.paste((0, 0, 255), (60, 30, 64, 50))         # ... with a blue neighbour outside its mask
+    mask = np.zeros((80, 100), dtype=bool)
+    mask[30:50, 40:60] = True
+    crop = np.asarray(masked_crop(image, Region((40, 30, 60, 50), None, "sam", mask), CropStyle(margin=0.5, canvas=64)))
+    assert crop.shape == (64, 64, 3)                   # the canvas, not the box, sets the size
+    assert tuple(crop[32, 32]) == (255, 0, 0)          # the square in the middle, at its own scale:
+    assert tuple(crop[32, 22]) == (255, 0, 0) and tuple(crop[32, 43]) == (230, 230, 230)
+    assert tuple(crop[32, 44]) == (230, 230, 230)      # the blue neighbour is outside the mask: background
+    assert tuple(crop[0, 0]) == (230, 230, 230)        # the canvas takes the local background colour
+
+
 def test_alpha_input_follows_the_image_geometry():
     mask = np.zeros((100, 200), dtype=bool)
     mask[:, 50:150] = True  # the centre square of a wide image
