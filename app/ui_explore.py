@@ -366,19 +366,20 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
         c["descending"] = gr.Checkbox(label="Descending", value=False, scale=1)
         c["annotator"] = gr.Dropdown(label="Annotator", choices=[("everyone", "")], value="", allow_custom_value=True,
                                      scale=1)
-        c["search"] = gr.Textbox(label="Search caption or id", scale=2)
+        c["search"] = gr.Textbox(label="Search caption or id", scale=2, elem_id="cs-explore-search")
         c["page"] = gr.Number(label="Page", value=1, precision=0, minimum=1, scale=1)
     with gr.Row():
         c["low"] = gr.Textbox(label="Score at least (with a score sort; Enter)", placeholder="no bound")
         c["high"] = gr.Textbox(label="Score at most (Enter)", placeholder="no bound")
-    c["total"] = gr.Markdown()
+    c["total"] = gr.Markdown(elem_id="cs-explore-total")
     c["table"] = gr.Dataframe(headers=TABLE_COLUMNS, interactive=False, wrap=True, elem_id="cs-explore-table",
                               column_widths=["5%", "14%", "6%", "35%", "6%", "6%", "6%", "6%", "6%", "5%", "5%"],
                               max_height=420)
     gr.Markdown("Select a row to compare the model with the gold labels.")
     c["note"] = gr.Markdown()
     with gr.Row():
-        c["gold_image"] = gr.Image(label="Gold: mentioned regions (green)", interactive=False, buttons=[], height=320)
+        c["gold_image"] = gr.Image(label="Gold: mentioned regions (green)", interactive=False, buttons=[], height=320,
+                                   elem_id="cs-explore-gold")
         c["model_image"] = gr.Image(label="Model: region scores (magenta dashed = not mentioned)", interactive=False,
                                     buttons=[], height=320)
     with gr.Row():
@@ -423,9 +424,10 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
                 "Explore can sort by score and uncertainty and Annotate can show them as suggestions.")
     with gr.Row():
         c["dataset"] = gr.Dropdown(label="Dataset", choices=[("all datasets", "")], value="", allow_custom_value=True)
-        c["limit"] = gr.Slider(4, 500, value=48, step=4, label="Items to score")
-        c["run"] = gr.Button("Score and evaluate", variant="primary")
-    c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold")
+        c["limit"] = gr.Slider(4, 500, value=48, step=4, label="Items to score", elem_id="cs-bench-limit")
+        c["run"] = gr.Button("Score and evaluate", variant="primary", elem_id="cs-bench-run")
+    c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold",
+                                 elem_id="cs-bench-figures")
     c["plot"] = gr.Plot(label="Score distributions")
     gr.Markdown("### Agreement")
     c["agreement_button"] = gr.Button("Refresh agreement", size="sm")
@@ -473,12 +475,12 @@ def build_admin(store: Store) -> dict:
     with gr.Row():
         with gr.Column():
             gr.Markdown("### Users")
-            c["name"] = gr.Textbox(label="Name")
-            c["password"] = gr.Textbox(label="Password", type="password")
+            c["name"] = gr.Textbox(label="Name", elem_id="cs-admin-name")
+            c["password"] = gr.Textbox(label="Password", type="password", elem_id="cs-admin-password")
             c["role"] = gr.Radio(["annotator", "admin"], value="annotator", label="Role")
-            c["add"] = gr.Button("Add user")
-            c["message"] = gr.Markdown()
-            c["users"] = gr.Dataframe(headers=["name", "role"], interactive=False)
+            c["add"] = gr.Button("Add user", elem_id="cs-admin-add")
+            c["message"] = gr.Markdown(elem_id="cs-admin-message")
+            c["users"] = gr.Dataframe(headers=["name", "role"], interactive=False, elem_id="cs-admin-users")
         with gr.Column():
             gr.Markdown("### Import a dataset\nOne JSONL file (captions or CapTokenEval) and its images.")
             c["files"] = gr.File(file_count="multiple", label="JSONL + images")

@@ -321,3 +321,43 @@ def _rescore_ms(page, caption: str) -> float:
         "word => [...document.querySelectorAll('#cs-tokens-a .token')].some(t => t.innerText.trim() === word)",
         arg=word, timeout=10_000, polling="raf")
     return page.evaluate("() => performance.now()") - started
+
+
+@browser
+def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
+    page = logged_in_page(chromium, served, "ann1", "pw-ann1")
+    page.wait_for_function("document.querySelector('#cs-who').innerText.includes('ann1')", timeout=30_000)
+    assert not any(tab.is_visible() for tab in page.get_by_role("tab", name="Explore").all())
+    page.close()
+
+    page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
+    page.get_by_role("tab", name="Explore").click()
+    total = "document.querySelector('#cs-explore-total').innerText"
+    page.wait_for_function(f"{total}.includes('items ·')", timeout=30_000)
+    everything = int(page.inner_text("#cs-explore-total").split()[0])
+    assert everything >= 8  # 4 seeded scenes, a clean and a polluted caption each
+    wanted = workflow.get_item(served.store, get_user(served.store, "admin"), 2)["id"]
+    page.locator("#cs-explore-search textarea, #cs-explore-search input").first.fill(wanted)
+    page.locator("#cs-explore-search textarea, #cs-explore-search input").first.press("Enter")
+    page.wait_for_function(f"{total}.startsWith('1 items')", timeout=20_000)
+    page.click("#cs-explore-table [data-testid=cell-0-1]")  # Gradio 6's grid cells (its <table> is hidden)
+    page.wait_for_selector("#cs-explore-gold img", timeout=30_000)
+    page.wait_for_function(f"document.body.innerText.includes('{wanted} · gold from')", timeout=30_000)
+    shot(page, "explore.png")
+
+    page.get_by_role("tab", name="Benchmark").click()
+    page.click("#cs-bench-run")
+    page.wait_for_function("document.querySelector('#cs-bench-figures').innerText.includes('trivial rule')",
+                           timeout=120_000)
+    figures = page.inner_text("#cs-bench-figures")
+    assert "InfoMetIC" in figures or "infometic" in figures
+    shot(page, "benchmark.png")
+
+    page.get_by_role("tab", name="Admin").click()
+    page.locator("#cs-admin-name textarea, #cs-admin-name input").first.fill("ann3")
+    page.locator("#cs-admin-password input, #cs-admin-password textarea").first.fill("pw-ann3-long")
+    page.click("#cs-admin-add")
+    page.wait_for_function("document.querySelector('#cs-admin-message').innerText.includes('ann3')", timeout=20_000)
+    assert "ann3" in page.inner_text("#cs-admin-users")
+    assert get_user(served.store, "ann3").role == "annotator"
+    page.close()
