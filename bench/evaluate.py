@@ -130,25 +130,15 @@ def scorer_for(args):
     checkpoint and fed crops in the style it was trained on."""
     from capscope.metrics.scorer import Scorer
 
-    demo_clip = args.clip_model == "capscope-demo-clip"
-    if demo_clip:
+    crop = None
+    if args.clip_model == "capscope-demo-clip":
         from capscope.demo.clip_model import config_path_beside, register_demo_clip_config
+        from capscope.demo.train_infometic import DEMO_CROP
+        from capscope.metrics.encoder import CropStyle
 
         beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
         register_demo_clip_config(beside if beside is not None and beside.is_file() else None)
-    scorer = Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
-                    regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
-                    token_rule=args.token_rule)
-    if demo_clip:
-        _use_demo_crops(scorer)
-    return scorer
-
-
-def _use_demo_crops(scorer) -> None:
-    from capscope.demo.train_infometic import DEMO_CROP
-    from capscope.metrics.encoder import CropStyle
-
-    for metric in scorer.metrics.values():
-        backbone = getattr(metric, "backbone", None)
-        if backbone is not None and backbone.name.startswith("capscope-demo-clip"):
-            backbone.crop = CropStyle(**DEMO_CROP)
+        crop = CropStyle(**DEMO_CROP)
+    return Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
+                  clip_crop=crop, regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
+                  token_rule=args.token_rule)

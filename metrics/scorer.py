@@ -59,6 +59,7 @@ class Scorer:
         device: str = "auto",
         clip_model: str | None = None,
         clip_pretrained: str | None = None,
+        clip_crop: CropStyle | None = None,
         regions: str = "classic",
         max_regions: int = 20,
         infometic_checkpoint: str | None = None,
@@ -86,7 +87,7 @@ class Scorer:
         options = {"beta": beta, "token_rule": token_rule}
         clip = None
         if any(m in metrics for m in ("clip-s", "infoclip", "hice")):
-            clip = self._main_clip(clip_model, clip_pretrained)
+            clip = self._main_clip(clip_model, clip_pretrained, clip_crop)
         for name in metrics:
             if name == "clip-s":
                 self.metrics[name] = ClipScoreMetric(name, clip)
@@ -105,7 +106,9 @@ class Scorer:
 
     # ------------------------------------------------------------ models
 
-    def _main_clip(self, model_name, pretrained) -> ClipBackbone:
+    def _main_clip(self, model_name, pretrained, crop: CropStyle | None = None) -> ClipBackbone:
+        """The CLIP of clip-s, infoclip and hice; `crop` says how a CLIP trained on
+        styled region crops (capscope's demo CLIP) wants them."""
         name, tag = model_name or DEFAULT_CLIP[0], pretrained or DEFAULT_CLIP[1]
         try:
             model = loading.create_open_clip(name, tag, self.device)
@@ -114,7 +117,7 @@ class Scorer:
             if demo is None:
                 raise
             return demo[1]
-        return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device)
+        return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device, crop)
 
     def _demo_model(self) -> tuple[InfoMetIC, ClipBackbone] | None:
         """capscope's bundled demo model, when pretrained weights cannot be had

@@ -53,6 +53,19 @@ def test_infoclip_on_the_demo_clip(gold_dir, tiny_checkpoint, capsys):
     assert figures["n_errors"] == 0 and figures["vision_accuracy"] is not None
 
 
+def test_a_demo_clip_gets_the_crops_it_was_trained_on(tiny_checkpoint):
+    from argparse import Namespace
+
+    from capscope.bench.evaluate import scorer_for
+    from capscope.demo.train_infometic import DEMO_CROP
+
+    args = Namespace(metric="hice", device="cpu", clip_model="capscope-demo-clip",
+                     clip_pretrained=str(tiny_checkpoint / "demo_clip.pt"), infometic_checkpoint=None, beta=0.1,
+                     token_rule="paper")
+    crop = scorer_for(args).metrics["hice"].clip.crop
+    assert (crop.margin, crop.canvas) == (DEMO_CROP["margin"], DEMO_CROP["canvas"])
+
+
 def test_missing_gold_is_a_user_error(tmp_path, capsys):
     assert main(["evaluate", "--gold", str(tmp_path / "none.jsonl"), "--metric", "infometic"]) == 2
     assert "no file" in capsys.readouterr().err
