@@ -3,13 +3,16 @@ and majority or gold labels), CSV (one row per submitted judgement of a token
 or region), and COCO-style region annotations with RLE masks.
 
 `iter_export` yields text pieces; the server streams them, `export_to_file`
-writes them to any text file object.
+writes them to any text file object. `export_benchmark` writes a CapTokenEval
+file that travels: its images copied beside it and named relatively.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+from pathlib import Path
 from typing import Iterator, TextIO
 
 from capscope.annotation.errors import Invalid
@@ -64,6 +67,41 @@ def captokeneval_row(item: ItemData) -> dict:
 def _iter_captokeneval(store: Store, dataset: str | None) -> Iterator[str]:
     for item in iter_items(store, dataset):
         yield json.dumps(captokeneval_row(item), ensure_ascii=False) + "\n"
+
+
+def export_benchmark(store: Store, out: Path, dataset: str | None = None) -> tuple[int, int]:
+    """CapTokenEval JSONL at `out` with every image copied to `images/` beside
+    it (named by content, so each is copied once) and referenced relatively:
+    `capscope import --captokeneval` and `capscope evaluate --gold` read it on
+    any machine. The file appears whole or not at all. Returns (items, images)."""
+    out = Path(out)
+    folder = out.parent / "images"
+    folder.mkdir(parents=True, exist_ok=True)
+    copied: dict[str, str] = {}
+    partial = out.with_name(out.name + ".partial")
+    items = 0
+    with partial.open("w", encoding="utf-8") as handle:
+        for item in iter_items(store, dataset):
+            row = captokeneval_row(item)
+            if item.image_path not in copied:
+                copied[item.image_path] = _copy_by_content(Path(item.image_path), folder)
+            row["image"] = copied[item.image_path]
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            items += 1
+    partial.replace(out)
+    return items, len(set(copied.values()))
+
+
+def _copy_by_content(source: Path, folder: Path) -> str:
+    try:
+        data = source.read_bytes()
+    except OSError as err:
+        raise Invalid(f"image {source.name} of the dataset cannot be read ({err.strerror}); was it moved?") from None
+    name = hashlib.sha256(data).hexdigest()[:16] + source.suffix.lower()
+    target = folder / name
+    if not target.exists():
+        target.write_bytes(data)
+    return f"images/{name}"
 
 
 # ---------------------------------------------------------------- CSV

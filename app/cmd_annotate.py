@@ -38,6 +38,9 @@ def register(sub) -> None:
     exp.add_argument("--format", default="captokeneval", choices=["captokeneval", "csv", "coco"])
     exp.add_argument("--out", required=True, help="output file, or - for standard output")
     exp.add_argument("--dataset", default=None)
+    exp.add_argument("--with-images", action="store_true",
+                     help="captokeneval only: copy the images into images/ beside --out and name them relatively, "
+                          "so the benchmark can be shared")
     _add_db(exp)
     exp.set_defaults(func=run_export)
 
@@ -121,8 +124,17 @@ def run_import(args) -> int:
 def run_export(args) -> int:
     from capscope.annotation.export import export_to_file
 
+    if args.with_images and (args.format != "captokeneval" or args.out == "-"):
+        raise CapscopeError("--with-images needs --format captokeneval and an --out file")
     store = open_store(args)
     try:
+        if args.with_images:
+            from capscope.annotation.export import export_benchmark
+
+            items, images = export_benchmark(store, Path(args.out), args.dataset)
+            print(f"wrote {args.out}: {items} items, {images} images in {Path(args.out).parent / 'images'}",
+                  file=sys.stderr)
+            return 0
         if args.out == "-":
             export_to_file(store, args.format, sys.stdout, args.dataset)
             return 0

@@ -83,3 +83,29 @@ def test_export_streams_in_chunks(store, monkeypatch):
 def test_unknown_format_is_refused(store):
     with pytest.raises(Invalid):
         export.iter_export(store, "xml")
+
+
+def test_benchmark_export_travels_with_its_images(store, tmp_path, capsys):
+    import shutil
+
+    from capscope.annotation.importer import import_captokeneval
+    from capscope.cli import main
+
+    out = tmp_path / "shared" / "bench.jsonl"
+    assert main(["export", "--format", "captokeneval", "--with-images", "--out", str(out),
+                 "--db", sqlite_url(tmp_path)]) == 0
+    assert "3 items, 2 images" in capsys.readouterr().err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["image"].startswith("images/") for r in rows] == [True] * 3
+    assert rows[0]["image"] == rows[2]["image"] != rows[1]["image"]  # one copy per distinct image
+    assert sorted(p.name for p in (out.parent / "images").iterdir()) == sorted({r["image"][7:] for r in rows})
+
+    shutil.rmtree(tmp_path / "images")  # the originals are gone; the benchmark still loads
+    fresh = Store(sqlite_url(tmp_path, "elsewhere.db"))
+    report = import_captokeneval(fresh, out, ImportOptions(dataset="shared", annotators_per_item=0, progress=False))
+    assert report.added == 3 and not report.errors
+    again = {r["id"]: r for r in map(json.loads, export.iter_export(fresh, "captokeneval", "shared"))}
+    for row in rows:
+        labels = lambda r: ([t["label"] for t in r["tokens"]], [g["label"] for g in r["regions"]])  # noqa: E731
+        assert labels(again[row["id"]]) == labels(row)
+    assert main(["export", "--format", "csv", "--with-images", "--out", str(out), "--db", sqlite_url(tmp_path)]) == 2
