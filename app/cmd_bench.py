@@ -15,7 +15,7 @@ def register(sub) -> None:
     bench.add_argument("--captions-per-image", type=int, default=5,
                        help="also time files where each image carries this many captions (details.shared_images; 1: skip)")
     bench.add_argument("--metric", action="append", choices=["infometic", "hice"], help="default: both")
-    bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam",
+    bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam,mobilesam",
                        help="comma-separated region sources timed on a 640 px image ('' for none)")
     bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
     bench.set_defaults(func=run_bench)

@@ -288,7 +288,7 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam"), side: int = 640) -> dict:
+def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), side: int = 640) -> dict:
     """Seconds per proposal on one side x side image. A source whose weights are
     not here is timed with randomly initialised weights of the same
     architecture (the network's cost does not depend on them; the number of
@@ -320,6 +320,11 @@ def random_checkpoint(source: str, folder: Path) -> str:
 
         path = folder / "sam_vit_b.pth"
         torch.save(sam_model_registry["vit_b"](checkpoint=None).state_dict(), path)
+    elif source == "mobilesam":
+        from ultralytics.models.sam.build import build_mobile_sam
+
+        path = folder / "mobile_sam.pt"
+        torch.save(build_mobile_sam().state_dict(), path)
     elif source in ("yolo", "fastsam"):
         from ultralytics import YOLO
 
@@ -408,7 +413,7 @@ def machine() -> str:
 
 
 def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_size: int = 16,
-        metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam"), breakdown: bool = True,
+        metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), breakdown: bool = True,
         captions_per_image: int = 5) -> dict:
     from capscope.metrics.loading import resolve_device
 

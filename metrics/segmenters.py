@@ -264,26 +264,38 @@ class FastSamProposer:
 
 
 class MobileSamProposer:
-    """MobileSAM through ultralytics' SAM in segment-everything mode (no prompts)."""
+    """MobileSAM through ultralytics' SAM in segment-everything mode (no prompts):
+    a grid of `points_per_side` x `points_per_side` point prompts over the image
+    (8 as for SAM here; ultralytics' default is 32: 16 times the prompts),
+    masks kept above `conf_thres` (predicted IoU) and `stability_score_thresh`,
+    and, after NMS, above `conf` (ultralytics' SAM default 0.25)."""
 
     name = "mobilesam"
     default_weights = "mobile_sam.pt"
 
-    def __init__(self, checkpoint=None, device: str = "cpu", points_stride: int = 64, imgsz: int = 1024,
+    def __init__(self, checkpoint=None, device: str = "cpu", points_per_side: int = 8, imgsz: int = 1024,
+                 conf_thres: float = 0.88, stability_score_thresh: float = 0.95, conf: float = 0.25,
                  min_area_frac: float = 0.0005):
         path = ultralytics_weights(self.default_weights, checkpoint, "CAPSCOPE_MOBILESAM_WEIGHTS", "MobileSAM")
         if not path.name.endswith("mobile_sam.pt"):
             raise ModelUnavailable(f"MobileSAM: ultralytics recognises MobileSAM weights by the name "
                                    f"'*mobile_sam.pt'; rename {path.name}")
-        self.model = _load_ultralytics("SAM", path, "MobileSAM")
-        self.device, self.points_stride, self.imgsz = device, points_stride, imgsz
+        sam = _load_ultralytics("SAM", path, "MobileSAM")
+        # SAM.predict() takes no segment-everything settings (they are not YOLO arguments):
+        # its predictor, called directly, passes them on to Predictor.generate
+        from ultralytics.models.sam import Predictor
+
+        self.predictor = Predictor(overrides={"task": "segment", "mode": "predict", "imgsz": imgsz, "device": device,
+                                              "conf": conf,
+                                              "retina_masks": True, "verbose": False, "save": False})
+        self.predictor.setup_model(model=sam.model, verbose=False)
+        # ultralytics calls the number of points per side `points_stride`
+        self.everything = {"points_stride": points_per_side, "conf_thres": conf_thres,
+                           "stability_score_thresh": stability_score_thresh}
         self.min_area_frac = min_area_frac
 
     def propose(self, image: Image.Image) -> list[Region]:
-        result = self.model.predict(
-            image.convert("RGB"), device=self.device, imgsz=self.imgsz,
-            points_stride=self.points_stride, verbose=False,
-        )[0]
+        result = self.predictor(source=image.convert("RGB"), stream=False, **self.everything)[0]
         if result.masks is None:
             return []
         masks = result.masks.data.cpu().numpy() > 0.5

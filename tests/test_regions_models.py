@@ -1,4 +1,4 @@
-"""SAM, YOLO and FastSAM region sources: checkpoints saved from randomly
+"""SAM, YOLO, FastSAM and MobileSAM region sources: checkpoints saved from randomly
 initialised real architectures, loaded through the path a user's download takes."""
 import numpy as np
 import pytest
@@ -94,6 +94,20 @@ def test_fastsam_weights_from_the_cache_folder(tmp_path, image, monkeypatch):
     monkeypatch.setenv("CAPSCOPE_CACHE", str(tmp_path))
     monkeypatch.delenv("CAPSCOPE_FASTSAM_WEIGHTS", raising=False)
     proposer = PROPOSERS["fastsam"](conf=0.0, imgsz=96)
+    check_regions(proposer.propose(image), image, with_masks=True)
+
+
+def test_mobilesam_weights_from_the_cache_folder(tmp_path, image, monkeypatch):
+    from ultralytics.models.sam.build import build_mobile_sam
+
+    torch.manual_seed(0)
+    target = tmp_path / "ultralytics" / "mobile_sam.pt"  # the name ultralytics' download uses
+    target.parent.mkdir()
+    torch.save(build_mobile_sam().state_dict(), target)
+    monkeypatch.setenv("CAPSCOPE_CACHE", str(tmp_path))
+    monkeypatch.delenv("CAPSCOPE_MOBILESAM_WEIGHTS", raising=False)
+    # random weights predict low IoU: let every mask through; a coarse grid at 256 px keeps this short
+    proposer = PROPOSERS["mobilesam"](points_per_side=4, imgsz=256, conf_thres=-1.0, stability_score_thresh=-1.0, conf=0.0)
     check_regions(proposer.propose(image), image, with_masks=True)
 
 
