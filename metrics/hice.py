@@ -17,7 +17,10 @@ Choices the paper leaves open, made here:
   best reference (as RefCLIP-S does) and lTTC pools all references' phrases;
 - a phrase is correct, and a region mentioned, when its best cosine is above
   `threshold` = 0.2, which is the paper's 0.5 (Fig. 5) on the CLIP-S scale
-  2.5 * cos: raw CLIP cosines of matching pairs lie around 0.25-0.35;
+  2.5 * cos: raw CLIP cosines of matching pairs lie around 0.25-0.35. A CLIP
+  trained with a sigmoid loss (a `logit_bias`, as SigLIP and capscope's demo
+  CLIP have) says itself where a match begins: sigmoid(scale * cos + bias)
+  = 0.5 at cos = -bias / scale, and that is its threshold;
 - a token's score is the best score of the phrases that contain it, and it is
   correct when one of them is (null for tokens in no phrase): a word is flagged
   only when no phrase it takes part in finds support in the image.
@@ -287,20 +290,31 @@ def _masks_key(regions: list[Region]) -> str:
 
 # ---------------------------------------------------------------- the metric
 
+def match_threshold(backbone: ClipBackbone) -> float:
+    """The cosine above which a phrase and a region match: the model's own
+    decision boundary when it was trained with a sigmoid loss, else THRESHOLD."""
+    bias = getattr(backbone.model, "logit_bias", None)
+    if bias is None:
+        return THRESHOLD
+    return float(-bias.detach().float() / backbone.model.logit_scale.detach().float().exp())
+
+
 class HiceMetric:
     name = "hice"
     needs_regions = True
     needs_pixels = True
 
     def __init__(self, backbone: ClipBackbone, beta: float = 0.1, token_rule: str = "paper", *,
-                 alpha_clip_checkpoint=None, threshold: float = THRESHOLD, whole_image_region: bool = True, nlp=None):
+                 alpha_clip_checkpoint=None, threshold: float | None = None, whole_image_region: bool = True,
+                 nlp=None):
         # beta and token_rule are InfoMetIC's; HICE-S judges phrases with `threshold`.
         path = alpha_clip_checkpoint or os.environ.get("CAPSCOPE_ALPHA_CLIP_CHECKPOINT")
         alpha = load_alpha_visual(path, backbone.model.visual) if path else None
         self.clip = backbone
         self.backbone = HiceImageEncoder(backbone, alpha)
         self.alpha_source = Path(path).name if path else None
-        self.threshold, self.whole_image_region = threshold, whole_image_region
+        self.threshold = match_threshold(backbone) if threshold is None else threshold
+        self.whole_image_region = whole_image_region
         self.nlp = nlp or load_spacy()
         self.phrase_source = "dependency parse" if self.nlp.has_pipe("parser") else "rule-based chunker"
 
@@ -352,5 +366,6 @@ class HiceMetric:
             "features": {
                 "regions": self.backbone.mode + (f" ({self.alpha_source})" if self.alpha_source else ""),
                 "phrases": self.phrase_source,
+                "threshold": round(self.threshold, 4),
             },
         }

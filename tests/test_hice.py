@@ -66,6 +66,17 @@ def test_hice_and_ref_hice_by_hand():
     assert "ref_hice" not in hice_scores(v, t, regions, phrases)
 
 
+def test_match_threshold_is_a_sigmoid_models_own_boundary():
+    from types import SimpleNamespace
+
+    from capscope.metrics.hice import THRESHOLD, match_threshold
+
+    sigmoid = SimpleNamespace(model=SimpleNamespace(logit_bias=torch.tensor(-5.0), logit_scale=torch.tensor(np.log(10.0))))
+    assert match_threshold(sigmoid) == pytest.approx(0.5)  # sigmoid(10 * 0.5 - 5) = 0.5
+    softmax = SimpleNamespace(model=SimpleNamespace(logit_scale=torch.tensor(np.log(100.0))))
+    assert match_threshold(softmax) == THRESHOLD == 0.2
+
+
 def test_token_scores_take_the_best_phrase():
     tokens = [Token("a", 0, 1, False), Token("red", 2, 5, True), Token("dog", 6, 9, True), Token("runs", 10, 14, True)]
     found = [Phrase("red dog", (1, 2)), Phrase("dog runs", (2, 3))]
