@@ -179,13 +179,26 @@ def _fmt(value) -> str:
     return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def export_stem(dataset: str | None) -> str:
+    return "capscope-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
+
+
 def export_file(store: Store, fmt: str, dataset: str | None = None) -> str:
     """Write an export to a fresh temporary file and return its path."""
     folder = Path(tempfile.mkdtemp(prefix="capscope-export-"))
-    path = folder / f"capscope-{dataset or 'all'}.{export.EXTENSIONS[fmt]}"
+    path = folder / f"{export_stem(dataset)}.{export.EXTENSIONS[fmt]}"
     with path.open("w", encoding="utf-8", newline="") as handle:
         export.export_to_file(store, fmt, handle, dataset or None)
     return str(path)
+
+
+def benchmark_zip(store: Store, dataset: str | None = None) -> str:
+    """A zip of the CapTokenEval file with its images (`export_benchmark`): a
+    benchmark to hand to others; `capscope evaluate --gold` reads it unzipped."""
+    folder = Path(tempfile.mkdtemp(prefix="capscope-benchmark-"))
+    stem = export_stem(dataset)
+    export.export_benchmark(store, folder / stem / "captokeneval.jsonl", dataset or None)
+    return shutil.make_archive(str(folder / stem), "zip", folder, stem)
 
 
 # ---------------------------------------------------------------- explore
@@ -463,11 +476,14 @@ def build_export(store: Store, c: dict, dataset=None, api: bool = True) -> None:
     gr.Markdown("### Export")
     with gr.Row():
         buttons = {fmt: gr.Button(f"Export {fmt}", size="sm") for fmt in export.FORMATS}
+        bundle = gr.Button("Benchmark with images (.zip)", size="sm")
     c["export_file"] = gr.File(label="Export", interactive=False, height=90)
     for fmt, button in buttons.items():
         visibility = {"api_name": f"export_{fmt}"} if api else {"api_visibility": "private"}
         button.click(admin_only(store, _exporter(store, fmt)), dataset, c["export_file"],
                      **visibility)
+    bundle.click(admin_only(store, lambda d=None: benchmark_zip(store, d or None)), dataset, c["export_file"],
+                 **({"api_name": "export_benchmark_zip"} if api else {"api_visibility": "private"}))
 
 
 def build_admin(store: Store) -> dict:

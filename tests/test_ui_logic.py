@@ -286,6 +286,12 @@ def test_agreement_export_and_users(dataset):
     for fmt in ("captokeneval", "csv", "coco"):
         path = ui_explore.export_file(store, fmt, "demo")
         assert open(path, encoding="utf-8").read().strip()
+    import zipfile
+
+    with zipfile.ZipFile(ui_explore.benchmark_zip(store, "demo")) as bundle:
+        names = set(bundle.namelist())
+        rows = [json.loads(line) for line in bundle.read("capscope-demo/captokeneval.jsonl").splitlines()]
+    assert rows and all(f"capscope-demo/{row['image']}" in names for row in rows)
     message, users = ui_explore.add_user_action(store, "newbie", "pw1234", "annotator")
     assert "added" in message and ["newbie", "annotator"] in users
     assert "Not added" in ui_explore.add_user_action(store, "newbie", "pw1234", "annotator")[0]
