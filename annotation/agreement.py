@@ -24,10 +24,11 @@ from itertools import combinations
 from sqlalchemy import select
 
 from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.gold import write_gold
 from capscope.annotation.importer import REGION_LABELS, TOKEN_LABELS
 from capscope.annotation.users import UserInfo
 from capscope.annotation.votes import ItemData, iter_items, majority
-from capscope.db import Caption, GoldLabel, Region, Store, Token, utcnow
+from capscope.db import Caption, GoldLabel, Region, Store, Token
 
 
 # ---------------------------------------------------------------- statistics
@@ -261,18 +262,14 @@ def gold_from_majority(store: Store, dataset: str | None = None, *, min_judgemen
 
 def _write_majority(session, batch) -> int:
     for caption_id, token_labels, region_labels in batch:
-        gold = session.get(GoldLabel, caption_id)
-        if gold is None:
-            gold = GoldLabel(caption_id=caption_id, source="majority")
-            session.add(gold)
-        gold.token_labels, gold.region_labels = token_labels, region_labels
-        gold.source, gold.adjudicator_id, gold.updated_at = "majority", None, utcnow()
+        write_gold(session, caption_id, token_labels, region_labels, "majority")
     return len(batch)
 
 
 def adjudicate(store: Store, admin: UserInfo, item_id: int, token_labels: list, region_labels: list) -> dict:
     """Set an item's gold labels by hand: one entry per token ("correct",
-    "incorrect" or None) and per region ("mentioned", "unmentioned" or None)."""
+    "incorrect" or None) and per region ("mentioned", "unmentioned" or None).
+    The labels replaced stay in the item's gold history."""
     if not admin.is_admin:
         raise Invalid("only an admin adjudicates")
 
@@ -284,12 +281,7 @@ def adjudicate(store: Store, admin: UserInfo, item_id: int, token_labels: list, 
         n_regions = session.query(Region).filter(Region.image_id == caption.image_id).count()
         _check_gold(token_labels, n_tokens, TOKEN_LABELS, "token")
         _check_gold(region_labels, n_regions, REGION_LABELS, "region")
-        gold = session.get(GoldLabel, item_id, with_for_update=True)
-        if gold is None:
-            gold = GoldLabel(caption_id=item_id, source="adjudicated")
-            session.add(gold)
-        gold.token_labels, gold.region_labels = list(token_labels), list(region_labels)
-        gold.source, gold.adjudicator_id, gold.updated_at = "adjudicated", admin.id, utcnow()
+        gold = write_gold(session, item_id, token_labels, region_labels, "adjudicated", admin.id)
         return {"item_id": item_id, "token_labels": gold.token_labels, "region_labels": gold.region_labels,
                 "source": gold.source, "adjudicator": admin.name}
 

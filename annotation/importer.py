@@ -21,7 +21,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from capscope.annotation.errors import Invalid
-from capscope.db import Caption, Dataset, GoldLabel, Image, Prediction, Region, Store, Token
+from capscope.annotation.gold import write_gold
+from capscope.db import Caption, Dataset, Image, Prediction, Region, Store, Token
 from capscope.db.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -616,7 +617,8 @@ def _add_caption(session, dataset: Dataset, image: Image, row: PreparedRow, opti
     session.flush()
     session.add_all(Token(caption_id=caption.id, index=i, **tok) for i, tok in enumerate(row.tokens))
     if row.gold:
-        session.add(GoldLabel(caption_id=caption.id, source="import", **row.gold))
+        gold = write_gold(session, caption.id, row.gold["token_labels"], row.gold["region_labels"], "import")
+        gold.token_votes, gold.region_votes = row.gold.get("token_votes"), row.gold.get("region_votes")
 
 
 # ---------------------------------------------------------------- model predictions

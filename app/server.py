@@ -25,7 +25,7 @@ from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, Field, StrictInt
 
 from capscope import __version__
-from capscope.annotation import agreement, browse, export, workflow
+from capscope.annotation import agreement, browse, export, gold, workflow
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
@@ -325,10 +325,15 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.get("/api/items/{item_id}/gold")
     def get_gold(item_id: ItemId, user: Admin) -> dict:
-        gold = agreement.gold_view(store, item_id)
-        if gold is None:
+        labels = agreement.gold_view(store, item_id)
+        if labels is None:
             raise HTTPException(404, f"item {item_id} has no gold labels")
-        return gold
+        return labels
+
+    @app.get("/api/items/{item_id}/gold/history")
+    def get_gold_history(item_id: ItemId, user: Admin) -> list[dict]:
+        """Every gold label set of the item, oldest first (imported, majority, adjudicated)."""
+        return gold.gold_history(store, item_id)
 
     @app.put("/api/items/{item_id}/gold")
     def put_gold(item_id: ItemId, body: GoldRequest, user: Admin) -> dict:

@@ -6,6 +6,7 @@ from capscope.db.models import (  # noqa: F401
     Dataset,
     Flag,
     GoldLabel,
+    GoldRevision,
     Image,
     Label,
     LabelRevision,

@@ -250,3 +250,21 @@ class GoldLabel(Base):
     source: Mapped[str] = mapped_column(String(20))
     adjudicator_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+
+class GoldRevision(Base):
+    """Every gold label set written for a caption, oldest first: an
+    adjudication never loses the labels it replaced."""
+
+    __tablename__ = "gold_revisions"
+    __table_args__ = (UniqueConstraint("caption_id", "revision"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    caption_id: Mapped[int] = mapped_column(ForeignKey("captions.id", ondelete="CASCADE"), index=True)
+    revision: Mapped[int] = mapped_column(Integer)
+    token_labels: Mapped[list] = mapped_column(JSON)
+    region_labels: Mapped[list] = mapped_column(JSON)
+    source: Mapped[str] = mapped_column(String(20))
+    adjudicator_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -151,3 +151,23 @@ def test_majority_gold_and_adjudication(labelled):
         agreement.adjudicate(store, admin, 1, labels[:-1], [None] * n_regions)
     with pytest.raises(Invalid):
         agreement.adjudicate(store, admin, 1, ["wrong"] * n_tokens, [None] * n_regions)
+
+
+def test_gold_history_keeps_what_adjudication_replaced(labelled):
+    from capscope.annotation.gold import gold_history
+
+    store, _ = labelled
+    admin = add_user(store, "boss", "secret", "admin")
+    agreement.gold_from_majority(store, min_judgements=3)
+    agreement.gold_from_majority(store, min_judgements=3)  # the same labels again: no new revision
+    majority = gold_history(store, 1)
+    assert [(h["revision"], h["source"], h["adjudicator"]) for h in majority] == [(1, "majority", None)]
+    tokens, regions = majority[0]["token_labels"], majority[0]["region_labels"]
+    flipped = ["incorrect" if label == "correct" else "correct" for label in tokens]
+    agreement.adjudicate(store, admin, 1, flipped, regions)
+    agreement.adjudicate(store, admin, 1, tokens, regions)  # changed back: a third revision
+    history = gold_history(store, 1)
+    assert [(h["revision"], h["source"], h["adjudicator"]) for h in history] == [
+        (1, "majority", None), (2, "adjudicated", "boss"), (3, "adjudicated", "boss")]
+    assert history[1]["token_labels"] == flipped and history[2]["token_labels"] == tokens == history[0]["token_labels"]
+    assert gold_history(store, 999) == []

@@ -85,7 +85,8 @@ def test_no_credentials_is_401(api, method, url):
         assert api.request(method, url, headers={"Authorization": raw}).status_code == 401
 
 
-@pytest.mark.parametrize("url", ["/api/export", "/api/items", "/api/agreement", "/api/items/1/gold"])
+@pytest.mark.parametrize("url", ["/api/export", "/api/items", "/api/agreement", "/api/items/1/gold",
+                                 "/api/items/1/gold/history"])
 def test_annotator_on_admin_calls_is_403(api, url):
     assert api.get(url, auth=ANN).status_code == 403
 
@@ -145,6 +146,18 @@ def test_export_is_streamed_captokeneval(api):
     assert api.get("/api/export?format=csv", auth=ADMIN).text.startswith("dataset,item_id")
     json.loads(api.get("/api/export?format=coco", auth=ADMIN).text)
     assert api.get("/api/agreement", auth=ADMIN).status_code == 200
+
+
+def test_adjudication_history(api):
+    item = api.get("/api/items/1", auth=ADMIN).json()
+    n_tokens, n_regions = len(item["tokens"]), len(item["regions"])
+    assert api.get("/api/items/1/gold/history", auth=ADMIN).json() == []
+    for label in ("incorrect", "correct"):
+        body = {"token_labels": [label] * n_tokens, "region_labels": [None] * n_regions}
+        assert api.put("/api/items/1/gold", json=body, auth=ADMIN).status_code == 200
+    history = api.get("/api/items/1/gold/history", auth=ADMIN).json()
+    assert [(h["revision"], h["adjudicator"], h["token_labels"][0]) for h in history] == [
+        (1, "boss", "incorrect"), (2, "boss", "correct")]
 
 
 def test_score_shape_with_an_injected_scorer(api):

@@ -1,7 +1,7 @@
 """The Alembic migrations build exactly the models' schema; SQLite runs with
 WAL, foreign keys and a busy timeout; opening a database twice migrates once."""
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, select, text
 
 from annotation_support import fresh_pg_database, sqlite_url
 from capscope.db import Base, Store
@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):
@@ -53,6 +53,24 @@ def test_downgrade_and_upgrade_again(tmp_path):
     assert set(inspect(store.engine).get_table_names()) <= {"alembic_version"}
     store.upgrade()
     assert _schema_diff(store) == []
+
+
+def test_upgrade_to_gold_history_keeps_existing_gold_as_revision_one(tmp_path):
+    from capscope.db import Caption, Dataset, GoldLabel, GoldRevision, Image
+
+    store = Store(sqlite_url(tmp_path))
+    store.downgrade("0001")
+    with store.write() as session:  # a database of the first release, with one gold label set
+        for row in (Dataset(id=1, name="d"), Image(id=1, sha256="0" * 64, path="x.png", width=4, height=4, n_bytes=1),
+                    Caption(id=1, dataset_id=1, external_id="a", image_id=1, text="a dog", content_hash="h"),
+                    GoldLabel(caption_id=1, token_labels=["correct", None], region_labels=[], source="import")):
+            session.add(row)
+            session.flush()
+    store.upgrade()
+    with store.read() as session:
+        revision = session.scalars(select(GoldRevision)).one()
+        assert (revision.caption_id, revision.revision, revision.source) == (1, 1, "import")
+        assert revision.token_labels == ["correct", None]
 
 
 def test_foreign_keys_are_enforced(tmp_path):

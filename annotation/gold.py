@@ -1,0 +1,40 @@
+"""Gold labels with their history: every write goes through `write_gold`,
+which keeps the labels it replaces as a `GoldRevision`."""
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from capscope.db import GoldLabel, GoldRevision, Store, utcnow
+
+
+def write_gold(session, caption_id: int, token_labels: list, region_labels: list, source: str,
+               adjudicator_id: int | None = None) -> GoldLabel:
+    """Set a caption's gold labels and record them as its next revision
+    (nothing is recorded when labels and source are what they already are)."""
+    gold = session.get(GoldLabel, caption_id, with_for_update=True)
+    unchanged = (gold is not None and gold.token_labels == list(token_labels)
+                 and gold.region_labels == list(region_labels) and gold.source == source)
+    if gold is None:
+        gold = GoldLabel(caption_id=caption_id, source=source)
+        session.add(gold)
+    gold.token_labels, gold.region_labels = list(token_labels), list(region_labels)
+    gold.source, gold.adjudicator_id, gold.updated_at = source, adjudicator_id, utcnow()
+    if not unchanged:
+        last = session.scalar(select(func.max(GoldRevision.revision)).where(GoldRevision.caption_id == caption_id))
+        session.add(GoldRevision(caption_id=caption_id, revision=(last or 0) + 1, token_labels=gold.token_labels,
+                                 region_labels=gold.region_labels, source=source, adjudicator_id=adjudicator_id,
+                                 created_at=gold.updated_at))
+    return gold
+
+
+def gold_history(store: Store, caption_id: int) -> list[dict]:
+    """Every gold label set of a caption, oldest first."""
+    from capscope.db import User
+
+    with store.read() as session:
+        rows = session.execute(
+            select(GoldRevision, User.name).outerjoin(User, User.id == GoldRevision.adjudicator_id)
+            .where(GoldRevision.caption_id == caption_id).order_by(GoldRevision.revision)
+        ).all()
+        return [{"revision": r.revision, "source": r.source, "adjudicator": name, "token_labels": r.token_labels,
+                 "region_labels": r.region_labels, "created_at": r.created_at.isoformat() + "Z"} for r, name in rows]
