@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import platform
 import resource
-import statistics
 import tempfile
 import time
 from contextlib import contextmanager
