@@ -17,6 +17,7 @@ from PIL import Image
 from capscope import ui_draw, ui_queries
 from capscope.annotation import agreement, browse, export, importer
 from capscope.annotation.errors import AnnotationError
+from capscope.annotation.gold import gold_history
 from capscope.annotation.users import add_user, get_user, list_users
 from capscope.annotation.votes import iter_items
 from capscope.db import Store, data_dir
@@ -252,23 +253,59 @@ def gold_and_model(store: Store, scores: DatasetScores, item_id: int, metric: st
     item = next((i for i in _items_by_id(store, item_id)), None)
     if item is None:
         return None, None, [], [], f"No item {item_id}."
-    gold = export.captokeneval_row(item)
-    with Image.open(item.image_path) as im:
-        image = im.convert("RGB")
-    boxes = [r["box"] for r in item.regions]
-    mentioned = {i for i, r in enumerate(gold["regions"]) if r["label"] == "mentioned"}
-    segments = token_segments(item.text, item.tokens)
-    gold_tokens = [(text, 1.0 if t["label"] == "incorrect" else -0.4 if t["label"] == "correct" else None)
-                   for text, t in zip(segments, gold["tokens"])]
+    gold_overlay, gold_tokens, image = _gold_views(item)
     row = scores.score_item(item)
     metric = metric if metric in row["metrics"] else next((m for m in TOKEN_METRICS if m in row["metrics"]),
                                                           next(iter(row["metrics"]), None))
+    boxes = [r["box"] for r in item.regions]
     model_overlay = ui_draw.score_overlay(image, boxes, (row["metrics"].get(metric) or {}).get("region_scores"),
                                           (row["metrics"].get(metric) or {}).get("region_mentioned"))
-    note = (f"**{item.external_id}** · gold from {item.gold.source if item.gold else 'votes'} · "
-            f"{len(item.judgements)} judgements · model: {METRIC_TITLES.get(metric, metric)}")
-    return (ui_draw.labels_overlay(image, boxes, mentioned), model_overlay, gold_tokens,
-            shaded_tokens(row, metric), note)
+    note = f"{_gold_note(store, item)} · model: {METRIC_TITLES.get(metric, metric)}"
+    return gold_overlay, model_overlay, gold_tokens, shaded_tokens(row, metric), note
+
+
+def _gold_views(item) -> tuple:
+    """(gold overlay, gold tokens, the image) of an item: adjudicated gold, else the votes' majority."""
+    labels = export.captokeneval_row(item)
+    with Image.open(item.image_path) as im:
+        image = im.convert("RGB")
+    mentioned = {i for i, r in enumerate(labels["regions"]) if r["label"] == "mentioned"}
+    segments = token_segments(item.text, item.tokens)
+    tokens = [(text, 1.0 if t["label"] == "incorrect" else -0.4 if t["label"] == "correct" else None)
+              for text, t in zip(segments, labels["tokens"])]
+    return ui_draw.labels_overlay(image, [r["box"] for r in item.regions], mentioned), tokens, image
+
+
+def _gold_note(store: Store, item) -> str:
+    revisions = gold_history(store, item.caption_id)
+    source = f"gold: {item.gold.source}, revision {len(revisions)}" if item.gold else "no gold yet: the votes' majority"
+    return f"**{item.external_id}** · {source} · {len(item.judgements)} judgements"
+
+
+def adjudicate_click(store: Store, admin_name: str, item_id: int, token: int | None = None,
+                     point=None) -> tuple:
+    """Flip one gold label of an item by a click on a word (incorrect <-> correct) or
+    on a region (mentioned <-> unmentioned), starting from the shown labels;
+    saved at once as a new gold revision. Returns (gold overlay, gold tokens, note)."""
+    admin = get_user(store, admin_name)
+    item = next(iter(_items_by_id(store, item_id)), None)
+    if item is None:
+        raise AnnotationError(f"no item {item_id}")
+    labels = export.captokeneval_row(item)
+    tokens = [t["label"] for t in labels["tokens"]]
+    regions = [r["label"] for r in labels["regions"]]
+    if token is not None:
+        tokens[token] = "correct" if tokens[token] == "incorrect" else "incorrect"
+    else:
+        index = ui_draw.clicked_region([r["box"] for r in item.regions], (item.width, item.height), point)
+        if index is None:
+            overlay, words, _ = _gold_views(item)
+            return overlay, words, _gold_note(store, item) + " · no region under that point"
+        regions[index] = "unmentioned" if regions[index] == "mentioned" else "mentioned"
+    agreement.adjudicate(store, admin, item_id, tokens, regions)
+    item = next(iter(_items_by_id(store, item_id)))
+    overlay, words, _ = _gold_views(item)
+    return overlay, words, _gold_note(store, item) + " · saved"
 
 
 def _items_by_id(store: Store, item_id: int):
@@ -389,14 +426,17 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
                               column_widths=["5%", "14%", "6%", "35%", "6%", "6%", "6%", "6%", "6%", "5%", "5%"],
                               max_height=420)
     gr.Markdown("Select a row to compare the model with the gold labels.")
-    c["note"] = gr.Markdown()
+    c["note"] = gr.Markdown(elem_id="cs-explore-note")
+    c["item"] = gr.State(None)  # the item whose gold is shown
     with gr.Row():
         c["gold_image"] = gr.Image(label="Gold: mentioned regions (green)", interactive=False, buttons=[], height=320,
                                    elem_id="cs-explore-gold")
         c["model_image"] = gr.Image(label="Model: region scores (magenta dashed = not mentioned)", interactive=False,
                                     buttons=[], height=320)
     with gr.Row():
-        c["gold_tokens"] = gr.HighlightedText(label="Gold: red = incorrect", interactive=False)
+        c["gold_tokens"] = gr.HighlightedText(label="Gold: red = incorrect · click a word or a region to change "
+                                                    "the gold label (every change is kept)", interactive=False,
+                                              elem_id="cs-explore-gold-tokens")
         c["model_tokens"] = gr.HighlightedText(label="Model: red = unsupported", interactive=False)
 
     filters = [c[k] for k in ("dataset", "status", "sort", "descending", "annotator", "search", "page", "low", "high")]
@@ -421,12 +461,32 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
     def on_row(table, evt: gr.SelectData):
         row = evt.row_value if evt.row_value is not None else None
         if not row:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return gold_and_model(store, scores, int(row[0]), None)
+            return tuple(gr.skip() for _ in range(6))
+        return (*gold_and_model(store, scores, int(row[0]), None), int(row[0]))
 
-    views = [c["gold_image"], c["model_image"], c["gold_tokens"], c["model_tokens"], c["note"]]
+    views = [c["gold_image"], c["model_image"], c["gold_tokens"], c["model_tokens"], c["note"], c["item"]]
     c["table"].select(admin_only(store, on_row), c["table"], views, api_visibility="private", concurrency_id="model",
                       concurrency_limit=1)
+
+    def adjudicate(item_id, request: gr.Request, **where):
+        if item_id is None or not is_admin(store, request):
+            return gr.skip(), gr.skip(), gr.skip()
+        try:
+            return adjudicate_click(store, request.username, int(item_id), **where)
+        except AnnotationError as err:
+            return gr.skip(), gr.skip(), f"**Not saved:** {err}"
+
+    def on_gold_token(item_id, evt: gr.SelectData, request: gr.Request):
+        return adjudicate(item_id, request, token=evt.index)
+
+    def on_gold_region(item_id, evt: gr.SelectData, request: gr.Request):
+        return adjudicate(item_id, request, point=evt.index)
+
+    gold_views = [c["gold_image"], c["gold_tokens"], c["note"]]
+    c["gold_tokens"].select(on_gold_token, c["item"], gold_views, api_visibility="private", trigger_mode="multiple",
+                            concurrency_id="db", concurrency_limit=4)
+    c["gold_image"].select(on_gold_region, c["item"], gold_views, api_visibility="private", trigger_mode="multiple",
+                           concurrency_id="db", concurrency_limit=4)
     return c
 
 

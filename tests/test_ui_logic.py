@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from capscope import ui_draw, ui_explore, ui_inspect
-from capscope.annotation import importer, workflow
+from capscope.annotation import agreement, importer, workflow
 from capscope.annotation.users import add_user
 from capscope.db import Store
 from capscope.ui import demo_examples, ensure_admin
@@ -275,8 +275,29 @@ def test_gold_and_model_view(dataset):
     gold_image, model_image, gold_tokens, model_tokens, note = ui_explore.gold_and_model(store, FakeScores(),
                                                                                          item_id, None)
     assert gold_image.size == model_image.size == (672, 672)
-    assert gold_tokens[1][1] == -0.4 and "gold from import" in note
+    assert gold_tokens[1][1] == -0.4 and "gold: import, revision 1" in note
     assert ui_explore.gold_and_model(store, FakeScores(), 9999, None)[-1] == "No item 9999."
+
+
+def test_adjudication_clicks_flip_gold_and_keep_history(dataset):
+    from capscope.annotation.gold import gold_history
+
+    store, _, admin, _ = dataset
+    item = workflow.get_item(store, admin, 1)
+    _, tokens, note = ui_explore.adjudicate_click(store, admin.name, 1, token=1)   # correct -> incorrect
+    assert tokens[1][1] == 1.0 and "revision 2" in note and "saved" in note
+    box = item["regions"][0]["box"]
+    scale = ui_draw.display_scale((item["width"], item["height"]))
+    centre = [(box[0] + box[2]) / 2 * scale, (box[1] + box[3]) / 2 * scale]
+    region = ui_draw.region_at([r["box"] for r in item["regions"]], centre[0] / scale, centre[1] / scale)
+    before = agreement.gold_view(store, 1)["region_labels"][region]
+    ui_explore.adjudicate_click(store, admin.name, 1, point=centre)
+    after = agreement.gold_view(store, 1)["region_labels"][region]
+    assert {before, after} == {"mentioned", "unmentioned"} or (before is None and after == "mentioned")
+    history = gold_history(store, 1)
+    assert [h["source"] for h in history] == ["import", "adjudicated", "adjudicated"]
+    assert history[-1]["adjudicator"] == admin.name
+    assert "no region under that point" in ui_explore.adjudicate_click(store, admin.name, 1, point=[-5, -5])[2]
 
 
 def test_agreement_export_and_users(dataset):

@@ -342,8 +342,17 @@ def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
     page.wait_for_function(f"{total}.startsWith('1 items')", timeout=20_000)
     page.click("#cs-explore-table [data-testid=cell-0-1]")  # Gradio 6's grid cells (its <table> is hidden)
     page.wait_for_selector("#cs-explore-gold img", timeout=30_000)
-    page.wait_for_function(f"document.body.innerText.includes('{wanted} · gold from')", timeout=30_000)
+    page.wait_for_function(f"document.body.innerText.includes('{wanted} · gold: import, revision 1')", timeout=30_000)
     shot(page, "explore.png")
+    # adjudication: a click on a gold word flips it and is saved as the next gold revision
+    page.locator("#cs-explore-gold-tokens .token").nth(1).click()
+    page.wait_for_function("document.querySelector('#cs-explore-note').innerText.includes('revision 2 ')",
+                           timeout=20_000)
+    from capscope.annotation.gold import gold_history
+
+    history = gold_history(served.store, 2)
+    assert [h["source"] for h in history] == ["import", "adjudicated"] and history[1]["adjudicator"] == "admin"
+    assert history[0]["token_labels"][1] != history[1]["token_labels"][1]
 
     page.get_by_role("tab", name="Benchmark").click()
     page.click("#cs-bench-run")
