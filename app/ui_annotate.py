@@ -163,6 +163,10 @@ class Annotator:
         return workflow.submit(self.store, user, item_id, lease_seconds=self.lease)
 
     def skip(self, user: UserInfo, item_id: int) -> dict:
+        """Give the item back; a submitted item (reached again through Previous) stays submitted."""
+        labels = self.item(user, item_id).get("labels") or {}
+        if labels.get("status") == "submitted":
+            return labels
         return workflow.skip(self.store, user, item_id, lease_seconds=self.lease)
 
     def flag(self, user: UserInfo, item_id: int, kind: str, comment: str = "") -> dict:
@@ -336,8 +340,8 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
         def act(user, item_id):
             if item_id is None:
                 return annotator.next(user), ""
-            step(user, item_id)
-            return annotator.next(user), f"item {item_id} {word}"
+            status = step(user, item_id)["status"]
+            return annotator.next(user), f"item {item_id} {word if status == word else 'stays ' + status}"
         return act
 
     def toggle_region_at_point(user, item_id, point):

@@ -212,6 +212,10 @@ def test_submit_and_skip_advance_and_progress_counts(dataset):
     assert annotator.next(ann) is None
     html = progress_html(annotator.progress(ann))
     assert "1 submitted, 1 skipped" in html and "1 / 4 judgements" in html
+    back = annotator.previous(ann, None)  # back on the submitted item, "skip" must not withdraw it
+    assert back["item_id"] == first["item_id"]
+    assert annotator.skip(ann, first["item_id"])["status"] == "submitted"
+    assert "1 submitted, 1 skipped" in progress_html(annotator.progress(ann))
 
 
 def test_toggle_out_of_range_is_refused(dataset):
