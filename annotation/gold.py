@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from capscope.db import GoldLabel, GoldRevision, Store, utcnow
+from capscope.db import Caption, GoldLabel, GoldRevision, Store, utcnow
 
 
 def write_gold(session, caption_id: int, token_labels: list, region_labels: list, source: str,
                adjudicator_id: int | None = None) -> GoldLabel:
     """Set a caption's gold labels and record them as its next revision
     (nothing is recorded when labels and source are what they already are)."""
-    gold = session.get(GoldLabel, caption_id, with_for_update=True)
+    # the caption's row lock serialises gold writers, also when no gold row exists yet
+    session.get(Caption, caption_id, with_for_update=True)
+    gold = session.get(GoldLabel, caption_id, populate_existing=True)
     unchanged = (gold is not None and gold.token_labels == list(token_labels)
                  and gold.region_labels == list(region_labels) and gold.source == source)
     if gold is None:

@@ -171,3 +171,38 @@ def test_gold_history_keeps_what_adjudication_replaced(labelled):
         (1, "majority", None), (2, "adjudicated", "boss"), (3, "adjudicated", "boss")]
     assert history[1]["token_labels"] == flipped and history[2]["token_labels"] == tokens == history[0]["token_labels"]
     assert gold_history(store, 999) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_concurrent_adjudications_keep_a_gapless_history(backend, tmp_path):
+    import contextlib
+    import threading
+
+    from annotation_support import fresh_pg_database
+    from capscope.annotation.gold import gold_history
+
+    with (fresh_pg_database() if backend == "postgresql" else contextlib.nullcontext(sqlite_url(tmp_path))) as url:
+        store = Store(url)
+        names = make_images(tmp_path / "images", 1)
+        import_captions(store, write_jsonl(tmp_path / "c.jsonl", caption_rows(names, 1)), tmp_path / "images",
+                        ImportOptions(annotators_per_item=1, regions="none", progress=False))
+        item = wf.get_item(store, add_user(store, "boss", "secret", "admin"), 1)
+        n_tokens, n_regions = len(item["tokens"]), len(item["regions"])
+        admins = [add_user(store, f"admin{i}", "secret", "admin") for i in range(2)]
+        errors = []
+
+        def adjudicate_often(admin, label):
+            for k in range(8):
+                try:
+                    agreement.adjudicate(store, admin, 1, [label if k % 2 else None] * n_tokens, [None] * n_regions)
+                except Exception as err:  # noqa: BLE001  (any failure is the finding)
+                    errors.append(repr(err))
+
+        threads = [threading.Thread(target=adjudicate_often, args=(a, label))
+                   for a, label in zip(admins, ("correct", "incorrect"))]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        history = gold_history(store, 1)
+        store.dispose()
+    assert errors == []
+    assert [h["revision"] for h in history] == list(range(1, len(history) + 1)) and len(history) >= 2
