@@ -187,7 +187,7 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
     """Every candidate region's raw CLIP feature, the kept (clustered) ones indexed."""
     import re
 
-    from capscope.metrics.regions import PROPOSERS, given_regions, select_regions
+    from capscope.metrics.regions import given_regions, select_regions
     from capscope.metrics.scorer import RowError, write_features
 
     if not _has_id(row) or row.get("image") is None:
@@ -196,7 +196,7 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
     if row.get("regions") is not None:
         candidates = given_regions(row["regions"], *image.size)
     else:
-        candidates = PROPOSERS[scorer.region_source]().propose(image) if scorer.region_source != "given" else []
+        candidates = scorer.proposer().propose(image) if scorer.region_source != "given" else []
     kept = select_regions(candidates, scorer.max_regions)
     kept_index = [next(i for i, c in enumerate(candidates) if c is k) for k in kept]
     features = backbone.image_features([image], [candidates])[0]

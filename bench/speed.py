@@ -287,7 +287,8 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), side: int = 640) -> dict:
+def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), side: int = 640,
+                          device: str = "cpu") -> dict:
     """Seconds per proposal on one side x side image. A source whose weights are
     not here is timed with randomly initialised weights of the same
     architecture (the network's cost does not depend on them; the number of
@@ -301,9 +302,10 @@ def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam", "mobiles
         for name in sources:
             weights = "pretrained"
             try:
-                proposer = PROPOSERS[name]()
+                proposer = PROPOSERS[name](device=device)
             except ModelUnavailable:
-                proposer, weights = PROPOSERS[name](checkpoint=random_checkpoint(name, Path(tmp))), "random"
+                checkpoint = random_checkpoint(name, Path(tmp))
+                proposer, weights = PROPOSERS[name](checkpoint=checkpoint, device=device), "random"
             proposer.propose(image)  # warm-up
             start = time.perf_counter()
             regions = proposer.propose(image)
@@ -450,7 +452,7 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
     if breakdown:
         extra["rescore_breakdown_ms"] = {name: rescore_breakdown(s, name, pairs[0]) for name, s in scorers.items()}
     if region_sources:
-        extra["region_source_s_640px"] = region_source_seconds(region_sources)
+        extra["region_source_s_640px"] = region_source_seconds(region_sources, device=str(dev))
     result["peak_rss_mb"] = peak_rss_mb()
     result["details"] = extra
     return result

@@ -54,6 +54,9 @@ def rle_to_mask(rle: dict) -> np.ndarray:
 
 
 class RegionProposer(Protocol):
+    """Made by a `PROPOSERS` factory, which takes `device` ("cpu", "cuda", ...)
+    among its keyword arguments; `propose` gives candidate regions of one image."""
+
     name: str
 
     def propose(self, image: Image.Image) -> list[Region]: ...
@@ -92,7 +95,9 @@ class ClassicProposer:
 
     name = "classic"
 
-    def __init__(self, scale: float = 200.0, sigma: float = 0.8, min_size: int = 40, work_side: int = 256):
+    def __init__(self, scale: float = 200.0, sigma: float = 0.8, min_size: int = 40, work_side: int = 256,
+                 device: str = "cpu"):
+        # `device` is taken like every proposer's; this algorithm runs on the CPU
         self.scale, self.sigma, self.min_size, self.work_side = scale, sigma, min_size, work_side
 
     def propose(self, image: Image.Image) -> list[Region]:

@@ -274,11 +274,15 @@ class Scorer:
             return []
         key = image_key(image)
         if key not in self._regions_cache:
-            if self._proposer is None:
-                self._proposer = PROPOSERS[self.region_source]()
-            candidates = self._proposer.propose(image)
+            candidates = self.proposer().propose(image)
             self._regions_cache[key] = select_regions(candidates, self.max_regions)
         return self._regions_cache[key]
+
+    def proposer(self):
+        """The configured region proposer, loaded once, on the scorer's device."""
+        if self._proposer is None:
+            self._proposer = PROPOSERS[self.region_source](device=str(self.device))
+        return self._proposer
 
     def _row(self, row: dict, p: _Prepared, metrics: dict) -> dict:
         image_name = p.image_name or (row.get("image") if isinstance(row.get("image"), str) else None)

@@ -135,3 +135,20 @@ def test_masks_round_trip_as_coco_rle():
 
 def test_every_contract_region_source_is_registered():
     assert {"sam", "yolo", "fastsam", "classic"} <= set(PROPOSERS)
+
+
+def test_the_scorer_makes_its_proposer_once_on_its_own_device(monkeypatch, clip_checkpoint):
+    from capscope.metrics.regions import ClassicProposer
+    from capscope.metrics.scorer import Scorer
+
+    made = []
+
+    def factory(**kwargs):
+        made.append(kwargs)
+        return ClassicProposer(**kwargs)
+
+    monkeypatch.setitem(PROPOSERS, "classic", factory)
+    scorer = Scorer(["clip-s"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
+                    regions="classic")
+    assert scorer.proposer() is scorer.proposer()
+    assert made == [{"device": "cpu"}]
