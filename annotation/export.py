@@ -92,6 +92,17 @@ def export_benchmark(store: Store, out: Path, dataset: str | None = None) -> tup
     return items, len(set(copied.values()))
 
 
+def export_benchmark_zip(store: Store, folder: Path, stem: str, dataset: str | None = None) -> Path:
+    """`export_benchmark` as `folder/stem.zip` holding `stem/captokeneval.jsonl` and `stem/images/`."""
+    import shutil
+
+    folder = Path(folder)
+    export_benchmark(store, folder / stem / "captokeneval.jsonl", dataset)
+    archive = Path(shutil.make_archive(str(folder / stem), "zip", folder, stem))
+    shutil.rmtree(folder / stem)
+    return archive
+
+
 def _copy_by_content(source: Path, folder: Path) -> str:
     try:
         data = source.read_bytes()

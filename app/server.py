@@ -16,12 +16,16 @@ import binascii
 import io
 import logging
 import os
+import shutil
+import tempfile
 import threading
+from pathlib import Path as FilePath
 from typing import Annotated, Callable, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from starlette.background import BackgroundTask
 from pydantic import BaseModel, Field, StrictInt
 
 from capscope import __version__
@@ -359,10 +363,18 @@ def _add_routes(app: FastAPI) -> None:
         return FileResponse(path)
 
     @app.get("/api/export")
-    def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None):
+    def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None, images: bool = False):
+        """Streamed; with `images=true` (CapTokenEval only) a zip of the file and its images."""
         pieces = export.iter_export(store, format, dataset)  # raises for an unknown format before streaming
-        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
-        name = f"capscope-{stem}.{export.EXTENSIONS[format]}"
+        stem = "capscope-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
+        if images:
+            if format != "captokeneval":
+                raise HTTPException(422, "images=true needs format=captokeneval")
+            folder = tempfile.mkdtemp(prefix="capscope-benchmark-")
+            archive = export.export_benchmark_zip(store, FilePath(folder), stem, dataset)
+            return FileResponse(archive, media_type="application/zip", filename=archive.name,
+                                background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True))
+        name = f"{stem}.{export.EXTENSIONS[format]}"
         return StreamingResponse(pieces, media_type=export.FORMATS[format],
                                  headers={"Content-Disposition": f'attachment; filename="{name}"'})
 

@@ -197,9 +197,7 @@ def benchmark_zip(store: Store, dataset: str | None = None) -> str:
     """A zip of the CapTokenEval file with its images (`export_benchmark`): a
     benchmark to hand to others; `capscope evaluate --gold` reads it unzipped."""
     folder = Path(tempfile.mkdtemp(prefix="capscope-benchmark-"))
-    stem = export_stem(dataset)
-    export.export_benchmark(store, folder / stem / "captokeneval.jsonl", dataset or None)
-    return shutil.make_archive(str(folder / stem), "zip", folder, stem)
+    return str(export.export_benchmark_zip(store, folder, export_stem(dataset), dataset or None))
 
 
 # ---------------------------------------------------------------- explore

@@ -146,6 +146,15 @@ def test_export_is_streamed_captokeneval(api):
     assert api.get("/api/export?format=csv", auth=ADMIN).text.startswith("dataset,item_id")
     json.loads(api.get("/api/export?format=coco", auth=ADMIN).text)
     assert api.get("/api/agreement", auth=ADMIN).status_code == 200
+    bundle = api.get("/api/export?format=captokeneval&images=true", auth=ADMIN)
+    assert bundle.status_code == 200 and bundle.headers["content-type"] == "application/zip"
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(bundle.content)) as archive:
+        names = set(archive.namelist())
+        rows = [json.loads(line) for line in archive.read("capscope-all/captokeneval.jsonl").splitlines()]
+    assert len(rows) == 3 and all(f"capscope-all/{row['image']}" in names for row in rows)
+    assert api.get("/api/export?format=csv&images=true", auth=ADMIN).status_code == 422
 
 
 def test_adjudication_history(api):
