@@ -1,7 +1,21 @@
-"""The learning-rate schedule both trainers share."""
+"""What both trainers share: their progress, their budget and their learning-rate schedule."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    elapsed: float = 0.0              # seconds of training, summed over resumes
+    loss_history: list = field(default_factory=list)   # (step, mean loss since last record)
+    probes: list = field(default_factory=list)         # (step, figures)
+
+
+def budget_spent(state: TrainState, steps: int | None, minutes: float | None) -> bool:
+    """True once the step budget or the time budget (whichever is given and nearer) is used up."""
+    return bool((steps and state.step >= steps) or (minutes and state.elapsed >= 60 * minutes))
 
 
 def warmup_cosine(base_lr: float, step: int, elapsed_s: float, *, warmup_steps: int, minutes: float | None,

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .schedule import warmup_cosine
+from .schedule import TrainState, budget_spent, warmup_cosine
 from .scenes import (
     ATTRIBUTES, COLOURS, KINDS, SIZES, Caption, Phrase, crop_box, make_caption, make_scene,
     distractor_box, padded_crop, phrases_true, pollute, scene_regions,
@@ -291,14 +291,6 @@ def format_probes(figures: dict) -> str:
 
 # ---------------------------------------------------------------- training loop
 
-@dataclass
-class TrainState:
-    step: int = 0
-    elapsed: float = 0.0              # seconds of training, summed over resumes
-    loss_history: list = field(default_factory=list)   # (step, mean loss since last record)
-    probes: list = field(default_factory=list)         # (step, figures)
-
-
 def state_path(out: Path) -> Path:
     return Path(out).with_name(Path(out).name + ".train.pt")
 
@@ -309,8 +301,7 @@ def learning_rate(config: ClipTrainConfig, state: TrainState) -> float:
 
 
 def finished(config: ClipTrainConfig, state: TrainState) -> bool:
-    return bool((config.steps and state.step >= config.steps)
-                or (config.minutes and state.elapsed >= 60 * config.minutes))
+    return budget_spent(state, config.steps, config.minutes)
 
 
 def make_optimizer(model, config: ClipTrainConfig):

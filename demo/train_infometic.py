@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .schedule import warmup_cosine
+from .schedule import TrainState, budget_spent, warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,6 @@ class InfoTrainConfig:
     crop_margin: float | None = None
     crop_canvas: int | None = None
     progress: bool = True
-
-
-@dataclass
-class TrainState:
-    step: int = 0
-    elapsed: float = 0.0
-    loss_history: list = field(default_factory=list)
-    probes: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- CLIP
@@ -300,8 +292,7 @@ def learning_rate(config: InfoTrainConfig, state: TrainState) -> float:
 
 
 def finished(config: InfoTrainConfig, state: TrainState) -> bool:
-    return bool((config.steps and state.step >= config.steps)
-                or (config.minutes and state.elapsed >= 60 * config.minutes))
+    return budget_spent(state, config.steps, config.minutes)
 
 
 def state_path(out: Path) -> Path:
