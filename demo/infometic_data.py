@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from capscope.metrics.regions import Region, given_regions
+from capscope.metrics.regions import given_regions
 from capscope.metrics.registry import InfoFamilyMetric, PreparedPair
 from capscope.metrics.text import Token, load_spacy, tokenize
 

@@ -3,7 +3,7 @@ line, optional grounding boxes, hard negatives and a region set."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
