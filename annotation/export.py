@@ -27,6 +27,11 @@ COCO_CATEGORIES = [{"id": 1, "name": "mentioned"}, {"id": 2, "name": "unmentione
                    {"id": 3, "name": "unlabelled"}]
 
 
+def export_stem(dataset: str | None) -> str:
+    """The file name (without extension) of an export: `capscope-<dataset or all>`, made safe."""
+    return "capscope-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
+
+
 def iter_export(store: Store, fmt: str, dataset: str | None = None) -> Iterator[str]:
     """The export in `fmt` (captokeneval, csv or coco), piece by piece."""
     if fmt not in FORMATS:

@@ -366,7 +366,7 @@ def _add_routes(app: FastAPI) -> None:
     def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None, images: bool = False):
         """Streamed; with `images=true` (CapTokenEval only) a zip of the file and its images."""
         pieces = export.iter_export(store, format, dataset)  # raises for an unknown format before streaming
-        stem = "capscope-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
+        stem = export.export_stem(dataset)
         if images:
             if format != "captokeneval":
                 raise HTTPException(422, "images=true needs format=captokeneval")

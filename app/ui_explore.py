@@ -180,14 +180,10 @@ def _fmt(value) -> str:
     return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def export_stem(dataset: str | None) -> str:
-    return "capscope-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
-
-
 def export_file(store: Store, fmt: str, dataset: str | None = None) -> str:
     """Write an export to a fresh temporary file and return its path."""
     folder = Path(tempfile.mkdtemp(prefix="capscope-export-"))
-    path = folder / f"{export_stem(dataset)}.{export.EXTENSIONS[fmt]}"
+    path = folder / f"{export.export_stem(dataset)}.{export.EXTENSIONS[fmt]}"
     with path.open("w", encoding="utf-8", newline="") as handle:
         export.export_to_file(store, fmt, handle, dataset or None)
     return str(path)
@@ -197,7 +193,7 @@ def benchmark_zip(store: Store, dataset: str | None = None) -> str:
     """A zip of the CapTokenEval file with its images (`export_benchmark`): a
     benchmark to hand to others; `capscope evaluate --gold` reads it unzipped."""
     folder = Path(tempfile.mkdtemp(prefix="capscope-benchmark-"))
-    return str(export.export_benchmark_zip(store, folder, export_stem(dataset), dataset or None))
+    return str(export.export_benchmark_zip(store, folder, export.export_stem(dataset), dataset or None))
 
 
 # ---------------------------------------------------------------- explore
