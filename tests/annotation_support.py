@@ -55,6 +55,17 @@ def sqlite_url(tmp_path: Path, name: str = "capscope.db") -> str:
     return f"sqlite:///{tmp_path / name}"
 
 
+def import_small_dataset(store, folder: Path, n_images: int, n_captions: int, annotators_per_item: int):
+    """`n_captions` captions (caption_rows) over `n_images` generated images in
+    `folder`, imported with their given boxes; returns the import report."""
+    from capscope.annotation.importer import ImportOptions, import_captions
+
+    names = make_images(folder / "images", n_images)
+    return import_captions(store, write_jsonl(folder / "captions.jsonl", caption_rows(names, n_captions)),
+                           folder / "images",
+                           ImportOptions(annotators_per_item=annotators_per_item, regions="none", progress=False))
+
+
 @contextmanager
 def fresh_pg_database():
     """A new, empty PostgreSQL database on the CAPSCOPE_TEST_PG_URL server, dropped afterwards."""

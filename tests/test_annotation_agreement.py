@@ -7,12 +7,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from annotation_support import caption_rows, make_images, sqlite_url, write_jsonl
+from annotation_support import import_small_dataset, sqlite_url
 from capscope.annotation import agreement
 from capscope.annotation import workflow as wf
 from capscope.annotation.errors import Invalid
 from capscope.annotation.export import iter_export
-from capscope.annotation.importer import ImportOptions, import_captions
 from capscope.annotation.users import add_user
 from capscope.db import Store
 
@@ -71,10 +70,8 @@ def test_undefined_agreement_is_none():
 @pytest.fixture()
 def labelled(tmp_path):
     """6 items, 3 annotators with noisy labels; ann2 skips item 6."""
-    names = make_images(tmp_path / "images", 2)
     store = Store(sqlite_url(tmp_path))
-    import_captions(store, write_jsonl(tmp_path / "c.jsonl", caption_rows(names, 6)), tmp_path / "images",
-                    ImportOptions(annotators_per_item=3, regions="none", progress=False))
+    import_small_dataset(store, tmp_path, n_images=2, n_captions=6, annotators_per_item=3)
     rng = random.Random(7)
     users = [add_user(store, f"ann{i}", "secret") for i in range(3)]
     sent = {}
@@ -183,9 +180,7 @@ def test_concurrent_adjudications_keep_a_gapless_history(backend, tmp_path):
 
     with (fresh_pg_database() if backend == "postgresql" else contextlib.nullcontext(sqlite_url(tmp_path))) as url:
         store = Store(url)
-        names = make_images(tmp_path / "images", 1)
-        import_captions(store, write_jsonl(tmp_path / "c.jsonl", caption_rows(names, 1)), tmp_path / "images",
-                        ImportOptions(annotators_per_item=1, regions="none", progress=False))
+        import_small_dataset(store, tmp_path, n_images=1, n_captions=1, annotators_per_item=1)
         item = wf.get_item(store, add_user(store, "boss", "secret", "admin"), 1)
         n_tokens, n_regions = len(item["tokens"]), len(item["regions"])
         admins = [add_user(store, f"admin{i}", "secret", "admin") for i in range(2)]

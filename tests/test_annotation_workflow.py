@@ -3,21 +3,17 @@ from datetime import timedelta
 
 import pytest
 
-from annotation_support import caption_rows, make_images, sqlite_url, write_jsonl
+from annotation_support import import_small_dataset, sqlite_url, write_jsonl
 from capscope.annotation import workflow as wf
 from capscope.annotation.errors import Forbidden, Invalid, NotFound
-from capscope.annotation.importer import ImportOptions, import_captions
 from capscope.annotation.users import add_user
 from capscope.db import Store, utcnow
 
 
 @pytest.fixture()
 def store(tmp_path):
-    names = make_images(tmp_path / "images", 3)
-    captions = write_jsonl(tmp_path / "captions.jsonl", caption_rows(names, 4))
     store = Store(sqlite_url(tmp_path))
-    report = import_captions(store, captions, tmp_path / "images",
-                             ImportOptions(annotators_per_item=2, regions="none", progress=False))
+    report = import_small_dataset(store, tmp_path, n_images=3, n_captions=4, annotators_per_item=2)
     assert report.added == 4
     return store
 

@@ -8,8 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from annotation_support import caption_rows, make_images, sqlite_url, write_jsonl
-from capscope.annotation.importer import ImportOptions, import_captions
+from annotation_support import import_small_dataset, sqlite_url
 from capscope.annotation.users import add_user
 from capscope.db import Store, User
 
@@ -40,10 +39,8 @@ class FakeScorer:
 def api(tmp_path):
     from capscope.server import create_app
 
-    names = make_images(tmp_path / "images", 2)
     store = Store(sqlite_url(tmp_path))
-    import_captions(store, write_jsonl(tmp_path / "c.jsonl", caption_rows(names, 3)), tmp_path / "images",
-                    ImportOptions(annotators_per_item=1, regions="none", progress=False))
+    import_small_dataset(store, tmp_path, n_images=2, n_captions=3, annotators_per_item=1)
     add_user(store, *ANN)
     add_user(store, *BOB)
     add_user(store, *ADMIN, role="admin")
