@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import json
+import shutil
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -99,8 +100,6 @@ def export_benchmark(store: Store, out: Path, dataset: str | None = None) -> tup
 
 def export_benchmark_zip(store: Store, folder: Path, stem: str, dataset: str | None = None) -> Path:
     """`export_benchmark` as `folder/stem.zip` holding `stem/captokeneval.jsonl` and `stem/images/`."""
-    import shutil
-
     folder = Path(folder)
     export_benchmark(store, folder / stem / "captokeneval.jsonl", dataset)
     archive = Path(shutil.make_archive(str(folder / stem), "zip", folder, stem))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from capscope.db import Caption, GoldLabel, GoldRevision, Store, utcnow
+from capscope.db import Caption, GoldLabel, GoldRevision, Store, User, utcnow
 
 
 def write_gold(session, caption_id: int, token_labels: list, region_labels: list, source: str,
@@ -31,8 +31,6 @@ def write_gold(session, caption_id: int, token_labels: list, region_labels: list
 
 def gold_history(store: Store, caption_id: int) -> list[dict]:
     """Every gold label set of a caption, oldest first."""
-    from capscope.db import User
-
     with store.read() as session:
         rows = session.execute(
             select(GoldRevision, User.name).outerjoin(User, User.id == GoldRevision.adjudicator_id)
