@@ -165,21 +165,24 @@ class Scorer:
 
     # ------------------------------------------------------------ scoring
 
-    def score(self, image, caption: str, references=None, regions=None, tokens=None, features=None) -> dict:
-        """One pair; raises RowError when it cannot be scored."""
+    def score(self, image, caption: str, references=None, regions=None, tokens=None, features=None,
+              only: list[str] | None = None) -> dict:
+        """One pair; raises RowError when it cannot be scored. `only`: a subset of the loaded metrics."""
         row = self.score_batch([{
             "id": "0", "image": image, "caption": caption, "references": references,
             "regions": regions, "tokens": tokens, "features": features,
-        }])[0]
+        }], only=only)[0]
         if row["error"] and not row["metrics"]:
             raise RowError(row["error"])
         return row
 
-    def score_batch(self, rows: list[dict], base_dir: Path | None = None) -> list[dict]:
+    def score_batch(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None) -> list[dict]:
         prepared = [self._prepare(i, row, base_dir) for i, row in enumerate(rows)]
         ready = [p for p in prepared if not p.errors]
         results: dict[int, dict] = {p.index: {} for p in prepared}
         for name, metric in self.metrics.items():
+            if only is not None and name not in only:
+                continue
             usable = [p for p in ready if metric.needs_pixels is False or p.image is not None]
             for p in ready:
                 if p not in usable:
