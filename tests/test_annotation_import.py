@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from annotation_support import caption_rows, make_images, sqlite_url, write_jsonl
-from capscope.annotation import importer
+from capscope.annotation import import_images, importer
 from capscope.annotation.export import iter_export
 from capscope.annotation.importer import ImportOptions, import_captions, import_captokeneval
 from capscope.db import Caption, Image, Region, Store, Token
@@ -34,7 +34,7 @@ def test_bad_rows_get_clear_errors_and_good_rows_survive(tmp_path, monkeypatch):
     (images / "big.png").write_bytes(good_png + b"\0" * 5000)  # valid PNG, trailing bytes
     (tmp_path / "outside.png").write_bytes(good_png)
     os.symlink(tmp_path / "outside.png", images / "link.png")
-    monkeypatch.setattr(importer, "MAX_IMAGE_BYTES", 3000)
+    monkeypatch.setattr(import_images, "MAX_IMAGE_BYTES", 3000)
     good = caption_rows(names, 3)
     lines = [
         good[0],                                                          # 1 ok

@@ -1,0 +1,70 @@
+"""Model predictions: the metrics of a `capscope score` output file (docs/formats.md)
+stored as pre-annotations of a dataset's captions, matched by id."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from sqlalchemy import select
+
+from capscope.annotation.import_report import ImportReport, RowError
+from capscope.annotation.import_rows import read_jsonl
+from capscope.db import Caption, Dataset, Prediction, Store
+from capscope.db.models import utcnow
+
+
+def import_predictions(store: Store, path: Path, dataset: str = "default", model_version: str | None = None) -> ImportReport:
+    """Store the metrics of a `capscope score` output file as pre-annotations
+    of the dataset's captions (matched by id). Re-importing replaces them."""
+    report = ImportReport()
+    rows: list[tuple[int, str, dict, str]] = []
+    with Path(path).open("rb") as stream:
+        for line, obj in read_jsonl(stream):
+            if isinstance(obj, RowError):
+                report.errors.append(obj)
+                continue
+            metrics = obj.get("metrics")
+            if obj.get("error") or not isinstance(metrics, dict):
+                report.errors.append(RowError(line, str(obj.get("id")), "row has no metrics"))
+                continue
+            version = model_version or json.dumps(obj.get("model") or {}, sort_keys=True)[:200]
+            rows.append((line, str(obj.get("id")), metrics, version))
+    for start in range(0, len(rows), 200):
+        store.run_write(lambda s, chunk=rows[start:start + 200]: _write_predictions(s, dataset, chunk, report))
+    return report
+
+
+def _write_predictions(session, dataset: str, rows, report: ImportReport) -> None:
+    ids = {ext: cid for ext, cid in session.execute(
+        select(Caption.external_id, Caption.id).join(Dataset, Caption.dataset_id == Dataset.id)
+        .where(Dataset.name == dataset, Caption.external_id.in_([r[1] for r in rows]))
+    )}
+    for line, external_id, metrics, version in rows:
+        if external_id not in ids:
+            report.errors.append(RowError(line, external_id, f"no caption with this id in dataset {dataset!r}"))
+            continue
+        for metric, result in metrics.items():
+            _upsert_prediction(session, ids[external_id], str(metric)[:50], version, result or {})
+        report.added += 1
+
+
+def _upsert_prediction(session, caption_id: int, metric: str, version: str, result: dict) -> None:
+    prediction = session.scalar(select(Prediction).where(
+        Prediction.caption_id == caption_id, Prediction.metric == metric, Prediction.model_version == version))
+    if prediction is None:
+        prediction = Prediction(caption_id=caption_id, metric=metric, model_version=version)
+        session.add(prediction)
+    prediction.scores = result.get("scores") or {}
+    prediction.token_scores = result.get("token_scores") or []
+    prediction.region_scores = result.get("region_scores") or []
+    prediction.uncertainty = token_uncertainty(prediction.token_scores)
+    prediction.created_at = utcnow()
+
+
+def token_uncertainty(scores: list, threshold: float = 0.1) -> float | None:
+    """Mean closeness of the token scores to the decision threshold (1 = on it)."""
+    values = [s for s in scores if isinstance(s, (int, float)) and math.isfinite(s)]
+    if not values:
+        return None
+    return sum(math.exp(-abs(s - threshold) * 10) for s in values) / len(values)

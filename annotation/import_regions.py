@@ -1,0 +1,94 @@
+"""Regions of an import: those a file gives (boxes clipped into the image, masks
+checked COCO RLE) and those the engine proposes for images that have none."""
+from __future__ import annotations
+
+import math
+
+from capscope.annotation.import_report import ImportReport, RowProblem
+from capscope.metrics.regions import clip_box, mask_to_rle
+
+MAX_REGIONS = 100
+
+
+def checked_regions(raw, width: int, height: int) -> list[dict]:
+    """Regions from a file: boxes clipped into the image, masks checked RLE."""
+    if not isinstance(raw, list):
+        raise RowProblem("'regions' must be a list")
+    if len(raw) > MAX_REGIONS:
+        raise RowProblem(f"{len(raw)} regions (limit {MAX_REGIONS})")
+    regions = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise RowProblem(f"region {i} must be an object with a 'box'")
+        try:
+            box = clip_box(item.get("box"), width, height)
+        except ValueError as err:
+            raise RowProblem(f"region {i}: {err}") from None
+        confidence = item.get("confidence")
+        if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, (int, float))
+                                      or not math.isfinite(confidence)):
+            raise RowProblem(f"region {i}: confidence must be a number")
+        regions.append({
+            "box": [round(v, 2) for v in box],
+            "mask": _checked_mask(item.get("mask"), width, height),
+            "confidence": confidence,
+            "source": str(item.get("source") or "file")[:40],
+        })
+    return regions
+
+
+def _checked_mask(mask, width: int, height: int) -> dict | None:
+    if mask is None:
+        return None
+    from pycocotools import mask as mask_utils
+
+    if not isinstance(mask, dict) or not isinstance(mask.get("size"), list) or "counts" not in mask:
+        raise RowProblem("a region mask must be COCO RLE {'size': [h, w], 'counts': str}")
+    if list(mask["size"]) != [height, width]:
+        raise RowProblem(f"mask size {mask['size']} differs from the image's [{height}, {width}]")
+    counts = mask["counts"]
+    try:
+        if isinstance(counts, list):
+            rle = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)
+        elif isinstance(counts, str):
+            rle = {"size": [height, width], "counts": counts.encode("ascii")}
+        else:
+            raise TypeError
+        decoded = mask_utils.decode(rle)
+    except (TypeError, ValueError, UnicodeEncodeError):
+        raise RowProblem("a region mask has malformed RLE counts") from None
+    if decoded.shape != (height, width):
+        raise RowProblem("a region mask does not decode to the image size")
+    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+
+
+def make_proposer(name: str):
+    """The engine's region proposer called `name`, or None for "none"."""
+    if name == "none":
+        return None
+    from capscope.metrics.regions import PROPOSERS
+
+    return PROPOSERS[name]()
+
+
+def propose_regions(rows, done: set[str], proposer, max_regions: int, report: ImportReport) -> None:
+    """Regions from the engine for images that have none yet, one per distinct image."""
+    if proposer is None:
+        return
+    from capscope.metrics.regions import select_regions
+
+    proposed: dict[str, list[dict]] = {}
+    for row in rows:
+        sha = row.image.sha256
+        if row.regions is not None or sha in done:
+            continue
+        if sha not in proposed:
+            kept = select_regions(proposer.propose(row.image.pil), max_regions)
+            proposed[sha] = [{
+                "box": [round(float(v), 2) for v in region.box],
+                "mask": None if region.mask is None else mask_to_rle(region.mask),
+                "confidence": region.confidence,
+                "source": region.source,
+            } for region in kept]
+            report.regions_proposed += 1
+        row.regions = proposed[sha]

@@ -1,0 +1,204 @@
+"""Reading an import file: JSONL lines into checked rows.
+
+`read_jsonl` yields each line's object or a `RowError`; `prepare_row` checks a
+row's fields and hashes its image (cheap, before the database is asked what it
+already has); `finish_row` decodes the image and checks what depends on its
+size. A CapTokenEval row (docs/formats.md) also carries gold labels and votes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator
+
+from capscope.annotation.import_images import ImageFile, decode_image, hash_image_file, resolve_image_path
+from capscope.annotation.import_regions import checked_regions
+from capscope.annotation.import_report import RowError, RowProblem
+
+MAX_CAPTION_CHARS = 1000  # the scoring engine's limit as well
+MAX_ID_CHARS = 200
+MAX_LINE_BYTES = 8 * 2**20
+MAX_REFERENCES = 50
+TOKEN_LABELS = ("correct", "incorrect")
+REGION_LABELS = ("mentioned", "unmentioned")
+
+
+@dataclass
+class PreparedRow:
+    line: int
+    external_id: str
+    text: str
+    references: list[str]
+    model: str | None
+    image: ImageFile
+    regions: list[dict] | None  # from the file; None = propose / keep the image's own
+    tokens: list[dict] | None  # from the file; None = tokenise
+    gold: dict | None = None
+    content_hash: str = ""
+
+
+def read_jsonl(stream: IO[bytes]) -> Iterator[tuple[int, dict | RowError]]:
+    """(line number, object) for each non-blank line, or a RowError for a line
+    that is not UTF-8, not JSON, or not a JSON object."""
+    for number, raw in enumerate(stream, start=1):
+        if not raw.strip():
+            continue
+        if len(raw) > MAX_LINE_BYTES:
+            yield number, RowError(number, None, f"line is {len(raw)} bytes (limit {MAX_LINE_BYTES})")
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            yield number, RowError(number, None, f"not UTF-8 (byte {err.start})")
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as err:
+            yield number, RowError(number, None, f"malformed JSON: {err.msg} at column {err.colno}")
+            continue
+        if not isinstance(obj, dict):
+            yield number, RowError(number, None, f"expected a JSON object, got {type(obj).__name__}")
+            continue
+        yield number, obj
+
+
+def prepare_row(line: int, obj: dict, base: Path, *, captokeneval: bool) -> PreparedRow:
+    """Check one row and hash its image (no decoding yet); RowProblem on bad input."""
+    external_id = _row_id(obj)
+    text = _caption_text(obj)
+    refs = _references(obj)
+    model = _model_name(obj)
+    image = hash_image_file(resolve_image_path(obj.get("image"), base))
+    if captokeneval and "tokens" not in obj:
+        raise RowProblem("missing field 'tokens' (a CapTokenEval row)")
+    tokens = checked_tokens(obj["tokens"], text) if obj.get("tokens") is not None else None
+    raw_regions = obj.get("regions")
+    row = PreparedRow(line, external_id, text, refs, model, image, None, tokens)
+    row.content_hash = _content_hash(obj, image.sha256)
+    if raw_regions is not None:
+        row.regions = raw_regions  # checked once the image size is known
+    return row
+
+
+def finish_row(row: PreparedRow, *, captokeneval: bool, obj: dict) -> None:
+    """Decode the image and check what depends on its size (regions, masks, gold)."""
+    decode_image(row.image)
+    if row.regions is not None:
+        row.regions = checked_regions(row.regions, row.image.width, row.image.height)
+    if captokeneval:
+        row.gold = _gold_from_row(obj, len(row.regions or []))
+        if row.gold and len(row.gold["token_labels"]) != len(row.tokens or []):
+            raise RowProblem("token labels do not match the tokens")
+    if row.tokens is None:
+        row.tokens = tokenize(row.text)
+
+
+def row_id_for_report(obj: dict) -> str | None:
+    """The row's id as far as it can be read, for an error line."""
+    ident = obj.get("id") if isinstance(obj.get("id"), (str, int)) else None
+    return None if ident is None else str(ident)[:MAX_ID_CHARS]
+
+
+def _row_id(obj: dict) -> str:
+    value = obj.get("id")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RowProblem("missing field 'id' (a string)")
+    value = str(value)
+    if not value.strip() or len(value) > MAX_ID_CHARS:
+        raise RowProblem(f"id must be 1-{MAX_ID_CHARS} characters")
+    return value
+
+
+def _caption_text(obj: dict) -> str:
+    text = obj.get("caption")
+    if not isinstance(text, str):
+        raise RowProblem("missing field 'caption' (a string)")
+    if not text.strip():
+        raise RowProblem("caption is empty")
+    if len(text) > MAX_CAPTION_CHARS:
+        raise RowProblem(f"caption has {len(text)} characters (limit {MAX_CAPTION_CHARS})")
+    return text
+
+
+def _references(obj: dict) -> list[str]:
+    refs = obj.get("references") or []
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise RowProblem("'references' must be a list of strings")
+    if len(refs) > MAX_REFERENCES or any(len(r) > MAX_CAPTION_CHARS for r in refs):
+        raise RowProblem(f"at most {MAX_REFERENCES} references of at most {MAX_CAPTION_CHARS} characters")
+    return refs
+
+
+def _model_name(obj: dict) -> str | None:
+    model = obj.get("model")
+    if model is None:
+        return None
+    if not isinstance(model, str) or len(model) > 200:
+        raise RowProblem("'model' must be a string of at most 200 characters")
+    return model
+
+
+def _content_hash(obj: dict, image_sha: str) -> str:
+    keep = {k: obj.get(k) for k in ("id", "caption", "references", "model", "tokens", "regions")}
+    keep["image_sha256"] = image_sha
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def checked_tokens(raw, caption: str) -> list[dict]:
+    if not isinstance(raw, list):
+        raise RowProblem("'tokens' must be a list")
+    tokens = []
+    for i, tok in enumerate(raw):
+        if not isinstance(tok, dict):
+            raise RowProblem(f"token {i} must be an object")
+        start, end, text = tok.get("start"), tok.get("end"), tok.get("text")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)) or not isinstance(text, str):
+            raise RowProblem(f"token {i} needs integer 'start', 'end' and a string 'text'")
+        if not 0 <= start < end <= len(caption) or caption[start:end] != text:
+            raise RowProblem(f"token {i} {text!r} does not match caption[{start}:{end}]")
+        tokens.append({"text": text, "start": start, "end": end, "semantic": bool(tok.get("semantic", True))})
+    return tokens
+
+
+def tokenize(caption: str) -> list[dict]:
+    from capscope.metrics.text import tokenize as engine_tokenize
+
+    return [t.to_dict() for t in engine_tokenize(caption)]
+
+
+def _gold_from_row(obj: dict, n_regions: int) -> dict | None:
+    """Labels and votes of a CapTokenEval row, or None when it carries none."""
+    tokens, regions = obj.get("tokens") or [], obj.get("regions") or []
+    token_labels = [_checked_label(t.get("label"), TOKEN_LABELS, f"token {i}") for i, t in enumerate(tokens)]
+    region_labels = [_checked_label(r.get("label"), REGION_LABELS, f"region {i}") for i, r in enumerate(regions)]
+    token_votes = [_checked_votes(t.get("votes"), "incorrect", f"token {i}") for i, t in enumerate(tokens)]
+    region_votes = [_checked_votes(r.get("votes"), "mentioned", f"region {i}") for i, r in enumerate(regions)]
+    if len(region_labels) != n_regions:
+        raise RowProblem("region labels do not match the regions")
+    if not any(token_labels + region_labels + token_votes + region_votes):
+        return None
+    return {
+        "token_labels": token_labels,
+        "region_labels": region_labels,
+        "token_votes": token_votes if any(token_votes) else None,
+        "region_votes": region_votes if any(region_votes) else None,
+    }
+
+
+def _checked_label(label, allowed: tuple[str, ...], where: str) -> str | None:
+    if label is not None and label not in allowed:
+        raise RowProblem(f"{where}: label must be one of {', '.join(allowed)} or null, got {label!r}")
+    return label
+
+
+def _checked_votes(votes, key: str, where: str) -> dict | None:
+    if votes is None:
+        return None
+    ok = isinstance(votes, dict) and all(
+        isinstance(votes.get(k), int) and not isinstance(votes.get(k), bool) for k in (key, "total")
+    )
+    if not ok or not 0 <= votes[key] <= votes["total"]:
+        raise RowProblem(f"{where}: votes must be {{'{key}': int, 'total': int}} with {key} <= total")
+    return {key: votes[key], "total": votes["total"]}
