@@ -88,6 +88,12 @@ def rule_figures(items: list[dict], predictions: list[dict], beta: float) -> dic
 def evaluate_gold(scorer, metric: str, items: list[dict], base_dir: Path, *, token_rule: str = "paper",
                   beta: float = 0.1, batch_size: int = 32, progress: bool = False) -> dict:
     predictions, errors = predict(scorer, metric, items, base_dir, batch_size, progress)
+    return figures_of(items, predictions, errors, metric, token_rule=token_rule, beta=beta)
+
+
+def figures_of(items: list[dict], predictions: list[dict], errors: list[str], metric: str, *,
+               token_rule: str = "paper", beta: float = 0.1) -> dict:
+    """`evaluate_gold`'s figures from predictions already made (see `predict`)."""
     if token_rule in RULES:
         predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p)) if p else p
                        for item, p in zip(items, predictions)]
