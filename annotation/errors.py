@@ -1,8 +1,9 @@
 """Errors the workflow raises for a caller's mistake; the REST API maps each to
 its HTTP status (`status`), the CLI and UI show the message."""
+from capscope.metrics.errors import CapscopeError
 
 
-class AnnotationError(Exception):
+class AnnotationError(CapscopeError):
     status = 400
 
 

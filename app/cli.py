@@ -8,6 +8,8 @@ import importlib
 import logging
 import sys
 
+from capscope.metrics.errors import CapscopeError
+
 # module (inside capscope) -> it registers one or more subcommands
 COMMAND_MODULES = [
     "capscope.cmd_score",      # score, features, models
@@ -15,10 +17,6 @@ COMMAND_MODULES = [
     "capscope.cmd_bench",      # bench
     "capscope.cmd_annotate",   # import, export, users, serve
 ]
-
-
-class CapscopeError(Exception):
-    """An error the user can fix; printed as one line, no traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,14 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except CapscopeError as err:
+    except CapscopeError as err:  # every layer's user errors (ModelUnavailable, AnnotationError, ...)
         print(f"capscope {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except Exception as err:  # model-availability errors come from metrics/ as ModelUnavailable
-        if type(err).__name__ == "ModelUnavailable":
-            print(f"capscope {args.command}: error: {err}", file=sys.stderr)
-            return 2
-        raise
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from capscope.annotation import agreement, browse, export, gold, workflow
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
+from capscope.metrics.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -279,10 +280,8 @@ def _add_routes(app: FastAPI) -> None:
             return app.state.scorers.score(metrics, image, caption, refs)
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
-        except Exception as err:
-            if type(err).__name__ == "ModelUnavailable":
-                raise HTTPException(503, str(err)) from None
-            raise
+        except ModelUnavailable as err:
+            raise HTTPException(503, str(err)) from None
 
     @app.get("/api/items/next", responses={204: {"description": "nothing left for this user"}})
     def next_item(user: User, dataset: str | None = None, predictions: bool = False):

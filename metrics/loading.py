@@ -14,11 +14,9 @@ from pathlib import Path
 
 import torch
 
+from .errors import ModelUnavailable
+
 log = logging.getLogger(__name__)
-
-
-class ModelUnavailable(RuntimeError):
-    """A pretrained component cannot be had; the message is one actionable line."""
 
 
 def cache_dir() -> Path:

@@ -22,6 +22,7 @@ from PIL import Image
 
 from . import loading
 from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
+from .errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
 from .regions import PROPOSERS, Region, given_regions, select_regions
@@ -36,7 +37,7 @@ DEFAULT_CLIP = ("ViT-B-32", "openai")
 MAX_PIXELS = 40_000_000
 
 
-class RowError(ValueError):
+class RowError(CapscopeError, ValueError):
     """Why one input row cannot be scored."""
 
 
