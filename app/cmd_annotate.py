@@ -74,6 +74,9 @@ def register(sub) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=7860)
     serve.add_argument("--lease-minutes", type=float, default=30.0, help="an unsaved item returns to the queue after this")
+    serve.add_argument("--token-rule", default="relative", choices=["paper", "relative"],
+                       help="how the API and the UI decide a wrong word: paper (share <= beta) or relative "
+                            "(beta scaled by the number of semantic words; default)")
     _add_db(serve)
     serve.set_defaults(func=run_serve)
 
@@ -195,7 +198,8 @@ def run_serve(args) -> int:
 
     from capscope.server import create_app
 
-    app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)))
+    app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
+                     token_rule=args.token_rule)
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app
         from capscope.ui import mount_ui
     except ModuleNotFoundError as err:

@@ -2,8 +2,9 @@
 
 `create_app()` returns the FastAPI app; the Gradio UI mounts itself on the same
 app at `/` afterwards (`gr.mount_gradio_app(app, demo, path="/")`), using
-`app.state.store` and `user_from_request` so that both share one code path
-and one login. Every workflow call goes through `capscope.annotation`.
+`app.state.store`, `app.state.models` and `user_from_request` so that both
+share one database, one scorer (one token rule, CLIP loaded once) and one
+login. Every workflow call goes through `capscope.annotation`.
 
 Bad input never yields a 5xx: request bodies are size-limited before they are
 read, images are decoded completely before scoring, label indices are checked
@@ -18,7 +19,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 from pathlib import Path as FilePath
 from typing import Annotated, Callable, Literal
 
@@ -34,6 +34,7 @@ from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
+from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
 ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
 MAX_INDICES = 10_000
+DEFAULT_API_METRICS = ("infometic",)  # POST /api/score without `metrics`
 
 
 # ---------------------------------------------------------------- request bodies
@@ -154,29 +156,6 @@ Admin = Annotated[UserInfo, Depends(admin_user)]
 
 # ---------------------------------------------------------------- scoring
 
-class ScorerPool:
-    """One scorer per metric set, built on first use by `factory(metrics)`;
-    calls are serialised because a scorer's caches are not thread-safe."""
-
-    def __init__(self, factory: Callable[[list[str] | None], object] | None):
-        self.factory = factory or default_scorer_factory
-        self._scorers: dict[tuple, object] = {}
-        self._lock = threading.Lock()
-
-    def score(self, metrics: list[str] | None, image, caption: str, references: list[str] | None) -> dict:
-        key = tuple(metrics) if metrics else ()
-        with self._lock:
-            if key not in self._scorers:
-                self._scorers[key] = self.factory(list(metrics) if metrics else None)
-            return self._scorers[key].score(image, caption, references=references)
-
-
-def default_scorer_factory(metrics: list[str] | None):
-    from capscope.metrics.scorer import Scorer
-
-    return Scorer(metrics, device="auto") if metrics else Scorer(device="auto")
-
-
 def known_metrics() -> tuple[str, ...] | None:
     try:
         from capscope.metrics.registry import METRIC_NAMES
@@ -235,14 +214,16 @@ def decode_score_image(encoded: str):
 # ---------------------------------------------------------------- the app
 
 def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
-               lease_seconds: int | None = None) -> FastAPI:
+               lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
-    the data folder's SQLite file). `scorer_factory(metrics or None)` builds a
-    scorer with `.score(image, caption, references=...)`; default: capscope's Scorer."""
+    the data folder's SQLite file). `app.state.models` is the process's one
+    scorer, which the UI mounted on this app shares: capscope's Scorer under
+    `token_rule`, or what `scorer_factory(metrics)` builds (given every metric
+    to try; again without those whose loading failed)."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
     app.state.store = store or Store(db_url)
-    app.state.scorers = ScorerPool(scorer_factory)
+    app.state.models = Models(scorer_factory, token_rule=token_rule)
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
     app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES})
 
@@ -267,7 +248,8 @@ def _add_routes(app: FastAPI) -> None:
                 session.execute(text("SELECT 1"))
         except Exception as err:  # the database is down: the server is up but cannot serve
             raise HTTPException(503, f"database unavailable: {type(err).__name__}") from None
-        return {"status": "ok", "version": __version__, "database": store.dialect}
+        return {"status": "ok", "version": __version__, "database": store.dialect,
+                "token_rule": app.state.models.token_rule}
 
     @app.get("/api/me")
     def me(user: User) -> dict:
@@ -277,7 +259,7 @@ def _add_routes(app: FastAPI) -> None:
     def score(body: ScoreRequest, user: User) -> dict:
         image, caption, refs, metrics = _checked_score_request(body)
         try:
-            return app.state.scorers.score(metrics, image, caption, refs)
+            return app.state.models.score(image, caption, refs, metrics=metrics or list(DEFAULT_API_METRICS))
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         except ModelUnavailable as err:

@@ -31,7 +31,7 @@ from capscope.db import Store, data_dir
 from capscope.ui_annotate import Annotator, build_annotate
 from capscope.ui_explore import DatasetScores, build_admin, build_benchmark, build_explore
 from capscope.ui_inspect import banner, build_inspect
-from capscope.ui_models import Models
+from capscope.ui_models import TOKEN_RULE_NOTES, Models
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,11 @@ def demo_examples(folder: Path | None, limit: int = MAX_EXAMPLES) -> list[dict]:
 
 # ---------------------------------------------------------------- the page
 
+def token_rule_note(rule: str) -> str:
+    """The line that says which token rule this server judges words by."""
+    return f"<small>Token rule: **{rule}**: {TOKEN_RULE_NOTES[rule]}. The REST API uses the same.</small>"
+
+
 def build_ui(store: Store, models: Models | None = None, examples: list[dict] | None = None,
              lease_seconds: int | None = None) -> gr.Blocks:
     models = models or Models()
@@ -115,6 +120,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
         model_banner = gr.Markdown(visible=False, elem_classes="cs-banner", elem_id="cs-banner")
         with gr.Tabs() as tabs:
             with gr.Tab("Inspect", id="inspect"):
+                gr.Markdown(token_rule_note(models.token_rule), elem_id="cs-token-rule")
                 inspect = build_inspect(models, examples or [])
             with gr.Tab("Annotate", id="annotate"):
                 annotate = build_annotate(annotator)
@@ -146,10 +152,11 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
     return demo
 
 
-def mount_ui(app, *, store: Store | None = None, models: Models | None = None, seed: bool | None = None,
-             demo_scenes: int = DEMO_SCENES, path: str = "/"):
-    """Mount the UI on the API app (CONTRACTS §5: one port). Uses the app's
-    store; seeds the demo dataset on first run unless CAPSCOPE_NO_SEED is set."""
+def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_scenes: int = DEMO_SCENES,
+             path: str = "/"):
+    """Mount the UI on the API app (one port). Uses the app's store and its one
+    scorer (`app.state.models`, which the REST API scores with too); seeds the
+    demo dataset on first run unless CAPSCOPE_NO_SEED is set."""
     store = store or app.state.store
     if seed is None:
         seed = not os.environ.get("CAPSCOPE_NO_SEED")
@@ -160,7 +167,7 @@ def mount_ui(app, *, store: Store | None = None, models: Models | None = None, s
             seed_demo(store, folder, demo_scenes)
         except Exception as err:  # the UI still works on an empty store
             log.warning("demo dataset not seeded: %s", err)
-    demo = build_ui(store, models, demo_examples(folder), getattr(app.state, "lease_seconds", None))
+    demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None))
     demo.queue(default_concurrency_limit=1)
 
     def login(name: str, password: str) -> bool:

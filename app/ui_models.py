@@ -1,10 +1,13 @@
-"""The scorer behind the web UI: built on first use with every metric that can
-be had here, one call at a time (a Scorer's caches are not thread-safe).
+"""The scorer of a `capscope serve` process, shared by the REST API and the web
+UI: built on first use with every metric that can be had here, under the one
+token rule the server was started with, one call at a time (a Scorer's caches
+are not thread-safe).
 
 Metrics whose weights are missing are left out with the reason, so that the
-page can say why PAC-S or HICE-S is not offered instead of failing."""
+page can say why PAC-S or HICE-S is not offered and the API can answer 503."""
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from contextlib import contextmanager
@@ -51,24 +54,46 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-# The page marks words with the length-aware rule: with more than ten semantic
-# words even a uniform attention share is under the paper's β = 0.1, and every
-# word of a long caption would be listed as wrong (the CLI keeps the paper's rule).
-TOKEN_RULE = "relative"
+TOKEN_RULES = ("paper", "relative")
+# The page marks words with the length-aware rule by default: with more than ten
+# semantic words even a uniform attention share is under the paper's β = 0.1, and
+# every word of a long caption would be listed as wrong (`capscope score` keeps the
+# paper's rule).
+DEFAULT_TOKEN_RULE = "relative"
+TOKEN_RULE_NOTES = {
+    "paper": "a word is wrong when its share of the caption's attention is at most β = 0.1 (InfoMetIC sec. 3.3)",
+    "relative": "a word is wrong when its share of the caption's attention is under β scaled to the caption's "
+                "length (β·5/n for n content words, at most β = 0.1)",
+}
 
 
-def default_factory(metrics: list[str]):
+def default_factory(metrics: list[str], token_rule: str = DEFAULT_TOKEN_RULE):
     from capscope.metrics.scorer import Scorer
 
-    return Scorer(metrics, device="auto", token_rule=TOKEN_RULE)
+    return Scorer(metrics, device="auto", token_rule=token_rule)
+
+
+def _unavailable(message: str) -> Exception:
+    from capscope.metrics.loading import ModelUnavailable
+
+    return ModelUnavailable(message)
 
 
 class Models:
-    """Lazily built scorer with the metrics that load; thread-safe `score`."""
+    """The server's one scorer, shared by the REST API and the web UI, so both
+    give the same verdicts under one token rule and CLIP is loaded once.
+    Built on first use with the metrics that load; `score` is thread-safe.
+
+    `factory(metrics)` builds a scorer with `.metrics` and
+    `.score(image, caption, references=, regions=, tokens=, only=)`; the
+    default builds capscope's Scorer with `token_rule`."""
 
     def __init__(self, factory: Callable[[list[str]], object] | None = None,
-                 metrics: tuple[str, ...] = CANDIDATE_METRICS):
-        self.factory = factory or default_factory
+                 metrics: tuple[str, ...] = CANDIDATE_METRICS, token_rule: str = DEFAULT_TOKEN_RULE):
+        if token_rule not in TOKEN_RULES:
+            raise ValueError(f"unknown token rule {token_rule!r}; choose from {', '.join(TOKEN_RULES)}")
+        self.token_rule = token_rule
+        self.factory = factory or functools.partial(default_factory, token_rule=token_rule)
         self.wanted = list(metrics)
         self.unavailable: dict[str, str] = {}
         self._scorer = None
@@ -91,8 +116,9 @@ class Models:
                 for name in culprits(err, remaining):
                     self.unavailable[name] = str(err).splitlines()[0] if str(err) else type(err).__name__
                     remaining.remove(name)
-                    log.warning("UI: metric %s unavailable: %s", name, self.unavailable[name])
-        raise RuntimeError("no metric can be loaded: " + "; ".join(f"{k}: {v}" for k, v in self.unavailable.items()))
+                    log.warning("metric %s unavailable: %s", name, self.unavailable[name])
+        raise _unavailable("no metric can be loaded: " +
+                           "; ".join(f"{k}: {v}" for k, v in self.unavailable.items()))
 
     @property
     def available(self) -> list[str]:
@@ -102,10 +128,26 @@ class Models:
     def demo(self) -> bool:
         return bool(getattr(self.scorer, "demo", False))
 
-    def score(self, image, caption: str, references=None, regions=None, tokens=None) -> dict:
+    def _loaded(self, metrics: list[str] | None) -> list[str] | None:
+        """`metrics` checked against what loaded (None: all of them)."""
+        if metrics is None:
+            return None
+        loaded = self.available
+        for name in metrics:
+            if name in self.unavailable:
+                raise _unavailable(f"{name} is not available on this server: {self.unavailable[name]}")
+            if name not in loaded:
+                raise _unavailable(f"{name} is not loaded on this server (loaded: {', '.join(loaded)})")
+        return list(metrics)
+
+    def score(self, image, caption: str, references=None, regions=None, tokens=None,
+              metrics: list[str] | None = None) -> dict:
+        """One pair scored by every loaded metric, or by `metrics` only."""
         scorer = self.scorer
+        only = self._loaded(metrics)
         with self._score_lock, one_thread():
-            return scorer.score(image, caption, references=references or None, regions=regions, tokens=tokens)
+            return scorer.score(image, caption, references=references or None, regions=regions, tokens=tokens,
+                                only=only)
 
     def region_matches(self, image, row: dict, region: int, metric: str) -> list[tuple[str, float]]:
         """Caption words and phrases ranked by CLIP cosine with one region's

@@ -22,16 +22,16 @@ class FakeScorer:
     around it (decoding, validation, passing the arguments, returning the row)."""
 
     def __init__(self, metrics):
-        self.metrics = metrics or ["infometic"]
+        self.metrics = {m: None for m in metrics}
         self.calls = []
 
-    def score(self, image, caption, references=None, regions=None):
-        self.calls.append((image.size, caption, references))
+    def score(self, image, caption, references=None, regions=None, tokens=None, only=None):
+        self.calls.append((image.size, caption, references, only))
         if caption == "raise":
             raise ValueError("the engine refused this caption")
         return {"id": "0", "image": None, "caption": caption,
                 "tokens": [{"text": w, "start": 0, "end": len(w), "semantic": True} for w in caption.split()],
-                "regions": [], "metrics": {m: {"scores": {}} for m in self.metrics},
+                "regions": [], "metrics": {m: {"scores": {}} for m in only or self.metrics},
                 "model": {"clip": "fake", "regions": "none", "text": "fake", "demo": True}, "error": None}
 
 
@@ -172,8 +172,9 @@ def test_score_shape_with_an_injected_scorer(api):
     assert response.status_code == 200, response.text
     row = response.json()
     assert set(row) >= {"tokens", "regions", "metrics", "model", "error"} and "clip-s" in row["metrics"]
-    assert api.scorers[0].calls == [((32, 24), "a green box", ["a box"])]
+    assert api.scorers[0].calls == [((32, 24), "a green box", ["a box"], ["clip-s"])]
     data_url = {"image": "data:image/png;base64," + png_base64(), "caption": "x"}
-    assert api.post("/api/score", json=data_url, auth=ANN).status_code == 200
-    assert len(api.scorers) == 2  # one scorer per metric set, reused afterwards
+    response = api.post("/api/score", json=data_url, auth=ANN)
+    assert response.status_code == 200 and list(response.json()["metrics"]) == ["infometic"]  # the default
+    assert len(api.scorers) == 1  # one scorer per server, whatever the metric set
     assert api.post("/api/score", json={**data_url, "caption": "raise"}, auth=ANN).status_code == 422

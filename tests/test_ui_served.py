@@ -17,7 +17,6 @@ from capscope.annotation import workflow
 from capscope.annotation.users import add_user, get_user
 from capscope.server import create_app
 from capscope.ui import demo_examples, mount_ui
-from capscope.ui_models import Models
 from ui_support import Served, make_demo_checkpoint
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -47,9 +46,8 @@ def served(tmp_path_factory):
         patch.setenv(name, str(value))
     patch.delenv("CAPSCOPE_NO_SEED", raising=False)
     app = create_app(f"sqlite:///{root / 'ui.db'}")
-    store = app.state.store
-    models = Models()
-    app = mount_ui(app, models=models, demo_scenes=4)
+    store, models = app.state.store, app.state.models
+    app = mount_ui(app, demo_scenes=4)
     for name in ("ann1", "ann2"):
         add_user(store, name, "pw-" + name)
     models.scorer  # load the model before the first page asks for it
