@@ -9,7 +9,7 @@ from sqlalchemy import case, exists, func, literal, or_, select
 
 from capscope.annotation.errors import Invalid
 from capscope.annotation.users import UserInfo
-from capscope.annotation.workflow import _candidates, holds_slot
+from capscope.annotation.workflow import candidate_captions, holds_slot
 from capscope.db import Assignment, Caption, Dataset, Flag, GoldLabel, Label, Prediction, Store, User, utcnow
 
 SORTS = ("id", "disagreement", "uncertainty", "submitted", "updated")
@@ -167,6 +167,7 @@ def progress(store: Store, user: UserInfo | None = None, *, dataset: str | None 
         if user is not None:
             mine = next((a for a in annotators if a["annotator"] == user.name),
                         {"annotator": user.name, "submitted": 0, "skipped": 0, "in_progress": 0, "time_spent_ms": 0})
-            available = session.scalar(select(func.count()).select_from(_candidates(user, dataset, now).subquery()))
+            open_to_me = candidate_captions(user, dataset, now).subquery()
+            available = session.scalar(select(func.count()).select_from(open_to_me))
             result["me"] = {**mine, "available": available}
         return result

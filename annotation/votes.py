@@ -97,6 +97,14 @@ def iter_items(store: Store, dataset: str | None = None, chunk: int | None = Non
             yield from _load_chunk(session, rows)
 
 
+def load_item(store: Store, caption_id: int) -> ItemData | None:
+    """One item with its tokens, regions, submitted judgements and gold; None when there is no such item."""
+    with store.read() as session:
+        rows = session.execute(caption_query().where(Caption.id == int(caption_id))).all()
+        found = _load_chunk(session, rows)
+    return found[0] if found else None
+
+
 def _load_chunk(session, rows) -> list[ItemData]:
     caption_ids = [r[0] for r in rows]
     image_ids = list({r[5] for r in rows})

@@ -98,7 +98,7 @@ def previous_item(store: Store, user: UserInfo, item_id: int | None = None) -> d
 
 def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, lease: datetime) -> Assignment | None:
     for _ in range(20):
-        caption_id = session.scalar(_candidates(user, dataset, now).limit(1).with_for_update(skip_locked=True))
+        caption_id = session.scalar(candidate_captions(user, dataset, now).limit(1).with_for_update(skip_locked=True))
         if caption_id is None:
             return None
         # recount after taking the row lock: on PostgreSQL the candidate query's
@@ -111,7 +111,8 @@ def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, leas
     return None
 
 
-def _candidates(user: UserInfo, dataset: str | None, now: datetime):
+def candidate_captions(user: UserInfo, dataset: str | None, now: datetime):
+    """Caption ids this user may be given next: never theirs before, with a free slot; in id order."""
     taken = (select(func.count()).select_from(Assignment)
              .where(Assignment.caption_id == Caption.id, holds_slot(now))
              .correlate(Caption).scalar_subquery())

@@ -19,7 +19,7 @@ from capscope.annotation import agreement, browse, export, importer
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.gold import gold_history
 from capscope.annotation.users import add_user, get_user, list_users
-from capscope.annotation.votes import iter_items
+from capscope.annotation.votes import iter_items, load_item
 from capscope.db import Store, data_dir
 from capscope.ui_inspect import METRIC_TITLES, shaded_tokens, token_segments
 from capscope.ui_models import TOKEN_METRICS, Models
@@ -244,7 +244,7 @@ def explore_page(store: Store, dataset, status, sort, descending, annotator, sea
 
 def gold_and_model(store: Store, scores: DatasetScores, item_id: int, metric: str | None) -> tuple:
     """(gold overlay, model overlay, gold tokens, model tokens, note) for one item."""
-    item = next((i for i in _items_by_id(store, item_id)), None)
+    item = load_item(store, item_id)
     if item is None:
         return None, None, [], [], f"No item {item_id}."
     gold_overlay, gold_tokens, image = _gold_views(item)
@@ -282,7 +282,7 @@ def adjudicate_click(store: Store, admin_name: str, item_id: int, token: int | N
     on a region (mentioned <-> unmentioned), starting from the shown labels;
     saved at once as a new gold revision. Returns (gold overlay, gold tokens, note)."""
     admin = get_user(store, admin_name)
-    item = next(iter(_items_by_id(store, item_id)), None)
+    item = load_item(store, item_id)
     if item is None:
         raise AnnotationError(f"no item {item_id}")
     labels = export.captokeneval_row(item)
@@ -297,18 +297,9 @@ def adjudicate_click(store: Store, admin_name: str, item_id: int, token: int | N
             return overlay, words, _gold_note(store, item) + " · no region under that point"
         regions[index] = "unmentioned" if regions[index] == "mentioned" else "mentioned"
     agreement.adjudicate(store, admin, item_id, tokens, regions)
-    item = next(iter(_items_by_id(store, item_id)))
+    item = load_item(store, item_id)
     overlay, words, _ = _gold_views(item)
     return overlay, words, _gold_note(store, item) + " · saved"
-
-
-def _items_by_id(store: Store, item_id: int):
-    from capscope.annotation.votes import _load_chunk, caption_query
-    from capscope.db import Caption
-
-    with store.read() as session:
-        rows = session.execute(caption_query().where(Caption.id == int(item_id))).all()
-        return _load_chunk(session, rows)
 
 
 # ---------------------------------------------------------------- admin
