@@ -1,6 +1,6 @@
 """Lists and progress for the UI and the REST API: items with filters, sorting
-and paging (all in SQL, with per-item figures from grouped subqueries), and
-how far each annotator and the whole team are."""
+and paging (all in SQL, with per-item figures from grouped subqueries), the
+choices for the filters, and how far each annotator and the whole team are."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -171,3 +171,27 @@ def progress(store: Store, user: UserInfo | None = None, *, dataset: str | None 
             available = session.scalar(select(func.count()).select_from(open_to_me))
             result["me"] = {**mine, "available": available}
         return result
+
+
+# ---------------------------------------------------------------- filter choices
+
+def dataset_names(store: Store) -> list[str]:
+    with store.read() as session:
+        return list(session.scalars(select(Dataset.name).order_by(Dataset.name)))
+
+
+def annotator_names(store: Store) -> list[str]:
+    """Users who were given at least one item, by name."""
+    with store.read() as session:
+        return list(session.scalars(select(User.name).where(exists().where(Assignment.user_id == User.id))
+                                    .order_by(User.name)))
+
+
+def score_keys(store: Store) -> list[tuple[str, str]]:
+    """(metric, key) pairs of the stored predictions' global scores."""
+    keys = set()
+    with store.read() as session:
+        for metric in session.scalars(select(Prediction.metric).distinct()).all():
+            scores = session.scalar(select(Prediction.scores).where(Prediction.metric == metric).limit(1))
+            keys.update((metric, key) for key in scores or {})
+    return sorted(keys)

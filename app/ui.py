@@ -23,7 +23,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from capscope.annotation import importer
+from capscope.annotation import browse, importer
 from capscope.annotation.errors import Invalid
 from capscope.annotation.users import add_user, authenticate, get_user, list_users
 from capscope.cli import CapscopeError
@@ -48,9 +48,7 @@ def static_text(name: str) -> str:
 
 def seed_demo(store: Store, folder: Path | None = None, scenes: int = DEMO_SCENES) -> Path | None:
     """Generate and import the demo dataset when the store has no dataset yet."""
-    from capscope.ui_queries import dataset_names
-
-    if dataset_names(store):
+    if browse.dataset_names(store):
         return None
     from capscope.demo.dataset import write_demo_data
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
-from capscope import ui_draw, ui_queries
+from capscope import ui_draw
 from capscope.annotation import agreement, browse, export, importer
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.gold import gold_history
@@ -219,12 +219,12 @@ def _bound(value) -> float | None:
 
 
 def dataset_choices(store: Store) -> list[tuple[str, str]]:
-    return [("all datasets", "")] + [(name, name) for name in ui_queries.dataset_names(store)]
+    return [("all datasets", "")] + [(name, name) for name in browse.dataset_names(store)]
 
 
 def sort_choices(store: Store) -> list[tuple[str, str]]:
     choices = [(name, name) for name in browse.SORTS]
-    choices += [(f"score: {METRIC_TITLES.get(m, m)} {k}", f"score:{m}:{k}") for m, k in ui_queries.score_keys(store)]
+    choices += [(f"score: {METRIC_TITLES.get(m, m)} {k}", f"score:{m}:{k}") for m, k in browse.score_keys(store)]
     return choices
 
 
@@ -437,7 +437,7 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
 
     def choices():
         return (gr.update(choices=dataset_choices(store)),
-                gr.update(choices=[("everyone", "")] + [(n, n) for n in ui_queries.annotator_names(store)]),
+                gr.update(choices=[("everyone", "")] + [(n, n) for n in browse.annotator_names(store)]),
                 gr.update(choices=sort_choices(store)))
 
     c["load"] = [(admin_only(store, choices, 3), None, [c["dataset"], c["annotator"], c["sort"]]),

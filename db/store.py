@@ -156,6 +156,11 @@ class Store:
             config.attributes["connection"] = conn
             getattr(command, direction)(config, revision)
 
+    def ping(self) -> None:
+        """One round trip to the database; raises when it cannot be reached."""
+        with self.read() as session:
+            session.execute(text("SELECT 1"))
+
     def dispose(self) -> None:
         self.engine.dispose()
 

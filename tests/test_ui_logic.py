@@ -8,8 +8,9 @@ import pytest
 from PIL import Image
 
 from capscope import ui_draw, ui_explore, ui_inspect
-from capscope.annotation import agreement, importer, workflow
+from capscope.annotation import agreement, browse, importer, workflow
 from capscope.annotation.users import add_user
+from capscope.annotation.votes import load_item
 from capscope.db import Store
 from capscope.ui import demo_examples, ensure_admin
 from capscope.ui_annotate import Annotator, progress_html, saved_text, token_values
@@ -250,6 +251,12 @@ def test_explore_filters_by_annotator_and_sorts_by_stored_score(dataset):
     rows, total, _ = ui_explore.explore_page(store, "", "all", "score:infometic:overall", False, "", "", 1, "5", "")
     assert [r[1] for r in rows] == ["s1-polluted"] and total.startswith("1 items")
     assert len(ui_explore.explore_page(store, "", "all", "score:infometic:overall", False, "", "", 1, "x", "")[0]) == 2
+    # the filters' choices and one item's data come from annotation/, plain data
+    assert browse.dataset_names(store) == ["demo"] and browse.annotator_names(store) == ["ann"]
+    assert browse.score_keys(store) == [("infometic", "overall"), ("infometic", "precision"), ("infometic", "recall")]
+    loaded = load_item(store, item["item_id"])
+    assert (loaded.caption_id, loaded.text, len(loaded.tokens), len(loaded.regions)) == (item["item_id"], CAPTION, 8, 3)
+    assert load_item(store, 10**6) is None
 
 
 def test_evaluation_rows_and_plot_from_scored_pairs(dataset):

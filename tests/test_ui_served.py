@@ -66,9 +66,9 @@ def client(served, user="ann1"):
 # ---------------------------------------------------------------- gradio_client
 
 def test_first_run_seeded_demo_data_and_admin(served):
-    from capscope.ui_queries import dataset_names
-
     import httpx
+
+    from capscope.annotation.browse import dataset_names
 
     assert dataset_names(served.store) == ["demo"]
     assert get_user(served.store, "admin").is_admin
