@@ -39,6 +39,7 @@ def load_state_file(path: str | Path, component: str, flag: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ModelUnavailable(f"{component}: checkpoint file {path} not found (set {flag})")
+    verify_checkpoint(path, component)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # a truncated or foreign file
@@ -53,6 +54,16 @@ def load_state_file(path: str | Path, component: str, flag: str) -> dict:
     if all(k.startswith("module.") for k in obj):
         obj = {k[len("module."):]: v for k, v in obj.items()}
     return obj
+
+
+def verify_checkpoint(path: str | Path, component: str) -> None:
+    """A downloaded file against the sha256 recorded at its download (docs: `capscope models download`)."""
+    from . import checksums
+
+    try:
+        checksums.verify(path)
+    except checksums.ChecksumMismatch as err:
+        raise ModelUnavailable(f"{component}: {err}") from None
 
 
 def strip_prefix(state: dict, prefix: str) -> dict:
@@ -209,10 +220,10 @@ def components() -> list[dict]:
         },
         _file_component("PAC-S", "PAC-S ViT-B/32 checkpoint (state_dict, OpenAI key names)",
                         "CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth",
-                        "download clip_ViT-B-32.pth from the PAC-S release; --pacs-checkpoint FILE"),
+                        "capscope models download pacs, or --pacs-checkpoint FILE"),
         _file_component("InfoMetIC", "released best_model.pth (430 keys)",
                         "CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth",
-                        "download best_model.pth from the InfoMetIC release; --infometic-checkpoint FILE"),
+                        "capscope models download infometic, or --infometic-checkpoint FILE"),
         {
             "component": "spaCy", "loads": "en_core_web_sm (tags, parse)", "from": "site-packages",
             "present": spacy_pipeline_present(), "get": "capscope models download spacy (else blank English, a fallback)",

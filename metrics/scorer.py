@@ -153,6 +153,7 @@ class Scorer:
         return self._load_infometic_file(path)
 
     def _load_infometic_file(self, path: Path, demo: bool = False) -> tuple[InfoMetIC, ClipBackbone]:
+        loading.verify_checkpoint(path, "InfoMetIC")
         try:
             raw = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as err:
