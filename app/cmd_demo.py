@@ -12,6 +12,9 @@ def register(sub) -> None:
     data.add_argument("--out", required=True, type=Path, help="output folder")
     data.add_argument("--n", type=int, default=500, help="number of scenes (each gives a clean and a polluted caption)")
     data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--judgements", action="store_true",
+                      help="also write judgements/flickr8k.json: graded captions rated by three simulated raters "
+                           "(Flickr8k-Expert layout, docs/benchmarks.md)")
     data.set_defaults(func=run_demo_data)
 
     train = sub.add_parser("train", help="train capscope's own models")
@@ -102,6 +105,12 @@ def run_demo_data(args) -> int:
     counts = write_demo_data(args.out, args.n, args.seed)
     print(f"wrote {counts['scenes']} scenes, {counts['gold_items']} gold items to "
           f"{args.out / 'captokeneval.jsonl'}, {counts['training_rows']} training rows to {args.out / 'train.jsonl'}")
+    if args.judgements:
+        from capscope.demo.judgements import JUDGEMENTS_FILE, write_judgements
+
+        counts = write_judgements(args.out, args.n, args.seed)
+        print(f"wrote {counts['judgements']} judgements ({counts['missing']} missing) of {counts['captions']} captions "
+              f"on {counts['images']} images to {args.out / JUDGEMENTS_FILE}")
     return 0
 
 
