@@ -1,0 +1,56 @@
+"""The importer split by concern: the public entry keeps every name, and each
+concern module does its part on hand-made input."""
+import io
+import math
+
+import pytest
+
+from capscope.annotation import (
+    import_images, import_predictions, import_regions, import_report, import_rows, importer,
+)
+
+PUBLIC = {
+    "ImportOptions": importer, "import_captions": importer, "import_captokeneval": importer,
+    "ImportReport": import_report, "RowError": import_report, "RowProblem": import_report,
+    "import_predictions": import_predictions, "token_uncertainty": import_predictions,
+    "read_jsonl": import_rows, "prepare_row": import_rows, "finish_row": import_rows,
+    "checked_tokens": import_rows, "TOKEN_LABELS": import_rows, "REGION_LABELS": import_rows,
+    "checked_regions": import_regions, "resolve_image_path": import_images, "decode_image": import_images,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_importer_keeps_each_public_name_defined_once(name):
+    assert getattr(importer, name) is getattr(PUBLIC[name], name)
+
+
+def test_read_jsonl_numbers_lines_and_reports_bad_ones():
+    stream = io.BytesIO(b'{"id": "a"}\n\n[1, 2]\n{broken\n\xff\n{"id": "b"}\n')
+    got = list(import_rows.read_jsonl(stream))
+    assert [line for line, _ in got] == [1, 3, 4, 5, 6]
+    assert got[0][1] == {"id": "a"} and got[4][1] == {"id": "b"}
+    reasons = [obj.reason for _, obj in got[1:4]]
+    assert reasons[0] == "expected a JSON object, got list"
+    assert reasons[1].startswith("malformed JSON")
+    assert reasons[2] == "not UTF-8 (byte 0)"
+
+
+def test_checked_regions_clip_round_and_default_source():
+    regions = import_regions.checked_regions([{"box": [-5, 2.345, 30, 99]}], width=20, height=50)
+    assert regions == [{"box": [0.0, 2.35, 20.0, 50.0], "mask": None, "confidence": None, "source": "file"}]
+    with pytest.raises(import_report.RowProblem, match="region 0"):
+        import_regions.checked_regions([{"box": [30, 0, 40, 10]}], width=20, height=50)
+
+
+def test_checked_tokens_must_match_the_caption():
+    caption = "a red cube"
+    tokens = import_rows.checked_tokens([{"text": "red", "start": 2, "end": 5}], caption)
+    assert tokens == [{"text": "red", "start": 2, "end": 5, "semantic": True}]
+    with pytest.raises(import_report.RowProblem, match="does not match caption"):
+        import_rows.checked_tokens([{"text": "red", "start": 1, "end": 4}], caption)
+
+
+def test_token_uncertainty_by_hand():
+    # exp(-10·|0.1 - 0.1|) = 1 and exp(-10·|0.2 - 0.1|) = e^-1; non-numbers are left out
+    assert import_predictions.token_uncertainty([0.1, 0.2, None]) == pytest.approx((1 + math.exp(-1)) / 2)
+    assert import_predictions.token_uncertainty([None]) is None
