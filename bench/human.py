@@ -22,6 +22,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+from scipy.io import loadmat
+
+from capscope.metrics.text import load_spacy, tokenize
+
+from .evaluate import read_gold
+
 BENCHMARKS = ("flickr8k-expert", "flickr8k-cf", "composite", "pascal-50s", "foil", "thumb", "hat", "captokeneval")
 
 PASCAL_CATEGORIES = {1: "HC", 2: "HI", 3: "HM", 4: "MM"}
@@ -148,17 +155,6 @@ def _read_json(path: Path):
         raise ValueError(f"{path.name}: not a text file") from None
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path.name}:{number}: not JSON ({err.msg})") from None
-    return rows
-
-
 def _rating(value) -> float | str:
     """The rating as a float (NaN kept, to be skipped), or the reason it is unusable."""
     if value is None:
@@ -172,6 +168,19 @@ def _rating(value) -> float | str:
 
 
 # ---------------------------------------------------------------- Flickr8k layout (also composite.json)
+
+def _judgement(judgement) -> tuple[str, float] | str | None:
+    """(caption, rating) of one human_judgement entry, None for a NaN rating, else the problem."""
+    if not isinstance(judgement, dict):
+        return "not an object"
+    rating = _rating(judgement.get("rating"))
+    if isinstance(rating, float) and math.isnan(rating):
+        return None
+    if isinstance(rating, str):
+        return rating
+    caption = _normalise(judgement.get("caption"))
+    return (caption, rating) if caption else "caption missing or empty"
+
 
 def _flickr_rows(path: Path, problems: list[str]) -> tuple[list[Rated], int]:
     """Every judgement as a row, NaN ratings skipped, captions and references
@@ -190,15 +199,13 @@ def _flickr_rows(path: Path, problems: list[str]) -> tuple[list[Rated], int]:
         image = _find_image(entry.get("image_path"), folders)
         usable = []
         for index, judgement in enumerate(entry["human_judgement"]):
-            rating = _rating(judgement.get("rating") if isinstance(judgement, dict) else None)
-            if isinstance(rating, float) and math.isnan(rating):
+            parsed = _judgement(judgement)
+            if parsed is None:
                 n_nan += 1
-                continue
-            caption = _normalise(judgement.get("caption")) if isinstance(judgement, dict) else ""
-            if isinstance(rating, str) or not caption:
-                problems.append(f"{path.name}: {key} judgement {index}: {rating if isinstance(rating, str) else 'caption missing or empty'}")
-                continue
-            usable.append((caption, rating))
+            elif isinstance(parsed, str):
+                problems.append(f"{path.name}: {key} judgement {index}: {parsed}")
+            else:
+                usable.append(parsed)
         if usable and image is None:
             problems.append(f"{path.name}: {key}: image {entry.get('image_path')!r} not found in "
                             f"{folders[0]} ({len(usable)} judgements skipped)")
@@ -228,7 +235,8 @@ def _column(header: list[str], names: tuple[str, ...], path: Path) -> str:
     for name in names:
         if name in header:
             return name
-    raise ValueError(f"{path.name}: no {' or '.join(names)} column: not the Composite CSV layout (mt, refs, score, imgid)")
+    raise ValueError(f"{path.name}: no {' or '.join(names)} column: "
+                     "not the Composite CSV layout (mt, refs, score, imgid)")
 
 
 def _csv_references(text) -> list[str] | None:
@@ -277,7 +285,8 @@ def _load_composite(data: Path, seed: int) -> Loaded:
     elif path.suffix.lower() == ".csv":
         rows, n_nan = _composite_csv_rows(path, problems)
     else:
-        raise ValueError(f"composite: {path.name} is neither a .json (Flickr8k layout) nor a .csv (mt, refs, score, imgid)")
+        raise ValueError(f"composite: {path.name} is neither a .json (Flickr8k layout) "
+                         "nor a .csv (mt, refs, score, imgid)")
     protocol = (f"composite: one row per judgement of {path.name} (1-5 correctness, {n_nan} NaN skipped), captions "
                 "and references whitespace-normalised; as CLIP-S / PAC-S (Kendall tau_c)")
     return Loaded("composite", "rating", protocol, rows, problems, path.parent, "c", "kendall")
@@ -287,16 +296,12 @@ def _load_composite(data: Path, seed: int) -> Loaded:
 
 def _mat_unwrap(value):
     """The one element inside the 1x1 arrays scipy wraps MATLAB cells in."""
-    import numpy as np
-
     while isinstance(value, np.ndarray) and value.dtype.names is None and value.size == 1:
         value = value.flat[0]
     return value
 
 
 def _mat_text(value) -> str:
-    import numpy as np
-
     value = _mat_unwrap(value)
     if isinstance(value, np.ndarray):
         return "" if value.size == 0 else _mat_text(value.flat[0])
@@ -305,8 +310,6 @@ def _mat_text(value) -> str:
 
 def _mat_fields(value) -> list:
     """The fields of a MATLAB struct or the cells of a cell array, however scipy nested them."""
-    import numpy as np
-
     value = _mat_unwrap(value)
     if isinstance(value, np.ndarray) and value.dtype.names and value.size == 1:
         value = value.flat[0]
@@ -318,8 +321,6 @@ def _mat_fields(value) -> list:
 
 
 def _read_mat(path: Path) -> dict:
-    from scipy.io import loadmat
-
     try:
         return loadmat(path)
     except Exception as err:  # scipy raises several kinds for a file that is not MATLAB
@@ -340,8 +341,6 @@ def _pascal_votes(triplets: list, pair: int, a: str, b: str) -> tuple[list[str],
 
 
 def _pascal_pairs(root: Path, pairs_mat: dict, consensus: dict, seed: int, problems: list[str]) -> list[Pair]:
-    import numpy as np
-
     try:
         records = list(np.asarray(pairs_mat["new_input"]).ravel())
         categories = [int(c) for c in np.asarray(pairs_mat["category"]).ravel()]
@@ -351,7 +350,8 @@ def _pascal_pairs(root: Path, pairs_mat: dict, consensus: dict, seed: int, probl
     if len(categories) != len(records) or len(triplets) != PASCAL_JUDGEMENTS * len(records):
         raise ValueError(f"PASCAL-50S: {len(records)} pairs, {len(categories)} categories and {len(triplets)} "
                          f"consensus rows (expected {PASCAL_JUDGEMENTS} per pair)")
-    folders = [base / sub for base in (root, root.parent) for sub in ("images", "JPEGImages", "VOCdevkit/VOC2010/JPEGImages")]
+    folders = [base / sub for base in (root, root.parent)
+               for sub in ("images", "JPEGImages", "VOCdevkit/VOC2010/JPEGImages")]
     tie_break, draw = random.Random(PASCAL_TIE_SEED), random.Random(seed)
     out = []
     for index, (record, category) in enumerate(zip(records, categories)):
@@ -450,7 +450,7 @@ def _thumb_references(root: Path) -> dict[str, list[str]] | None:
     path = root / "mscoco_references.json"
     if not path.is_file():
         return None
-    return {str(row.get("seg_id")): [_normalise(r) for r in row.get("refs", [])] for _, row in _read_jsonl(path)}
+    return {str(row.get("seg_id")): [_normalise(r) for r in row.get("refs", [])] for row in read_gold(path)}
 
 
 def _load_thumb(data: Path, seed: int) -> Loaded:
@@ -459,7 +459,7 @@ def _load_thumb(data: Path, seed: int) -> Loaded:
     references = _thumb_references(root)
     folders = [root / "images", root]
     rows, problems = [], []
-    for number, row in _read_jsonl(path):
+    for number, row in enumerate(read_gold(path), 1):
         if not isinstance(row, dict) or ("hyp" not in row and "human_score" not in row):
             raise ValueError(f"{path.name}:{number}: no hyp / human_score: not the THumB layout")
         caption, rating = _normalise(row.get("hyp")), _rating(row.get("human_score"))
@@ -468,7 +468,7 @@ def _load_thumb(data: Path, seed: int) -> Loaded:
                   else "caption missing or empty" if not caption
                   else f"image {row.get('image')!r} not found in {folders[0]}" if image is None else "")
         if reason:
-            problems.append(f"{path.name}: line {number}: {reason}")
+            problems.append(f"{path.name}: row {number}: {reason}")
             continue
         aspects = {k: float(row[k]) for k in THUMB_ASPECTS if isinstance(row.get(k), (int, float))}
         refs = (references or {}).get(str(row.get("seg_id")), [])
@@ -495,8 +495,6 @@ def _hat_tokens(caption: str, grounding: list, nlp) -> list[dict] | str:
     """capscope's spaCy tokens labelled from HAT's per-word flags: a token takes the
     flag of the whitespace word it lies in (True = hallucinated = "incorrect");
     tokens without a letter or digit (punctuation) stay unjudged (null)."""
-    from capscope.metrics.text import tokenize
-
     words = [entry[0] if isinstance(entry, (list, tuple)) and entry else None for entry in grounding]
     if words != caption.split():
         return "grounding words differ from the caption's words"
@@ -512,8 +510,6 @@ def _hat_tokens(caption: str, grounding: list, nlp) -> list[dict] | str:
 
 
 def _load_hat(data: Path, seed: int) -> Loaded:
-    from capscope.metrics.text import load_spacy
-
     path = _find_file(data, ("hat-trainval.json", "hat-test.json"), "hat")
     samples = _read_json(path)
     if isinstance(samples, dict):
@@ -548,8 +544,6 @@ def _load_hat(data: Path, seed: int) -> Loaded:
 # ---------------------------------------------------------------- CapTokenEval files
 
 def _load_captokeneval(data: Path, seed: int) -> Loaded:
-    from capscope.bench.evaluate import read_gold
-
     path = _find_file(data, ("captokeneval.jsonl",), "captokeneval")
     root = path.parent
     rows, problems = [], []

@@ -295,7 +295,7 @@ def test_thumb_rows_aspects_systems_and_references(tmp_path):
               {"P": 5.0, "R": 4.0, "Fl": 0.0, "Con": 0.0, "Inc": 0.0}),
     ]
     assert loaded.statistic == "pearson" and loaded.tau_variant is None
-    assert ["line 3" in loaded.problems[0], "line 4" in loaded.problems[1]] == [True, True]
+    assert ["row 3" in loaded.problems[0], "row 4" in loaded.problems[1]] == [True, True]
     assert "COCO_val2014_000000000975.jpg" in loaded.problems[0] and "caption" in loaded.problems[1]
 
 
