@@ -13,6 +13,7 @@ import html
 import logging
 import threading
 from datetime import datetime
+from typing import Callable
 
 import gradio as gr
 from PIL import Image
@@ -268,166 +269,217 @@ def build_annotate(annotator: Annotator) -> dict:
     return c
 
 
-def _wire_annotate(annotator: Annotator, c: dict) -> None:
-    outputs = [c["item_id"], c["header"], c["image"], c["gallery"], c["tokens"], c["saved"], c["progress"],
-               c["suggested"]]
+# ---------------------------------------------------------------- actions
+# An action applies one step for a signed-in user and says what to show next:
+# `action(annotator, user, item_id, *args) -> (item or None, note)`.
 
-    def render(user: UserInfo, item: dict | None, note: str = "", show_suggestions: bool = False,
-               compute: bool = False, words_only: bool = False) -> tuple:
-        """Every output; with `words_only` (a word toggled on the same item) the
-        picture, thumbnails and header are left as they are, which keeps clicks quick."""
-        progress = progress_html(annotator.progress(user))
-        if item is None:
-            return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "")
-        # label clicks never run the model: only the suggestions handler (model queue) computes
-        suggestion = annotator.suggestions.get(user, item, compute) if show_suggestions else None
-        wrong, mentioned = (suggestion[0], suggestion[1]) if suggestion else (None, None)
-        chosen = set(item["labels"]["mentioned_regions"]) if item.get("labels") else set()
-        image = None if words_only else _image(item["_path"])
-        boxes = [r["box"] for r in item["regions"]]
-        hint = ""
-        if show_suggestions:
-            hint = ("Model suggestions (" + suggestion[2] + "): faint red words, dashed boxes." if suggestion
-                    else "Model suggestions are being computed…" if not compute
-                    else "No model suggestions for this item.")
-        if words_only:
-            picture = (gr.skip(), gr.skip(), gr.skip())
-        else:
-            picture = (item_header(item), ui_draw.labels_overlay(image, boxes, chosen, mentioned),
-                       ui_draw.thumbnails(image, boxes, chosen))
-        return (item["item_id"], *picture, token_values(item, wrong), saved_text(item.get("labels"), note),
-                progress, hint)
+def open_next(annotator: Annotator, user: UserInfo, item_id: int | None):
+    return annotator.next(user), ""
 
-    def run(request: gr.Request | None, item_id, show, action, *args, compute: bool = False,
-            words_only: bool = False) -> tuple:
-        """`action(user, item_id, *args)` -> (item, note), drawn; workflow errors go to the status line."""
-        try:
-            user = annotator.user(request.username if request else None)
-        except AnnotationError as err:
-            return (None, f"**{html.escape(str(err))}**", None, [], [], "", "", "")
-        with annotator.lock_for(user):  # one user's clicks are applied and drawn in order
-            try:
-                item, note = action(user, item_id, *args)
-            except AnnotationError as err:
-                item = annotator.item(user, item_id) if item_id else annotator.next(user)
-                note = f"⚠ not saved: {html.escape(str(err))}"
-            same_item = item is not None and item["item_id"] == item_id
-            return render(user, item, note, show, compute, words_only and same_item)
 
-    def open_next(user, item_id):
+def open_previous(annotator: Annotator, user: UserInfo, item_id: int | None):
+    earlier = annotator.previous(user, item_id)
+    if earlier is not None:
+        return earlier, f"item {earlier['item_id']}: submitted earlier; changes are saved to it"
+    return _current_or_next(annotator, user, item_id), "no earlier submitted item"
+
+
+def current_item(annotator: Annotator, user: UserInfo, item_id: int | None):
+    return _current_or_next(annotator, user, item_id), ""
+
+
+def _current_or_next(annotator: Annotator, user: UserInfo, item_id: int | None) -> dict | None:
+    return annotator.item(user, item_id) if item_id else annotator.next(user)
+
+
+def change_labels(annotator: Annotator, user: UserInfo, item_id: int | None, change: Callable, *args):
+    """`change(user, item_id, *args)` saves labels; the item is shown with what was saved."""
+    if item_id is None:
         return annotator.next(user), ""
+    labels = change(user, item_id, *args)
+    item = annotator.item(user, item_id)
+    item["labels"] = labels
+    return item, ""
 
-    def open_previous(user, item_id):
-        earlier = annotator.previous(user, item_id)
-        if earlier is not None:
-            return earlier, f"item {earlier['item_id']}: submitted earlier; changes are saved to it"
-        return (annotator.item(user, item_id) if item_id else annotator.next(user)), "no earlier submitted item"
 
-    def current(user, item_id):
-        return (annotator.item(user, item_id) if item_id else annotator.next(user)), ""
+def finish_item(annotator: Annotator, user: UserInfo, item_id: int | None, step: Callable, word: str):
+    """Submit or skip (`step`), then the next item; the note says what became of this one."""
+    if item_id is None:
+        return annotator.next(user), ""
+    status = step(user, item_id)["status"]
+    return annotator.next(user), f"item {item_id} {word if status == word else 'stays ' + status}"
 
-    def after(change):
-        def act(user, item_id, *args):
-            if item_id is None:
-                return annotator.next(user), ""
-            labels = change(user, item_id, *args)
-            item = annotator.item(user, item_id)
-            item["labels"] = labels
-            return item, ""
-        return act
 
-    def finish(step, word):
-        def act(user, item_id):
-            if item_id is None:
-                return annotator.next(user), ""
-            status = step(user, item_id)["status"]
-            return annotator.next(user), f"item {item_id} {word if status == word else 'stays ' + status}"
-        return act
+def toggle_region_at_point(annotator: Annotator, user: UserInfo, item_id: int | None, point):
+    if item_id is None:
+        return annotator.next(user), ""
+    region = annotator.region_at_click(user, item_id, point)
+    if region is None:
+        return annotator.item(user, item_id), "no region under that point"
+    return change_labels(annotator, user, item_id, annotator.toggle_region, region)
 
-    def toggle_region_at_point(user, item_id, point):
-        if item_id is None:
-            return annotator.next(user), ""
-        region = annotator.region_at_click(user, item_id, point)
-        if region is None:
-            return annotator.item(user, item_id), "no region under that point"
-        return after(annotator.toggle_region)(user, item_id, region)
 
-    toggle_token, toggle_region = after(annotator.toggle_token), after(annotator.toggle_region)
-    state = [c["item_id"], c["prelabels"]]
-    db = {"concurrency_id": "db", "concurrency_limit": 4, "show_progress": "hidden"}
+def flag_item(annotator: Annotator, user: UserInfo, item_id: int | None, kind: str, comment: str | None):
+    if item_id is None:
+        return annotator.next(user), ""
+    annotator.flag(user, item_id, kind, comment or "")
+    return annotator.item(user, item_id), f"flagged: {kind.replace('_', ' ')}"
 
-    def on_token(item_id, show, evt: gr.SelectData, request: gr.Request):
-        return run(request, item_id, show, toggle_token, evt.index, words_only=True)
 
-    def on_image(item_id, show, evt: gr.SelectData, request: gr.Request):
-        return run(request, item_id, show, toggle_region_at_point, evt.index)
+# ---------------------------------------------------------------- drawing the tab
 
-    def on_thumbnail(item_id, show, evt: gr.SelectData, request: gr.Request):
-        return run(request, item_id, show, toggle_region, evt.index)
+def render(annotator: Annotator, user: UserInfo, item: dict | None, note: str = "", show_suggestions: bool = False,
+           compute: bool = False, words_only: bool = False) -> tuple:
+    """Every output; with `words_only` (a word toggled on the same item) the
+    picture, thumbnails and header are left as they are, which keeps clicks quick."""
+    progress = progress_html(annotator.progress(user))
+    if item is None:
+        return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "")
+    # label clicks never run the model: only the suggestions handler (model queue) computes
+    suggestion = annotator.suggestions.get(user, item, compute) if show_suggestions else None
+    wrong, mentioned = (suggestion[0], suggestion[1]) if suggestion else (None, None)
+    if words_only:
+        picture = (gr.skip(), gr.skip(), gr.skip())
+    else:
+        picture = _picture(item, mentioned)
+    hint = suggestions_hint(suggestion, compute) if show_suggestions else ""
+    return (item["item_id"], *picture, token_values(item, wrong), saved_text(item.get("labels"), note),
+            progress, hint)
 
-    for component, handler in ((c["tokens"], on_token), (c["image"], on_image), (c["gallery"], on_thumbnail)):
-        component.select(handler, state, outputs, trigger_mode="multiple", api_visibility="private", **db)
 
-    def region_key(index: int):
-        def on_key(item_id, show, request: gr.Request):
-            return run(request, item_id, show, toggle_region, index)
-        return on_key
+def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
+    """(header, image with the chosen and suggested regions, thumbnails)."""
+    image = _image(item["_path"])
+    boxes = [r["box"] for r in item["regions"]]
+    chosen = set(item["labels"]["mentioned_regions"]) if item.get("labels") else set()
+    return (item_header(item), ui_draw.labels_overlay(image, boxes, chosen, suggested_regions),
+            ui_draw.thumbnails(image, boxes, chosen))
 
-    for number, button in enumerate(c["region_keys"]):
-        button.click(region_key(number), state, outputs, trigger_mode="multiple", api_visibility="private", **db)
 
-    # the same actions with explicit indices, as API endpoints (tests call them through gradio_client)
-    api_index = gr.Number(visible=False, precision=0)
+def suggestions_hint(suggestion: tuple | None, computed: bool) -> str:
+    if suggestion:
+        return "Model suggestions (" + suggestion[2] + "): faint red words, dashed boxes."
+    return "No model suggestions for this item." if computed else "Model suggestions are being computed…"
 
-    def api_toggle_token(item_id, show, index, request: gr.Request):
-        return run(request, item_id, show, toggle_token, int(index), words_only=True)
 
-    def api_toggle_region(item_id, show, index, request: gr.Request):
-        return run(request, item_id, show, toggle_region, int(index))
+def run(annotator: Annotator, request: gr.Request | None, item_id: int | None, show: bool, action: Callable,
+        *args, compute: bool = False, words_only: bool = False) -> tuple:
+    """`action` for the request's user, drawn; workflow errors go to the status line."""
+    try:
+        user = annotator.user(request.username if request else None)
+    except AnnotationError as err:
+        return (None, f"**{html.escape(str(err))}**", None, [], [], "", "", "")
+    with annotator.lock_for(user):  # one user's clicks are applied and drawn in order
+        try:
+            item, note = action(annotator, user, item_id, *args)
+        except AnnotationError as err:
+            item = _current_or_next(annotator, user, item_id)
+            note = f"⚠ not saved: {html.escape(str(err))}"
+        same_item = item is not None and item["item_id"] == item_id
+        return render(annotator, user, item, note, show, compute, words_only and same_item)
 
-    def on_undo(item_id, show, request: gr.Request):
-        return run(request, item_id, show, after(annotator.undo))
 
-    def on_submit(item_id, show, request: gr.Request):
-        return run(request, item_id, show, finish(annotator.submit, "submitted"))
+# ---------------------------------------------------------------- handlers
 
-    def on_skip(item_id, show, request: gr.Request):
-        return run(request, item_id, show, finish(annotator.skip, "skipped"))
+class AnnotateHandlers:
+    """The tab's event handlers. Each takes the on-screen state (the item's id,
+    whether suggestions are shown), the event's own values and the request, and
+    returns every output. Methods rather than closures: Gradio reads their
+    `gr.Request` / `gr.SelectData` annotations; handlers taking `gr.SelectData`
+    only unpack the event."""
 
-    def on_next(item_id, show, request: gr.Request):
-        return run(request, item_id, show, open_next)
+    def __init__(self, annotator: Annotator):
+        self.annotator = annotator
 
-    def on_previous(item_id, show, request: gr.Request):
-        return run(request, item_id, show, open_previous)
+    def _run(self, request, item_id, show, action, *args, **options) -> tuple:
+        return run(self.annotator, request, item_id, show, action, *args, **options)
 
-    def flag_item(user, item_id, kind, comment):
-        if item_id is None:
-            return annotator.next(user), ""
-        annotator.flag(user, item_id, kind, comment or "")
-        return annotator.item(user, item_id), f"flagged: {kind.replace('_', ' ')}"
+    def toggle_token(self, item_id, show, index, request: gr.Request):
+        return self._run(request, item_id, show, change_labels, self.annotator.toggle_token, int(index),
+                         words_only=True)
 
-    def on_flag(item_id, show, kind, comment, request: gr.Request):
-        return run(request, item_id, show, flag_item, kind, comment)
+    def toggle_region(self, item_id, show, index, request: gr.Request):
+        return self._run(request, item_id, show, change_labels, self.annotator.toggle_region, int(index))
 
-    def on_reload(item_id, show, request: gr.Request):
-        return run(request, item_id, show, current, compute=True)
+    def on_word(self, item_id, show, evt: gr.SelectData, request: gr.Request):
+        return self.toggle_token(item_id, show, evt.index, request)
 
-    def on_suggest(item_id, show, request: gr.Request):
+    def on_image(self, item_id, show, evt: gr.SelectData, request: gr.Request):
+        return self._run(request, item_id, show, toggle_region_at_point, evt.index)
+
+    def on_thumbnail(self, item_id, show, evt: gr.SelectData, request: gr.Request):
+        return self.toggle_region(item_id, show, evt.index, request)
+
+    def on_region_key(self, key: str, item_id, show, request: gr.Request):
+        """A region's number button (its label is "1" to "10")."""
+        return self.toggle_region(item_id, show, int(key) - 1, request)
+
+    def undo(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, change_labels, self.annotator.undo)
+
+    def submit(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, finish_item, self.annotator.submit, "submitted")
+
+    def skip(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, finish_item, self.annotator.skip, "skipped")
+
+    def next(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, open_next)
+
+    def previous(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, open_previous)
+
+    def flag(self, item_id, show, kind, comment, request: gr.Request):
+        return self._run(request, item_id, show, flag_item, kind, comment)
+
+    def reload(self, item_id, show, request: gr.Request):
+        """The item again, computing its model suggestions when they are shown."""
+        return self._run(request, item_id, show, current_item, compute=True)
+
+    def suggest(self, item_id, show, request: gr.Request):
         """After moving to another item: its suggestions, when they are shown and not known yet."""
-        if not show or item_id is None or annotator.suggestions.cached(item_id) is not None:
-            return tuple(gr.skip() for _ in outputs)
-        return on_reload(item_id, show, request)
+        if not show or item_id is None or self.annotator.suggestions.cached(item_id) is not None:
+            return tuple(gr.skip() for _ in OUTPUTS)
+        return self.reload(item_id, show, request)
 
-    gr.Button(visible=False).click(api_toggle_token, [*state, api_index], outputs, api_name="toggle_token", **db)
-    gr.Button(visible=False).click(api_toggle_region, [*state, api_index], outputs, api_name="toggle_region", **db)
-    c["undo"].click(on_undo, state, outputs, trigger_mode="multiple", api_name="undo", **db)
-    c["flag"].click(on_flag, [*state, c["flag_kind"], c["flag_comment"]], outputs, api_name="flag", **db)
-    model = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
-    for button, handler, name in ((c["submit"], on_submit, "submit"), (c["skip"], on_skip, "skip"),
-                                  (c["next"], on_next, "next"), (c["previous"], on_previous, "previous")):
-        button.click(handler, state, outputs, api_name=name, **db).then(on_suggest, state, outputs, **model)
+
+# ---------------------------------------------------------------- wiring
+
+# what every handler returns, in this order
+OUTPUTS = ("item_id", "header", "image", "gallery", "tokens", "saved", "progress", "suggested")
+DB_QUEUE = {"concurrency_id": "db", "concurrency_limit": 4, "show_progress": "hidden"}
+MODEL_QUEUE = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
+CLICKS = {"trigger_mode": "multiple", "api_visibility": "private", **DB_QUEUE}
+
+
+def _wire_annotate(annotator: Annotator, c: dict) -> None:
+    """Connect the components to the handlers; label saves run in the "db"
+    queue, anything that may run the model in the "model" queue."""
+    handlers = AnnotateHandlers(annotator)
+    outputs = [c[name] for name in OUTPUTS]
+    state = [c["item_id"], c["prelabels"]]
+    c["tokens"].select(handlers.on_word, state, outputs, **CLICKS)
+    c["image"].select(handlers.on_image, state, outputs, **CLICKS)
+    c["gallery"].select(handlers.on_thumbnail, state, outputs, **CLICKS)
+    for button in c["region_keys"]:
+        button.click(handlers.on_region_key, [button, *state], outputs, **CLICKS)
+    _wire_api(handlers, state, outputs)
+    c["undo"].click(handlers.undo, state, outputs, trigger_mode="multiple", api_name="undo", **DB_QUEUE)
+    c["flag"].click(handlers.flag, [*state, c["flag_kind"], c["flag_comment"]], outputs, api_name="flag", **DB_QUEUE)
+    for name in ("submit", "skip", "next", "previous"):
+        c[name].click(getattr(handlers, name), state, outputs, api_name=name, **DB_QUEUE) \
+            .then(handlers.suggest, state, outputs, **MODEL_QUEUE)
     # suggestions may need the model: they queue with inference, so label saves never wait behind them
-    c["prelabels"].change(on_reload, state, outputs, show_progress="minimal", **model)
+    c["prelabels"].change(handlers.reload, state, outputs, show_progress="minimal", **MODEL_QUEUE)
     c["guidelines_button"].click(lambda: gr.Accordion(open=True), None, c["guidelines"], api_visibility="private",
                                  queue=False)
-    c["open"] = (on_next, state, outputs)
+    c["open"] = (handlers.next, state, outputs)
+
+
+def _wire_api(handlers: AnnotateHandlers, state: list, outputs: list) -> None:
+    """The click actions with explicit indices, as API endpoints (for gradio_client)."""
+    index = gr.Number(visible=False, precision=0)
+    gr.Button(visible=False).click(handlers.toggle_token, [*state, index], outputs, api_name="toggle_token",
+                                   **DB_QUEUE)
+    gr.Button(visible=False).click(handlers.toggle_region, [*state, index], outputs, api_name="toggle_region",
+                                   **DB_QUEUE)

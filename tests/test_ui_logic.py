@@ -3,6 +3,7 @@ annotate workflow against a real store, explore, benchmark and admin helpers.
 No model and no browser here (see test_ui_served.py for those)."""
 import json
 
+import gradio as gr
 import numpy as np
 import pytest
 from PIL import Image
@@ -200,6 +201,30 @@ def test_annotate_clicks_are_saved_and_undone(dataset):
     values = token_values(again, suggested={2})
     assert values[1][1] == 1.0 and values[2][1] == 0.3 and values[0][1] is None
     assert "✓ Saved" in saved_text(labels) and "2 wrong words, 1 region mentioned" in saved_text(labels)
+
+
+def test_annotate_handlers_apply_one_step_each(dataset):
+    from types import SimpleNamespace
+
+    from capscope.ui_annotate import OUTPUTS, AnnotateHandlers
+
+    store, ann, _, _ = dataset
+    handlers, request = AnnotateHandlers(Annotator(store)), SimpleNamespace(username="ann")
+    shown = handlers.next(None, False, request)
+    item_id = shown[0]
+    assert len(shown) == len(OUTPUTS) and "Item" in shown[1] and shown[2] is not None
+    words = handlers.toggle_token(item_id, False, 1, request)
+    assert words[0] == item_id and words[4][1][1] == 1.0 and "1 wrong word, 0 regions" in words[5]
+    assert all(isinstance(part, type(gr.skip())) for part in words[1:4])  # the picture is left as it is
+    keyed = handlers.on_region_key("3", item_id, False, request)
+    assert "1 wrong word, 1 region mentioned" in keyed[5]
+    assert workflow.get_item(store, ann, item_id)["labels"]["mentioned_regions"] == [2]
+    assert "0 regions" in handlers.undo(item_id, False, request)[5]
+    assert "not saved" in handlers.toggle_region(item_id, False, 7, request)[5]
+    after = handlers.submit(item_id, False, request)
+    assert after[0] != item_id and f"item {item_id} submitted" in after[5]
+    assert handlers.suggest(after[0], False, request) == tuple(gr.skip() for _ in OUTPUTS)
+    assert "not logged in" in handlers.next(None, False, SimpleNamespace(username=None))[1]
 
 
 def test_submit_and_skip_advance_and_progress_counts(dataset):
