@@ -34,6 +34,7 @@ from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
+from capscope.metrics.text import check_caption, check_references
 from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ MAX_BODY_BYTES = 1 * 2**20
 MAX_SCORE_BODY_BYTES = 32 * 2**20
 MAX_SCORE_IMAGE_BYTES = 20 * 2**20
 MAX_SCORE_PIXELS = 40_000_000
-MAX_CAPTION_CHARS = 1000
-MAX_REFERENCES = 50
 SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
 ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
@@ -173,15 +172,10 @@ def _checked_score_request(body: ScoreRequest):
         unknown = [m for m in body.metrics if names is not None and m not in names]
         if unknown:
             raise HTTPException(422, f"unknown metric {unknown[0]!r}; choose from {', '.join(names)}")
-    caption = body.caption
-    if not caption.strip():
-        raise HTTPException(422, "caption is empty")
-    if len(caption) > MAX_CAPTION_CHARS:
-        raise HTTPException(422, f"caption has {len(caption)} characters (limit {MAX_CAPTION_CHARS})")
-    refs = body.references
-    if refs is not None and (len(refs) > MAX_REFERENCES or any(len(r) > MAX_CAPTION_CHARS for r in refs)):
-        raise HTTPException(422, f"at most {MAX_REFERENCES} references of at most {MAX_CAPTION_CHARS} characters")
-    return decode_score_image(body.image), caption, refs, body.metrics
+    problem = check_caption(body.caption) or check_references(body.references)
+    if problem:
+        raise HTTPException(422, problem)
+    return decode_score_image(body.image), body.caption, body.references, body.metrics
 
 
 def decode_score_image(encoded: str):

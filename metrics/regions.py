@@ -15,6 +15,8 @@ from typing import Callable, Protocol
 import numpy as np
 from PIL import Image
 
+from .limits import MAX_REGIONS
+
 log = logging.getLogger(__name__)
 
 MAX_CANDIDATES = 100
@@ -76,6 +78,8 @@ def clip_box(box, width: int, height: int) -> tuple[float, float, float, float]:
 
 
 def given_regions(boxes: list, width: int, height: int) -> list[Region]:
+    if len(boxes) > MAX_REGIONS:
+        raise ValueError(f"{len(boxes)} regions (limit {MAX_REGIONS})")
     regions = []
     for item in boxes:
         box = item.get("box") if isinstance(item, dict) else item

@@ -29,12 +29,12 @@ from .regions import PROPOSERS, Region, given_regions, select_regions
 from .registry import (
     METRIC_NAMES, ClipScoreMetric, InfoClipMetric, InfoMetICMetric, PreparedPair,
 )
-from .text import Token, check_caption, load_spacy, tokenize
+from .limits import MAX_IMAGE_PIXELS
+from .text import Token, check_caption, check_references, load_spacy, tokenize
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CLIP = ("ViT-B-32", "openai")
-MAX_PIXELS = 40_000_000
 
 
 class RowError(CapscopeError, ValueError):
@@ -259,8 +259,8 @@ class Scorer:
         path = _resolve(image, base_dir)
         try:
             with Image.open(path) as im:
-                if im.width * im.height > MAX_PIXELS:
-                    raise RowError(f"image {image} is {im.width}x{im.height}, over {MAX_PIXELS} pixels")
+                if im.width * im.height > MAX_IMAGE_PIXELS:
+                    raise RowError(f"image {image} is {im.width}x{im.height}, over {MAX_IMAGE_PIXELS} pixels")
                 return im.convert("RGB"), str(image)
         except FileNotFoundError:
             raise RowError(f"image not found: {image}") from None
@@ -348,10 +348,9 @@ def _resolve(path, base_dir: Path | None) -> Path:
 
 
 def _references(refs) -> list[str] | None:
-    if refs is None:
-        return None
-    if not isinstance(refs, list) or not all(isinstance(r, str) and r.strip() for r in refs):
-        raise RowError("references must be a list of non-empty strings")
+    problem = check_references(refs)
+    if problem:
+        raise RowError(problem)
     return refs or None
 
 

@@ -12,12 +12,13 @@ import logging
 from dataclasses import dataclass, asdict
 from functools import lru_cache
 
+from .limits import MAX_CAPTION_CHARS, MAX_REFERENCES
+
 log = logging.getLogger(__name__)
 
 SOT_ID = 49406
 EOT_ID = 49407
 SEMANTIC_POS = {"NOUN", "PROPN", "VERB", "ADJ", "ADV", "NUM"}
-MAX_CAPTION_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,17 @@ def check_caption(caption) -> str:
         return "empty caption"
     if len(caption) > MAX_CAPTION_CHARS:
         return f"caption has {len(caption)} characters (limit {MAX_CAPTION_CHARS})"
+    return ""
+
+
+def check_references(references) -> str:
+    """The reason a caption's references cannot be used, or '' when they can (None: no references)."""
+    if references is None:
+        return ""
+    if not isinstance(references, list) or not all(isinstance(r, str) and r.strip() for r in references):
+        return "references must be a list of non-empty strings"
+    if len(references) > MAX_REFERENCES or any(len(r) > MAX_CAPTION_CHARS for r in references):
+        return f"at most {MAX_REFERENCES} references of at most {MAX_CAPTION_CHARS} characters"
     return ""
 
 

@@ -2,6 +2,9 @@
 limits, one image decoder, one JSONL reader, one LRU cache, one checkpoint
 reader, an explicit model inventory, no import cycle and no private names
 across modules."""
+import ast
+from pathlib import Path
+
 import pytest
 
 from capscope.cli import main
@@ -43,3 +46,38 @@ def test_other_errors_still_show_their_traceback(monkeypatch):
     monkeypatch.setattr(cmd_score, "run_models", fail)
     with pytest.raises(KeyError):
         main(["models"])
+
+
+# ---------------------------------------------------------------- limits
+
+def test_one_caption_and_reference_rule_for_every_door():
+    from capscope.metrics.limits import MAX_CAPTION_CHARS, MAX_REFERENCES
+    from capscope.metrics.text import check_caption, check_references
+
+    assert check_caption("x" * MAX_CAPTION_CHARS) == ""
+    assert check_caption("x" * (MAX_CAPTION_CHARS + 1)) == "caption has 1001 characters (limit 1000)"
+    assert check_references(None) == "" and check_references(["a dog"] * MAX_REFERENCES) == ""
+    assert "at most 50 references" in check_references(["a dog"] * (MAX_REFERENCES + 1))
+    assert "at most 50 references" in check_references(["x" * (MAX_CAPTION_CHARS + 1)])
+    assert "non-empty strings" in check_references(["a dog", " "])
+
+
+def test_given_regions_over_the_limit_are_refused():
+    from capscope.metrics.limits import MAX_REGIONS
+    from capscope.metrics.regions import given_regions
+
+    assert len(given_regions([[0, 0, 5, 5]] * MAX_REGIONS, 10, 10)) == MAX_REGIONS
+    with pytest.raises(ValueError, match="101 regions"):
+        given_regions([[0, 0, 5, 5]] * (MAX_REGIONS + 1), 10, 10)
+
+
+# ---------------------------------------------------------------- helpers
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("app", "metrics", "annotation", "bench", "demo", "db")
+
+
+def package_trees():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield str(path.relative_to(ROOT)), ast.parse(path.read_text(encoding="utf-8"))
