@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "capscope.cmd_demo",       # demo-data, train, evaluate
     "capscope.cmd_bench",      # bench
     "capscope.cmd_annotate",   # import, export, users, serve
+    "capscope.cmd_correlate",  # correlate
 ]
 
 

@@ -1,0 +1,562 @@
+"""`capscope correlate`: score every candidate of a human-judgement benchmark
+through the public `Scorer.score_batch` and compare every score key with the
+people's judgements, as the papers do.
+
+- rating benchmarks (Flickr8k-Expert, Flickr8k-CF, Composite, THumB): Kendall
+  tau_b and tau_c (scipy.stats.kendalltau) and Pearson, the paper's choice marked;
+- pairwise benchmarks (PASCAL-50S, FOIL): how often the metric scores the caption
+  people prefer strictly higher (a tie counts as a miss: PAC-S sec. 4.3/4.4, "assigns
+  a higher score"), averaged over reference draws, PASCAL-50S per category and the
+  mean of the categories; FOIL also says how often a metric's lowest-scored
+  semantic word is the foil word, where the file names it;
+- token benchmarks (HAT, CapTokenEval): the figures of `capscope evaluate` plus
+  the average precision of "incorrect" and a per-part-of-speech breakdown.
+
+Every figure gets a percentile bootstrap 95% interval that resamples images
+(the rows' `group`), seeded, and the papers' published value beside it
+(`bench.published`). Rows come from `bench.human.load` (a `Loaded`).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path
+
+import numpy as np
+
+from . import published as pub
+
+CATEGORIES = ("HC", "HI", "HM", "MM")
+LISTED_PROBLEMS = 5
+
+
+# ---------------------------------------------------------------- scoring
+
+@dataclass(frozen=True)
+class Candidate:
+    """One caption to score: benchmarks repeat these (three experts rate one
+    caption; PASCAL-50S scores each caption once per reference draw)."""
+    image: Path
+    caption: str
+    references: tuple[str, ...] = ()
+
+
+@dataclass
+class Scored:
+    scores: dict[str, float]                                  # "<metric>.<key>" -> value
+    tokens: list[dict] = field(default_factory=list)          # the scorer's tokens of the caption
+    token_scores: dict[str, list] = field(default_factory=dict)   # metric -> one score (or None) per token
+
+
+def score_candidates(scorer, candidates, *, batch_size: int = 32, progress: bool = True,
+                     desc: str = "correlate") -> tuple[dict[Candidate, Scored], dict[Candidate, str]]:
+    """Each distinct candidate scored once, image by image (each image is read
+    once and its features computed once: the scorer caches them per image).
+    Returns the scored candidates and, for those that failed, why."""
+    from tqdm import tqdm
+
+    unique = sorted(set(candidates), key=lambda c: (str(c.image), c.caption, c.references))
+    scored: dict[Candidate, Scored] = {}
+    failed: dict[Candidate, str] = {}
+    batch: list[tuple[Candidate, dict]] = []
+    with tqdm(total=len(unique), desc=desc, unit="caption", disable=not progress, mininterval=2.0) as bar:
+        for image_path, group in groupby(unique, key=lambda c: c.image):
+            picture, problem = open_image(image_path)
+            for candidate in group:
+                if problem:
+                    failed[candidate] = problem
+                    bar.update(1)
+                    continue
+                batch.append((candidate, scoring_row(len(batch), picture, candidate)))
+                if len(batch) >= batch_size:
+                    _score_batch(scorer, batch, scored, failed)
+                    bar.update(len(batch))
+                    batch = []
+        if batch:
+            _score_batch(scorer, batch, scored, failed)
+            bar.update(len(batch))
+    return scored, failed
+
+
+def scoring_row(index: int, picture, candidate: Candidate) -> dict:
+    return {"id": str(index), "image": picture, "caption": candidate.caption,
+            "references": list(candidate.references) or None}
+
+
+def open_image(path: Path):
+    """(RGB image, None) or (None, why it cannot be read)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB"), None
+    except FileNotFoundError:
+        return None, f"image not found: {path}"
+    except Exception as err:  # PIL raises many types for broken files
+        return None, f"cannot read image {path}: {type(err).__name__}"
+
+
+def _score_batch(scorer, batch, scored: dict, failed: dict) -> None:
+    rows = scorer.score_batch([row for _, row in batch])
+    for (candidate, _), row in zip(batch, rows, strict=True):
+        if not row["metrics"]:
+            failed[candidate] = row.get("error") or "not scored"
+            continue
+        scored[candidate] = Scored(
+            scores={f"{name}.{key}": float(value) for name, out in row["metrics"].items()
+                    for key, value in out.get("scores", {}).items()},
+            tokens=row.get("tokens") or [],
+            token_scores={name: out.get("token_scores") for name, out in row["metrics"].items()},
+        )
+
+
+# ---------------------------------------------------------------- statistics
+
+def kendall(scores, human, variant: str) -> float:
+    """scipy's Kendall tau (variant "b" or "c"), as PAC-S's compute_correlations.py calls it."""
+    from scipy.stats import kendalltau
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(kendalltau(scores, human, variant=variant).statistic)
+
+
+def pearson(scores, human) -> float:
+    from scipy.stats import pearsonr
+
+    scores, human = np.asarray(scores, float), np.asarray(human, float)
+    if len(scores) < 2 or np.ptp(scores) == 0 or np.ptp(human) == 0:
+        return math.nan
+    return float(pearsonr(scores, human).statistic)
+
+
+def group_members(groups) -> list[np.ndarray]:
+    """Row indices of each distinct group (image)."""
+    _, inverse = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+
+
+def bootstrap_interval(statistic, groups, draws: int = 1000, seed: int = 0) -> list[float] | None:
+    """Percentile 95% interval of `statistic(row_indices)` over `draws`
+    resamples of whole groups (images) with replacement. Draws whose statistic
+    is undefined (e.g. all resampled rows tie) are left out."""
+    members = group_members(groups)
+    if draws < 1 or len(members) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    values = np.empty(draws)
+    for i in range(draws):
+        picked = rng.integers(0, len(members), len(members))
+        values[i] = statistic(np.concatenate([members[g] for g in picked]))
+    if np.isnan(values).all():
+        return None
+    lo, hi = np.nanpercentile(values, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+# ---------------------------------------------------------------- rating benchmarks
+
+def paper_statistic(loaded) -> str:
+    """The statistic the papers report for this benchmark: Kendall tau_c
+    (Flickr8k-Expert, Composite), tau_b (Flickr8k-CF) or Pearson (THumB)."""
+    return f"tau_{loaded.tau_variant}" if loaded.tau_variant else "pearson"
+
+
+def rating_figures(scores, human, groups, statistic: str, draws: int, seed: int) -> dict:
+    scores, human = np.asarray(scores, float), np.asarray(human, float)
+    stat = {
+        "tau_b": lambda idx: kendall(scores[idx], human[idx], "b"),
+        "tau_c": lambda idx: kendall(scores[idx], human[idx], "c"),
+        "pearson": lambda idx: pearson(scores[idx], human[idx]),
+    }
+    everything = np.arange(len(scores))
+    figures = {"n": int(len(scores)), **{name: f(everything) for name, f in stat.items()}}
+    figures["statistic"] = statistic
+    figures["ci95"] = bootstrap_interval(stat[statistic], groups, draws, seed)
+    return figures
+
+
+def correlate_ratings(loaded, scored, failed, draws: int, seed: int) -> tuple[dict, dict, list[str], int]:
+    """Per score key its figures, the points for the plot, per-row problems and
+    the number of judgements used."""
+    statistic = paper_statistic(loaded)
+    problems, used = [], []
+    for index, row in enumerate(loaded.rows):
+        candidate = rating_candidate(row)
+        if candidate in scored:
+            used.append((row, scored[candidate]))
+        else:
+            problems.append(f"row {index + 1} ({row.group}): {failed.get(candidate, 'not scored')}")
+    metrics, points = {}, {}
+    for key in sorted({k for _, s in used for k in s.scores}):
+        kept = [(row, s.scores[key]) for row, s in used if math.isfinite(s.scores.get(key, math.nan))]
+        if len(kept) < 2:
+            continue
+        human = [row.rating for row, _ in kept]
+        values = [value for _, value in kept]
+        figures = rating_figures(values, human, [row.group for row, _ in kept], statistic, draws, seed)
+        metrics[key] = with_published(figures, loaded.benchmark, statistic, key)
+        points[key] = (human, values)
+    return metrics, points, problems, len(used)
+
+
+def rating_candidate(row) -> Candidate:
+    return Candidate(Path(row.image), row.caption, tuple(row.references or ()))
+
+
+# ---------------------------------------------------------------- pairwise benchmarks
+
+def pair_candidates(pair) -> list[Candidate]:
+    return [Candidate(Path(pair.image), caption, tuple(draw))
+            for draw in (pair.reference_draws or [[]]) for caption in pair.captions]
+
+
+def pair_outcome(pair, scored, key: str) -> tuple[float, float, float] | None:
+    """(share of reference draws where the preferred caption scores strictly
+    higher, mean preferred score, mean other score), or None when a draw lacks
+    the key."""
+    wins, preferred_scores, other_scores = [], [], []
+    for draw in pair.reference_draws or [[]]:
+        refs = tuple(draw)
+        values = [scored.get(Candidate(Path(pair.image), c, refs)) for c in pair.captions]
+        if any(v is None or key not in v.scores for v in values):
+            return None
+        good, bad = values[pair.preferred].scores[key], values[1 - pair.preferred].scores[key]
+        wins.append(1.0 if good > bad else 0.0)
+        preferred_scores.append(good)
+        other_scores.append(bad)
+    return float(np.mean(wins)), float(np.mean(preferred_scores)), float(np.mean(other_scores))
+
+
+def category_accuracy(wins, categories, idx) -> float:
+    """Mean over categories of each category's accuracy (PASCAL-50S "Mean")."""
+    wins, categories = wins[idx], categories[idx]
+    shares = [wins[categories == c].mean() for c in np.unique(categories)]
+    return float(np.mean(shares)) if shares else math.nan
+
+
+def reference_setting(loaded) -> str:
+    """FOIL's published columns: "1 ref" or "4 refs" (references per draw)."""
+    counts = [len(draw) for pair in loaded.rows for draw in (pair.reference_draws or [[]])]
+    most = max(set(counts), key=counts.count) if counts else 0
+    return "4 refs" if most >= 4 else "1 ref"
+
+
+def correlate_pairs(loaded, scored, failed, draws: int, seed: int) -> tuple[dict, dict, list[str], int]:
+    problems, used = [], []
+    for index, pair in enumerate(loaded.rows):
+        missing = [c for c in pair_candidates(pair) if c not in scored]
+        if missing:
+            problems.append(f"row {index + 1} ({pair.group}): {failed.get(missing[0], 'not scored')}")
+        else:
+            used.append(pair)
+    setting = reference_setting(loaded) if loaded.benchmark == "foil" else ""
+    metrics, points = {}, {}
+    for key in sorted({k for pair in used for c in pair_candidates(pair) for k in scored[c].scores}):
+        outcomes = [(pair, pair_outcome(pair, scored, key)) for pair in used]
+        outcomes = [(pair, o) for pair, o in outcomes if o is not None]
+        if not outcomes:
+            continue
+        wins = np.array([o[0] for _, o in outcomes])
+        categories = np.array([pair.category for pair, _ in outcomes])
+        accuracy = lambda idx: category_accuracy(wins, categories, idx)
+        figures = {"n": len(outcomes), "accuracy": accuracy(np.arange(len(wins))), "statistic": "accuracy",
+                   "ci95": bootstrap_interval(accuracy, [pair.group for pair, _ in outcomes], draws, seed)}
+        figures = with_published(figures, loaded.benchmark, "accuracy", key, setting)
+        if loaded.benchmark == "pascal-50s":
+            figures["categories"] = {
+                c: {"n": int((categories == c).sum()), "accuracy": float(wins[categories == c].mean()),
+                    "published": _first_value(pub.lookup(loaded.benchmark, c, key))}
+                for c in CATEGORIES if (categories == c).any()
+            }
+        if setting:
+            figures["setting"] = setting
+        metrics[key] = figures
+        points[key] = ([o[1] for _, o in outcomes], [o[2] for _, o in outcomes])
+    return metrics, points, problems, len(used)
+
+
+def foil_word_hits(loaded, scored, metrics: list[str]) -> dict:
+    """Per metric with word scores: how often its lowest-scored semantic word of
+    the foil caption is the foil word (pairs whose file names the word)."""
+    out = {}
+    for metric in metrics:
+        hits = n = 0
+        for pair in loaded.rows:
+            if not getattr(pair, "foil_word", None):
+                continue
+            foil = scored.get(Candidate(Path(pair.image), pair.captions[1 - pair.preferred],
+                                        tuple((pair.reference_draws or [[]])[0])))
+            lowest = lowest_semantic_word(foil, metric) if foil else None
+            if lowest is None:
+                continue
+            n += 1
+            hits += lowest.lower() in pair.foil_word.lower().split()
+        if n:
+            out[metric] = {"n": n, "lowest_word_is_foil": hits / n}
+    return out
+
+
+def lowest_semantic_word(scored: Scored, metric: str) -> str | None:
+    values = scored.token_scores.get(metric) or []
+    judged = [(s, t["text"]) for t, s in zip(scored.tokens, values) if t.get("semantic") and s is not None]
+    return min(judged)[1] if judged else None
+
+
+# ---------------------------------------------------------------- token benchmarks
+
+def correlate_tokens(loaded, scorer, metrics: list[str], *, batch_size: int, token_rule: str, beta: float,
+                     progress: bool) -> tuple[dict, list[str]]:
+    from .evaluate import figures_of, predict
+
+    out, problems = {}, []
+    for metric in metrics:
+        predictions, errors = predict(scorer, metric, loaded.rows, Path(loaded.base_dir), batch_size, progress)
+        figures = figures_of(loaded.rows, predictions, errors, metric, token_rule=token_rule, beta=beta)
+        figures["average_precision"] = incorrect_average_precision(loaded.rows, predictions)
+        figures["pos"], figures["pos_note"] = pos_breakdown(loaded.rows, predictions, scorer.nlp)
+        out[metric] = figures
+        problems += [f"{metric}: item {e}" for e in errors]
+    return out, problems
+
+
+def incorrect_average_precision(items, predictions) -> float | None:
+    """Average precision of "incorrect" ranked by the negated word score."""
+    from sklearn.metrics import average_precision_score
+
+    from .gold import collect_tokens
+
+    judged = collect_tokens(items, [p or {} for p in predictions])
+    pairs = [(g, s) for g, s in zip(judged.gold, judged.scores) if s is not None and math.isfinite(s)]
+    if not any(g for g, _ in pairs):
+        return None
+    return float(average_precision_score([g for g, _ in pairs], [s for _, s in pairs]))
+
+
+def pos_breakdown(items, predictions, nlp) -> tuple[dict | None, str]:
+    """Per spaCy part of speech: labelled semantic tokens, how many are
+    incorrect, the accuracy of the metric's decisions and the AP of incorrect."""
+    from sklearn.metrics import average_precision_score
+
+    from .gold import collect_tokens
+
+    if not (nlp.has_pipe("tagger") or nlp.has_pipe("morphologizer")):
+        return None, ("no part-of-speech breakdown: spaCy runs a blank pipeline without a tagger "
+                      "(python -m spacy download en_core_web_sm)")
+    tags = [tag for item in items for tag in labelled_token_tags(item, nlp)]
+    judged = collect_tokens(items, [p or {} for p in predictions])
+    by_tag = defaultdict(list)
+    for tag, gold, decided, score in zip(tags, judged.gold, judged.decided, judged.scores, strict=True):
+        by_tag[tag].append((gold, decided, score))
+    table = {}
+    for tag, rows in sorted(by_tag.items()):
+        gold = [g for g, _, _ in rows]
+        scored = [(g, s) for g, _, s in rows if s is not None]
+        both = len({g for g, _ in scored}) == 2
+        table[tag] = {
+            "n": len(rows), "incorrect": sum(gold),
+            "accuracy": sum(g == d for g, d, _ in rows) / len(rows),
+            "average_precision": float(average_precision_score(*zip(*scored))) if both else None,
+        }
+    return table, "spaCy part-of-speech tags of the caption, matched to gold tokens by character offset"
+
+
+def labelled_token_tags(item: dict, nlp) -> list[str]:
+    """The POS tag of each labelled semantic token (the order `collect_tokens` keeps)."""
+    tags = {t.idx: t.pos_ for t in nlp(item["caption"])}
+    return [tags.get(t["start"], "X") or "X" for t in item["tokens"]
+            if t.get("semantic") and t.get("label") is not None]
+
+
+# ---------------------------------------------------------------- the whole run
+
+@dataclass
+class Outcome:
+    result: dict                      # what `capscope correlate --json` prints
+    problems: list[str]               # loading and scoring problems, one per row
+    points: dict = field(default_factory=dict)   # key -> (human or preferred, metric or other) for the plot
+
+
+def correlate(loaded, scorer, metrics: list[str], *, batch_size: int = 32, bootstrap: int = 1000, seed: int = 0,
+              token_rule: str = "paper", beta: float = 0.1, progress: bool = True) -> Outcome:
+    problems = list(loaded.problems)
+    result = {"benchmark": loaded.benchmark, "kind": loaded.kind, "n": 0, "protocol": loaded.protocol,
+              "bootstrap": {"draws": bootstrap, "seed": seed, "resamples": "images"},
+              "demo": bool(getattr(scorer, "demo", False))}
+    if loaded.kind == "token":
+        figures, more = correlate_tokens(loaded, scorer, metrics, batch_size=batch_size, token_rule=token_rule,
+                                         beta=beta, progress=progress)
+        result.update(n=len(loaded.rows), metrics=figures)
+        return Outcome(finish(result, problems + more), problems + more)
+    if loaded.kind == "rating":
+        candidates = [rating_candidate(row) for row in loaded.rows]
+    else:
+        candidates = [c for pair in loaded.rows for c in pair_candidates(pair)]
+    scored, failed = score_candidates(scorer, candidates, batch_size=batch_size, progress=progress,
+                                      desc=f"correlate {loaded.benchmark}")
+    by_kind = correlate_ratings if loaded.kind == "rating" else correlate_pairs
+    figures, points, more, used = by_kind(loaded, scored, failed, bootstrap, seed)
+    result.update(n=used, statistic=paper_statistic(loaded) if loaded.kind == "rating" else "accuracy",
+                  metrics=figures)
+    if loaded.benchmark == "foil":
+        result["foil_word"] = foil_word_hits(loaded, scored, metrics)
+    return Outcome(finish(result, problems + more), problems + more, points)
+
+
+def finish(result: dict, problems: list[str]) -> dict:
+    result["n_problems"] = len(problems)
+    result["problems"] = problems[:LISTED_PROBLEMS]
+    result["sources"] = [s.cite() for s in cited_sources(result)]
+    return json_safe(result)
+
+
+def with_published(figures: dict, benchmark: str, statistic: str, key: str, setting: str = "") -> dict:
+    """The paper's value beside the measured one: "reproduced" when it lies in the
+    95% interval, else the signed difference (measured - published)."""
+    entries = pub.lookup(benchmark, statistic, key, setting)
+    others = [p for s in ("tau_b", "tau_c", "pearson") if s != statistic for p in pub.lookup(benchmark, s, key)]
+    figures["published"] = entries[0].value if entries else None
+    figures["published_source"] = entries[0].source.cite() if entries else None
+    figures["published_all"] = [{"statistic": p.statistic, "value": p.value, "row": p.row, "source": p.source.cite(),
+                                 **({"setting": p.setting} if p.setting else {})} for p in entries + others]
+    measured, interval = figures.get(statistic), figures.get("ci95")
+    figures["reproduced"] = None
+    figures["difference"] = None
+    if entries and measured is not None and math.isfinite(measured):
+        figures["difference"] = measured - entries[0].value
+        if interval:
+            figures["reproduced"] = interval[0] <= entries[0].value <= interval[1]
+    return figures
+
+
+def cited_sources(result: dict) -> list[pub.Source]:
+    cited = {entry["source"] for figures in result.get("metrics", {}).values()
+             for entry in figures.get("published_all", [])}
+    return [s for s in pub.sources(pub.PUBLISHED) if s.cite() in cited]
+
+
+def _first_value(entries) -> float | None:
+    return entries[0].value if entries else None
+
+
+def json_safe(value):
+    """NaN and infinities become null (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    return value
+
+
+# ---------------------------------------------------------------- the printed table
+
+def format_result(result: dict) -> str:
+    if result["kind"] == "token":
+        return format_tokens(result)
+    lines = [header(result)]
+    if result["kind"] == "rating":
+        lines += rating_lines(result)
+    else:
+        lines += pair_lines(result)
+    for metric, figures in result.get("foil_word", {}).items():
+        lines.append(f"  {metric}: lowest-scored word is the foil word in {100 * figures['lowest_word_is_foil']:.1f}% "
+                     f"of {figures['n']} foil captions")
+    return "\n".join(lines + source_lines(result))
+
+
+def header(result: dict) -> str:
+    boot = result["bootstrap"]
+    unit = "judgements" if result["kind"] == "rating" else "pairs"
+    chosen = {"tau_b": "Kendall tau_b", "tau_c": "Kendall tau_c", "pearson": "Pearson"}.get(result.get("statistic"),
+                                                                                           "accuracy")
+    return (f"{result['benchmark']}: {result['n']} {unit}; the papers' statistic: {chosen} (*); x100; "
+            f"95% interval: percentile bootstrap over images, {boot['draws']} draws, seed {boot['seed']}\n"
+            f"  protocol: {result['protocol']}")
+
+
+def pct(value, width: int = 6) -> str:
+    return f"{'-':>{width}}" if value is None else f"{100 * value:{width}.1f}"
+
+
+def interval_text(ci) -> str:
+    return f"{'-':>14}" if not ci else f"[{100 * ci[0]:5.1f}, {100 * ci[1]:5.1f}]"
+
+
+def verdict(figures: dict) -> str:
+    if figures.get("published") is None:
+        return ""
+    if figures.get("reproduced"):
+        return "reproduced"
+    diff = figures.get("difference")
+    return "" if diff is None else f"{100 * diff:+.1f}"
+
+
+def published_text(figures: dict, numbers: dict) -> str:
+    if figures.get("published") is None:
+        return f"{'-':>10}"
+    return f"{pct(figures['published'])} [{numbers[figures['published_source']]}]".rjust(10)
+
+
+def source_numbers(result: dict) -> dict:
+    return {cite: i + 1 for i, cite in enumerate(result.get("sources", []))}
+
+
+def rating_lines(result: dict) -> list[str]:
+    numbers = source_numbers(result)
+    stat = result["statistic"]
+    names = {"tau_b": "tau_b", "tau_c": "tau_c", "pearson": "pearson"}
+    head = "  ".join(f"{names[s] + ('*' if s == stat else ''):>8}" for s in names)
+    lines = [f"  {'score':<26}{'n':>7}  {head}  {'95% CI':>14}  {'published':>10}  verdict"]
+    for key, f in result["metrics"].items():
+        values = "  ".join(f"{pct(f.get(s), 8)}" for s in names)
+        lines.append(f"  {key:<26}{f['n']:>7}  {values}  {interval_text(f['ci95'])}  "
+                     f"{published_text(f, numbers)}  {verdict(f)}")
+    return lines
+
+
+def pair_lines(result: dict) -> list[str]:
+    numbers = source_numbers(result)
+    pascal = result["benchmark"] == "pascal-50s"
+    cats = "".join(f"{c:>7}" for c in CATEGORIES) if pascal else ""
+    lines = [f"  {'score':<26}{'n':>7}{cats}  {'acc*':>6}  {'95% CI':>14}  {'published':>10}  verdict"]
+    for key, f in result["metrics"].items():
+        per = "".join(pct(f.get("categories", {}).get(c, {}).get("accuracy"), 7) for c in CATEGORIES) if pascal else ""
+        lines.append(f"  {key:<26}{f['n']:>7}{per}  {pct(f['accuracy'])}  {interval_text(f['ci95'])}  "
+                     f"{published_text(f, numbers)}  {verdict(f)}")
+    return lines
+
+
+def source_lines(result: dict) -> list[str]:
+    if not result.get("sources"):
+        return ["  published: none of these keys has a published value on this benchmark"]
+    lines = ["  published values (verdict: 'reproduced' when inside the 95% interval, else measured - published):"]
+    if result.get("demo"):
+        lines.insert(0, "  DEMO MODEL: the published values are the papers' released models on the real benchmark; "
+                        "beside demo scores they compare nothing")
+    return lines + [f"  [{i + 1}] {cite}" for i, cite in enumerate(result["sources"])]
+
+
+def format_tokens(result: dict) -> str:
+    from .evaluate import format_figures
+
+    lines = [f"{result['benchmark']}: {result['n']} items\n  protocol: {result['protocol']}"]
+    for metric, figures in result["metrics"].items():
+        lines.append(format_figures(figures))
+        ap = figures.get("average_precision")
+        lines.append(f"  average precision of incorrect words {'n/a' if ap is None else f'{ap:.3f}'}")
+        if figures.get("pos") is None:
+            lines.append(f"  {figures['pos_note']}")
+            continue
+        for tag, row in figures["pos"].items():
+            ap = "n/a" if row["average_precision"] is None else f"{row['average_precision']:.3f}"
+            lines.append(f"    {tag:<6} n {row['n']:>5}  incorrect {row['incorrect']:>4}  "
+                         f"accuracy {row['accuracy']:.3f}  AP {ap}")
+    return "\n".join(lines)
