@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import hashlib
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from capscope.annotation.import_report import RowProblem
-
-MAX_IMAGE_BYTES = 50 * 2**20
-MAX_IMAGE_PIXELS = 60_000_000
+from capscope.metrics.images import ImageError, check_bytes, read_image
 
 
 @dataclass
@@ -38,39 +35,23 @@ def resolve_image_path(name, base: Path) -> Path:
 
 
 def hash_image_file(path: Path) -> ImageFile:
-    n_bytes = path.stat().st_size
-    if n_bytes > MAX_IMAGE_BYTES:
-        raise RowProblem(f"image is {n_bytes} bytes (limit {MAX_IMAGE_BYTES})")
+    try:
+        check_bytes(path.stat().st_size, repr(path.name))
+    except ImageError as err:
+        raise RowProblem(str(err)) from None
     data = path.read_bytes()
     return ImageFile(path, hashlib.sha256(data).hexdigest(), len(data))
 
 
 def decode_image(image: ImageFile) -> None:
     """Decode the whole file (a truncated or corrupt one fails here), fill size and pixels."""
-    from PIL import Image as PILImage
-
     try:
-        with PILImage.open(image.path) as probe:
-            width, height = probe.size
-            if width * height > MAX_IMAGE_PIXELS:
-                raise RowProblem(f"image is {width}x{height} pixels (limit {MAX_IMAGE_PIXELS})")
-            probe.verify()
-        with PILImage.open(image.path) as pil:
-            pil.load()
-            image.pil = pil.convert("RGB")
-    except RowProblem:
-        raise
-    except (OSError, SyntaxError, ValueError, PILImage.DecompressionBombError) as err:
-        raise RowProblem(f"image {image.path.name!r} cannot be decoded: {err}") from None
-    image.width, image.height = width, height
+        image.pil = read_image(image.path, name=repr(image.path.name))
+    except ImageError as err:
+        raise RowProblem(str(err)) from None
+    image.width, image.height = image.pil.size
 
 
 def image_bytes_to_pil(data: bytes):
-    """Decode image bytes completely (used by the API's score call)."""
-    from PIL import Image as PILImage
-
-    with PILImage.open(io.BytesIO(data)) as probe:
-        probe.verify()
-    pil = PILImage.open(io.BytesIO(data))
-    pil.load()
-    return pil
+    """Decode image bytes completely, in RGB."""
+    return read_image(data)

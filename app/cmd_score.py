@@ -193,11 +193,11 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
     import re
 
     from capscope.metrics.regions import given_regions, select_regions
-    from capscope.metrics.scorer import RowError, write_features
+    from capscope.metrics.scorer import RowError, row_image, write_features
 
     if not _has_id(row) or row.get("image") is None:
         raise RowError("row needs a string id and an image")
-    image, _ = scorer._load_image(row["image"], base)
+    image, _ = row_image(row["image"], base)
     if row.get("regions") is not None:
         candidates = given_regions(row["regions"], *image.size)
     else:

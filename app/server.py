@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import logging
 import os
 import shutil
@@ -34,6 +33,7 @@ from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
+from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.metrics.text import check_caption, check_references
 from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 * 2**20
 MAX_SCORE_BODY_BYTES = 32 * 2**20
-MAX_SCORE_IMAGE_BYTES = 20 * 2**20
-MAX_SCORE_PIXELS = 40_000_000
 SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
 ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
@@ -179,30 +177,18 @@ def _checked_score_request(body: ScoreRequest):
 
 
 def decode_score_image(encoded: str):
-    from PIL import Image
-
     if encoded.startswith("data:"):
         encoded = encoded.partition(",")[2]
-    if len(encoded) > MAX_SCORE_IMAGE_BYTES * 4 // 3 + 4:
-        raise HTTPException(413, f"image over {MAX_SCORE_IMAGE_BYTES} bytes")
     try:
         raw = base64.b64decode("".join(encoded.split()), validate=True)
     except (binascii.Error, ValueError):
         raise HTTPException(422, "image is not valid base64") from None
     try:
-        with Image.open(io.BytesIO(raw)) as probe:
-            if probe.format not in SCORE_FORMATS:
-                raise HTTPException(422, f"image must be PNG or JPEG, got {probe.format}")
-            if probe.width * probe.height > MAX_SCORE_PIXELS:
-                raise HTTPException(413, f"image is {probe.width}x{probe.height} pixels (limit {MAX_SCORE_PIXELS})")
-            probe.verify()
-        image = Image.open(io.BytesIO(raw))
-        image.load()
-        return image.convert("RGB")
-    except HTTPException:
-        raise
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
-        raise HTTPException(422, f"image cannot be decoded: {err}") from None
+        return read_image(raw, name="upload", formats=SCORE_FORMATS)
+    except ImageTooLarge as err:
+        raise HTTPException(413, str(err)) from None
+    except ImageError as err:
+        raise HTTPException(422, str(err)) from None
 
 
 # ---------------------------------------------------------------- the app

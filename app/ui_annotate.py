@@ -23,6 +23,7 @@ from capscope.annotation import browse, workflow
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
+from capscope.metrics.images import read_image
 from capscope.ui_models import TOKEN_METRICS, Models
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,7 @@ def guidelines_text() -> str:
 
 @functools.lru_cache(maxsize=64)
 def _image(path: str) -> Image.Image:
-    with Image.open(path) as im:
-        return im.convert("RGB")
+    return read_image(path)
 
 
 # ---------------------------------------------------------------- model suggestions

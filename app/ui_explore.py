@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import gradio as gr
-from PIL import Image
 
 from capscope import ui_draw
 from capscope.annotation import agreement, browse, export, importer
@@ -21,6 +20,7 @@ from capscope.annotation.gold import gold_history
 from capscope.annotation.users import add_user, get_user, list_users
 from capscope.annotation.votes import iter_items, load_item
 from capscope.db import Store, data_dir
+from capscope.metrics.images import read_image
 from capscope.ui_inspect import METRIC_TITLES, shaded_tokens, token_segments
 from capscope.ui_models import TOKEN_METRICS, Models
 
@@ -46,8 +46,7 @@ class DatasetScores:
     def score_item(self, item) -> dict:
         """`item` is a votes.ItemData."""
         if item.caption_id not in self.rows:
-            with Image.open(item.image_path) as im:
-                image = im.convert("RGB")
+            image = read_image(item.image_path)
             self.rows[item.caption_id] = self.models.score(
                 image, item.text, item.references or None,
                 regions=[{"box": r["box"]} for r in item.regions],
@@ -261,8 +260,7 @@ def gold_and_model(store: Store, scores: DatasetScores, item_id: int, metric: st
 def _gold_views(item) -> tuple:
     """(gold overlay, gold tokens, the image) of an item: adjudicated gold, else the votes' majority."""
     labels = export.captokeneval_row(item)
-    with Image.open(item.image_path) as im:
-        image = im.convert("RGB")
+    image = read_image(item.image_path)
     mentioned = {i for i, r in enumerate(labels["regions"]) if r["label"] == "mentioned"}
     segments = token_segments(item.text, item.tokens)
     tokens = [(text, 1.0 if t["label"] == "incorrect" else -0.4 if t["label"] == "correct" else None)

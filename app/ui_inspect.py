@@ -12,6 +12,7 @@ import gradio as gr
 from PIL import Image
 
 from capscope import ui_draw
+from capscope.metrics.images import read_image
 from capscope.ui_models import CANDIDATE_METRICS, TOKEN_METRICS, Models
 
 THRESHOLDS = {"infometic": 0.1, "infoclip": 0.1, "hice": 0.2}
@@ -290,7 +291,7 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         if index is None or not 0 <= index < len(examples):
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         example = examples[index]
-        image = Image.open(example["path"]).convert("RGB")
+        image = read_image(example["path"])
         return image, example["caption"], example.get("twin_caption", ""), example["regions"]
 
     picked = c["example"].change(pick_example, c["example"], [c["image"], c["caption_a"], c["caption_b"], c["regions"]],

@@ -251,14 +251,12 @@ class FileSource:
         return f"file:{digest.hexdigest()}"
 
     def images(self):
-        from PIL import Image
-
+        from capscope.metrics.images import read_image
         from capscope.metrics.regions import PROPOSERS, select_regions
 
         proposer = None
         for path in self.image_paths:
-            with Image.open(path) as im:
-                image = im.convert("RGB")
+            image = read_image(path)
             boxes = next((p.regions for p in self.by_image[self.image_index[path]] if p.regions), None)
             if boxes is not None:
                 regions = given_regions([{"box": b} for b in boxes], *image.size)

@@ -29,7 +29,7 @@ from .regions import PROPOSERS, Region, given_regions, select_regions
 from .registry import (
     METRIC_NAMES, ClipScoreMetric, InfoClipMetric, InfoMetICMetric, PreparedPair,
 )
-from .limits import MAX_IMAGE_PIXELS
+from .images import ImageError, read_image
 from .text import Token, check_caption, check_references, load_spacy, tokenize
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class Scorer:
                 prepared.features = read_features(_resolve(row["features"], base_dir))
                 prepared.regions = features_from_file(prepared.features).regions
             if row.get("image") is not None:
-                prepared.image, prepared.image_name = self._load_image(row["image"], base_dir)
+                prepared.image, prepared.image_name = row_image(row["image"], base_dir)
                 if prepared.regions is None:
                     prepared.regions = self._regions(prepared.image, row.get("regions"))
             elif prepared.features is None:
@@ -252,22 +252,6 @@ class Scorer:
                 raise RowError(f"token {token.text!r} does not match caption[{token.start}:{token.end}]")
             tokens.append(token)
         return tokens
-
-    def _load_image(self, image, base_dir: Path | None) -> tuple[Image.Image, str | None]:
-        if isinstance(image, Image.Image):
-            return image.convert("RGB"), None
-        path = _resolve(image, base_dir)
-        try:
-            with Image.open(path) as im:
-                if im.width * im.height > MAX_IMAGE_PIXELS:
-                    raise RowError(f"image {image} is {im.width}x{im.height}, over {MAX_IMAGE_PIXELS} pixels")
-                return im.convert("RGB"), str(image)
-        except FileNotFoundError:
-            raise RowError(f"image not found: {image}") from None
-        except RowError:
-            raise
-        except Exception as err:  # PIL raises many types for broken files (and plugins add more)
-            raise RowError(f"cannot read image {image}: {type(err).__name__}: {err}") from None
 
     def _regions(self, image: Image.Image, given) -> list[Region]:
         if given is not None:
@@ -340,6 +324,16 @@ def create_clip_from_config(name: str, config: dict | None):
     if config:
         _MODEL_CONFIGS[name] = config
     return loading.empty_open_clip(name)
+
+
+def row_image(image, base_dir: Path | None = None) -> tuple[Image.Image, str | None]:
+    """A row's `image` (a PIL image, or a path relative to `base_dir`) in RGB,
+    with the name it was given; RowError when it cannot be read."""
+    name = None if isinstance(image, Image.Image) else str(image)
+    try:
+        return read_image(image if name is None else _resolve(image, base_dir), name=name), name
+    except ImageError as err:
+        raise RowError(str(err)) from None
 
 
 def _resolve(path, base_dir: Path | None) -> Path:

@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import func, select, text
 
 from annotation_support import caption_rows, make_images, sqlite_url, write_jsonl
-from capscope.annotation import import_images, importer
+from capscope.annotation import importer
+from capscope.metrics import limits
 from capscope.annotation.export import iter_export
 from capscope.annotation.importer import ImportOptions, import_captions, import_captokeneval
 from capscope.db import Caption, Image, Region, Store, Token
@@ -34,7 +35,7 @@ def test_bad_rows_get_clear_errors_and_good_rows_survive(tmp_path, monkeypatch):
     (images / "big.png").write_bytes(good_png + b"\0" * 5000)  # valid PNG, trailing bytes
     (tmp_path / "outside.png").write_bytes(good_png)
     os.symlink(tmp_path / "outside.png", images / "link.png")
-    monkeypatch.setattr(import_images, "MAX_IMAGE_BYTES", 3000)
+    monkeypatch.setattr(limits, "MAX_IMAGE_BYTES", 3000)
     good = caption_rows(names, 3)
     lines = [
         good[0],                                                          # 1 ok
@@ -65,7 +66,7 @@ def test_bad_rows_get_clear_errors_and_good_rows_survive(tmp_path, monkeypatch):
     reasons = {error.line: error.reason for error in report.errors}
     assert report.added == 3, report.errors
     expected = {
-        2: "cannot be decoded", 3: "cannot be decoded", 4: "limit", 5: "malformed JSON", 6: "'id'",
+        2: "cannot read image", 3: "cannot read image", 4: "limit", 5: "malformed JSON", 6: "'id'",
         7: "'caption'", 8: "100000 characters", 9: "outside the images folder", 10: "outside the images folder",
         11: "outside the images folder", 12: "not found", 13: "box", 15: "duplicate id (first on line 1)",
         16: "JSON object", 17: "not UTF-8",

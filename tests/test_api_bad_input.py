@@ -46,6 +46,7 @@ def test_bad_score_requests(api, name, body, status):
 
 def test_oversize_bodies_and_images(api, monkeypatch):
     import capscope.server as server
+    from capscope.metrics import limits
 
     huge = b'{"image": "' + b"A" * (server.MAX_SCORE_BODY_BYTES + 10) + b'", "caption": "x"}'
     response = api.post("/api/score", content=huge, headers={"content-type": "application/json"}, auth=ANN)
@@ -58,7 +59,7 @@ def test_oversize_bodies_and_images(api, monkeypatch):
     response = api.put("/api/items/1/labels", content=chunks(), headers={"content-type": "application/json"},
                        auth=ANN)
     assert response.status_code == 413
-    monkeypatch.setattr(server, "MAX_SCORE_PIXELS", 100)
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 100)
     response = api.post("/api/score", json={"image": png_base64(), "caption": "x"}, auth=ANN)
     assert response.status_code == 413 and "pixels" in response.json()["detail"]
 

@@ -3,9 +3,11 @@ limits, one image decoder, one JSONL reader, one LRU cache, one checkpoint
 reader, an explicit model inventory, no import cycle and no private names
 across modules."""
 import ast
+import io
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from capscope.cli import main
 from capscope.metrics.errors import CapscopeError, ModelUnavailable
@@ -69,6 +71,71 @@ def test_given_regions_over_the_limit_are_refused():
     assert len(given_regions([[0, 0, 5, 5]] * MAX_REGIONS, 10, 10)) == MAX_REGIONS
     with pytest.raises(ValueError, match="101 regions"):
         given_regions([[0, 0, 5, 5]] * (MAX_REGIONS + 1), 10, 10)
+
+
+# ---------------------------------------------------------------- images
+
+def _png(size=(6, 4), mode="RGBA") -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, size, (10, 200, 30, 255)[: len(mode)]).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_one_decoder_for_files_bytes_and_images(tmp_path):
+    from capscope.metrics.images import read_image
+
+    (tmp_path / "a.png").write_bytes(_png())
+    for source in (tmp_path / "a.png", str(tmp_path / "a.png"), _png(), Image.new("L", (6, 4), 7)):
+        image = read_image(source)
+        assert image.mode == "RGB" and image.size == (6, 4)
+    assert read_image(_png()).getpixel((0, 0)) == (10, 200, 30)
+
+
+@pytest.mark.parametrize("source,fragment", [
+    (b"\x89PNG not really", "cannot read image"),
+    (_png()[:40], "cannot read image"),
+    (b"", "cannot read image"),
+])
+def test_broken_images_give_one_error_type(source, fragment):
+    from capscope.metrics.images import ImageError, ImageTooLarge, read_image
+
+    with pytest.raises(ImageError, match=fragment) as caught:
+        read_image(source, name="x.png")
+    assert not isinstance(caught.value, ImageTooLarge) and isinstance(caught.value, CapscopeError)
+
+
+def test_limits_and_formats_are_checked_before_decoding(tmp_path, monkeypatch):
+    from capscope.metrics import limits
+    from capscope.metrics.images import ImageError, ImageTooLarge, read_image
+
+    with pytest.raises(ImageError, match="image not found: nope.png"):
+        read_image(tmp_path / "nope.png", name="nope.png")
+    with pytest.raises(ImageError, match="must be JPEG, got PNG"):
+        read_image(_png(), formats={"JPEG"})
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 23)
+    with pytest.raises(ImageTooLarge, match="6x4 pixels \\(limit 23\\)"):
+        read_image(_png())
+    monkeypatch.setattr(limits, "MAX_IMAGE_BYTES", 10)
+    with pytest.raises(ImageTooLarge, match="bytes \\(limit 10\\)"):
+        read_image(_png(size=(1, 1)))
+
+
+def test_the_scorer_and_the_importer_use_it(tmp_path):
+    from capscope.annotation.import_images import ImageFile, decode_image
+    from capscope.annotation.import_report import RowProblem
+    from capscope.metrics.scorer import RowError, row_image
+
+    (tmp_path / "a.png").write_bytes(_png())
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG not really")
+    image, name = row_image("a.png", tmp_path)
+    assert (image.mode, image.size, name) == ("RGB", (6, 4), "a.png")
+    with pytest.raises(RowError, match="cannot read image bad.png"):
+        row_image("bad.png", tmp_path)
+    imported = ImageFile(tmp_path / "a.png", "", 0)
+    decode_image(imported)
+    assert (imported.width, imported.height, imported.pil.mode) == (6, 4, "RGB")
+    with pytest.raises(RowProblem, match="cannot read image 'bad.png'"):
+        decode_image(ImageFile(tmp_path / "bad.png", "", 0))
 
 
 # ---------------------------------------------------------------- helpers
