@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 from capscope.annotation.import_report import ImportReport, RowProblem
+from capscope.metrics.limits import MAX_REGIONS
 from capscope.metrics.regions import clip_box, mask_to_rle
-
-MAX_REGIONS = 100
 
 
 def checked_regions(raw, width: int, height: int) -> list[dict]:

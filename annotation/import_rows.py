@@ -16,11 +16,9 @@ from typing import IO, Iterator
 from capscope.annotation.import_images import ImageFile, decode_image, hash_image_file, resolve_image_path
 from capscope.annotation.import_regions import checked_regions
 from capscope.annotation.import_report import RowError, RowProblem
+from capscope.metrics.jsonl import json_lines
+from capscope.metrics.limits import MAX_CAPTION_CHARS, MAX_ID_CHARS, MAX_REFERENCES
 
-MAX_CAPTION_CHARS = 1000  # the scoring engine's limit as well
-MAX_ID_CHARS = 200
-MAX_LINE_BYTES = 8 * 2**20
-MAX_REFERENCES = 50
 TOKEN_LABELS = ("correct", "incorrect")
 REGION_LABELS = ("mentioned", "unmentioned")
 
@@ -41,27 +39,9 @@ class PreparedRow:
 
 def read_jsonl(stream: IO[bytes]) -> Iterator[tuple[int, dict | RowError]]:
     """(line number, object) for each non-blank line, or a RowError for a line
-    that is not UTF-8, not JSON, or not a JSON object."""
-    for number, raw in enumerate(stream, start=1):
-        if not raw.strip():
-            continue
-        if len(raw) > MAX_LINE_BYTES:
-            yield number, RowError(number, None, f"line is {len(raw)} bytes (limit {MAX_LINE_BYTES})")
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            yield number, RowError(number, None, f"not UTF-8 (byte {err.start})")
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as err:
-            yield number, RowError(number, None, f"malformed JSON: {err.msg} at column {err.colno}")
-            continue
-        if not isinstance(obj, dict):
-            yield number, RowError(number, None, f"expected a JSON object, got {type(obj).__name__}")
-            continue
-        yield number, obj
+    that is too long, not UTF-8, not JSON, or not a JSON object."""
+    for number, obj, why in json_lines(stream):
+        yield number, (RowError(number, None, why) if why else obj)
 
 
 def prepare_row(line: int, obj: dict, base: Path, *, captokeneval: bool) -> PreparedRow:

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from capscope.metrics.jsonl import json_lines
+
 from .cli import CapscopeError
 
 log = logging.getLogger("capscope")
@@ -81,19 +83,8 @@ def read_pairs(path: Path):
     """(line number, row or None, error) for every non-blank line of a JSONL file."""
     if not path.is_file():
         raise CapscopeError(f"input file {path} not found")
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as err:
-                yield number, None, f"line {number}: not valid UTF-8 JSON ({type(err).__name__})"
-                continue
-            if not isinstance(row, dict):
-                yield number, None, f"line {number}: a row must be a JSON object"
-                continue
-            yield number, row, None
+    for number, row, why in json_lines(path):
+        yield number, row, (f"line {number}: {why}" if why else None)
 
 
 def done_ids(path: Path) -> set:

@@ -14,7 +14,6 @@ none (password from CAPSCOPE_ADMIN_PASSWORD, else a random one, logged once).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -28,6 +27,7 @@ from capscope.annotation.errors import Invalid
 from capscope.annotation.users import add_user, authenticate, get_user, list_users
 from capscope.cli import CapscopeError
 from capscope.db import Store, data_dir
+from capscope.metrics.jsonl import read_json_lines
 from capscope.ui_annotate import Annotator, build_annotate
 from capscope.ui_explore import DatasetScores, build_admin, build_benchmark, build_explore
 from capscope.ui_inspect import banner, build_inspect
@@ -82,7 +82,7 @@ def demo_examples(folder: Path | None, limit: int = MAX_EXAMPLES) -> list[dict]:
     listing = folder / "captokeneval.jsonl" if folder else None
     if listing is None or not listing.is_file():
         return []
-    rows = [json.loads(line) for line in listing.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_json_lines(listing)
     by_image: dict[str, dict[str, dict]] = {}
     for row in rows:
         kind = "polluted" if "pollut" in row["id"] else "clean"

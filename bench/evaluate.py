@@ -4,8 +4,9 @@ labels (`bench.gold`), under both token rules, with FOIL pairing where the
 file has clean/polluted twins."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from capscope.metrics.jsonl import read_json_lines
 
 from .gold import accuracy, evaluate, f1, foil_accuracy
 
@@ -16,15 +17,8 @@ RULES = ("paper", "relative")
 
 
 def read_gold(path) -> list[dict]:
-    items = []
-    with open(path) as lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip():
-                try:
-                    items.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
-    return items
+    """The items of a CapTokenEval file; JsonlError (a ValueError) at its first bad line."""
+    return read_json_lines(path)
 
 
 def scorer_row(item: dict) -> dict:

@@ -2,12 +2,14 @@
 line, optional grounding boxes, hard negatives and a region set."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from capscope.metrics.errors import CapscopeError
+from capscope.metrics.jsonl import json_lines
 
-class TrainingDataError(ValueError):
+
+class TrainingDataError(CapscopeError, ValueError):
     """A line of a training file that breaks the format; names file and line."""
 
 
@@ -37,14 +39,13 @@ class TrainingPair:
 def read_training_file(path) -> list[TrainingPair]:
     path = Path(path)
     pairs = []
-    with open(path) as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                pairs.append(parse_row(json.loads(line), path.parent, f"line{number}"))
-            except (ValueError, KeyError, TypeError) as err:
-                raise TrainingDataError(f"{path}:{number}: {err}") from None
+    for number, row, why in json_lines(path):
+        try:
+            if why:
+                raise ValueError(why)
+            pairs.append(parse_row(row, path.parent, f"line{number}"))
+        except (ValueError, KeyError, TypeError) as err:
+            raise TrainingDataError(f"{path}:{number}: {err}") from None
     return pairs
 
 

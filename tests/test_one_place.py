@@ -138,6 +138,44 @@ def test_the_scorer_and_the_importer_use_it(tmp_path):
         decode_image(ImageFile(tmp_path / "bad.png", "", 0))
 
 
+# ---------------------------------------------------------------- JSONL
+
+def _jsonl(tmp_path, monkeypatch) -> Path:
+    from capscope.metrics import limits
+
+    monkeypatch.setattr(limits, "MAX_LINE_BYTES", 40)
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"id": "a"}\n\n  \n[1, 2]\n{broken\n{"id": "caf\xe9"}\n{"id": "' + b"x" * 40 + b'"}\n{"id": "b"}\n')
+    return path
+
+
+def test_one_jsonl_reader_reports_each_bad_line(tmp_path, monkeypatch):
+    from capscope.metrics.jsonl import json_lines
+
+    lines = list(json_lines(_jsonl(tmp_path, monkeypatch)))
+    assert [(n, row) for n, row, why in lines if why is None] == [(1, {"id": "a"}), (8, {"id": "b"})]
+    assert {n: why for n, _, why in lines if why} == {
+        4: "expected a JSON object, got list", 5: "malformed JSON: Expecting property name enclosed in double "
+        "quotes at column 2", 6: "not UTF-8 (byte 11)", 7: "line is 51 bytes (limit 40)"}
+
+
+def test_every_reader_goes_through_it(tmp_path, monkeypatch):
+    from capscope.annotation.import_rows import read_jsonl
+    from capscope.bench.evaluate import read_gold
+    from capscope.cmd_score import read_pairs
+    from capscope.metrics.jsonl import JsonlError
+
+    path = _jsonl(tmp_path, monkeypatch)
+    assert [(n, why) for n, row, why in read_pairs(path) if why][0] == (4, "line 4: expected a JSON object, got list")
+    with path.open("rb") as stream:
+        assert [str(obj) for n, obj in read_jsonl(stream) if n == 6] == ["line 6: not UTF-8 (byte 11)"]
+    with pytest.raises(JsonlError, match="rows.jsonl:4: expected a JSON object") as caught:
+        read_gold(path)
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, CapscopeError)
+    with pytest.raises(JsonlError, match="no such file"):
+        read_gold(tmp_path / "none.jsonl")
+
+
 # ---------------------------------------------------------------- helpers
 
 ROOT = Path(__file__).resolve().parent.parent
