@@ -17,7 +17,8 @@ from capscope.annotation.import_images import ImageFile, decode_image, hash_imag
 from capscope.annotation.import_regions import checked_regions
 from capscope.annotation.import_report import RowError, RowProblem
 from capscope.metrics.jsonl import json_lines
-from capscope.metrics.limits import MAX_CAPTION_CHARS, MAX_ID_CHARS, MAX_REFERENCES
+from capscope.metrics.limits import MAX_ID_CHARS
+from capscope.metrics.text import check_caption, check_references
 
 TOKEN_LABELS = ("correct", "incorrect")
 REGION_LABELS = ("mentioned", "unmentioned")
@@ -95,19 +96,17 @@ def _caption_text(obj: dict) -> str:
     text = obj.get("caption")
     if not isinstance(text, str):
         raise RowProblem("missing field 'caption' (a string)")
-    if not text.strip():
-        raise RowProblem("caption is empty")
-    if len(text) > MAX_CAPTION_CHARS:
-        raise RowProblem(f"caption has {len(text)} characters (limit {MAX_CAPTION_CHARS})")
+    problem = check_caption(text)
+    if problem:
+        raise RowProblem(problem)
     return text
 
 
 def _references(obj: dict) -> list[str]:
     refs = obj.get("references") or []
-    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
-        raise RowProblem("'references' must be a list of strings")
-    if len(refs) > MAX_REFERENCES or any(len(r) > MAX_CAPTION_CHARS for r in refs):
-        raise RowProblem(f"at most {MAX_REFERENCES} references of at most {MAX_CAPTION_CHARS} characters")
+    problem = check_references(refs)
+    if problem:
+        raise RowProblem(problem)
     return refs
 
 

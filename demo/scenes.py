@@ -31,7 +31,7 @@ VALUES = {"size": tuple(SIZES), "colour": tuple(COLOURS), "kind": KINDS}
 COLOUR_JITTER = 20
 NOISE_SIGMA = 8.0
 SHAPE_GAP = 3          # pixels kept free between shape boxes
-MAX_REGIONS = 20
+MAX_SCENE_REGIONS = 20
 COUNT_WORDS = ("one", "two", "three", "four")
 
 
@@ -344,10 +344,10 @@ class DemoRegion:
 
 
 def scene_regions(scene: Scene, rng: np.random.Generator) -> list[DemoRegion]:
-    """Every shape plus background distractors (at most MAX_REGIONS), in a
+    """Every shape plus background distractors (at most MAX_SCENE_REGIONS), in a
     shuffled order so that position says nothing about the labels."""
     regions = [DemoRegion(s.box, i) for i, s in enumerate(scene.shapes)]
-    n_distractors = min(int(rng.integers(2, 7)), MAX_REGIONS - len(regions))
+    n_distractors = min(int(rng.integers(2, 7)), MAX_SCENE_REGIONS - len(regions))
     for _ in range(n_distractors):
         box = distractor_box(rng, scene)
         if box is not None:

@@ -7,6 +7,6 @@ MAX_CAPTION_CHARS = 1000          # a caption, and each of its references
 MAX_REFERENCES = 50               # references given with one caption
 MAX_IMAGE_PIXELS = 40_000_000     # width x height of one image
 MAX_IMAGE_BYTES = 50 * 2**20      # one image file on disk
-MAX_REGIONS = 100                 # regions given with one image (also the proposals kept per image)
+MAX_REGIONS = 100                 # regions given with one image
 MAX_LINE_BYTES = 8 * 2**20        # one line of a JSONL file
 MAX_ID_CHARS = 200                # a row's id

@@ -73,6 +73,25 @@ def test_given_regions_over_the_limit_are_refused():
         given_regions([[0, 0, 5, 5]] * (MAX_REGIONS + 1), 10, 10)
 
 
+LIMIT_NAMES = ("MAX_CAPTION_CHARS", "MAX_REFERENCES", "MAX_IMAGE_PIXELS", "MAX_PIXELS", "MAX_SCORE_PIXELS",
+               "MAX_IMAGE_BYTES", "MAX_REGIONS", "MAX_LINE_BYTES", "MAX_ID_CHARS")
+
+
+def test_each_limit_is_written_once():
+    """Only metrics/limits.py gives these limits a number; everyone else reads it."""
+    found = [f"{path}:{node.lineno} {target.id}" for path, tree in package_trees()
+             for node in tree.body if isinstance(node, ast.Assign)
+             for target in node.targets
+             if isinstance(target, ast.Name) and target.id in LIMIT_NAMES and _is_number(node.value)]
+    assert [f for f in found if not f.startswith("metrics/limits.py")] == []
+    assert len(found) == len(set(LIMIT_NAMES) - {"MAX_PIXELS", "MAX_SCORE_PIXELS"})
+
+
+def _is_number(node) -> bool:
+    return all(isinstance(n, (ast.Constant, ast.BinOp, ast.operator)) for n in ast.walk(node))
+
+
+
 # ---------------------------------------------------------------- images
 
 def _png(size=(6, 4), mode="RGBA") -> bytes:
