@@ -310,31 +310,45 @@ def lowest_semantic_word(scored: Scored, metric: str) -> str | None:
 # ---------------------------------------------------------------- token benchmarks
 
 def correlate_tokens(loaded, scorer, metrics: list[str], *, batch_size: int, token_rule: str, beta: float,
-                     progress: bool) -> tuple[dict, list[str]]:
+                     progress: bool, draws: int = 1000, seed: int = 0) -> tuple[dict, list[str]]:
     from .evaluate import figures_of, predict
 
     out, problems = {}, []
     for metric in metrics:
         predictions, errors = predict(scorer, metric, loaded.rows, Path(loaded.base_dir), batch_size, progress)
         figures = figures_of(loaded.rows, predictions, errors, metric, token_rule=token_rule, beta=beta)
-        figures["average_precision"] = incorrect_average_precision(loaded.rows, predictions)
+        figures["average_precision"], figures["average_precision_ci95"] = incorrect_average_precision(
+            loaded.rows, predictions, draws, seed)
         figures["pos"], figures["pos_note"] = pos_breakdown(loaded.rows, predictions, scorer.nlp)
         out[metric] = figures
         problems += [f"{metric}: item {e}" for e in errors]
     return out, problems
 
 
-def incorrect_average_precision(items, predictions) -> float | None:
-    """Average precision of "incorrect" ranked by the negated word score."""
+def incorrect_average_precision(items, predictions, draws: int = 0, seed: int = 0):
+    """Average precision of "incorrect" ranked by the negated word score, and its
+    bootstrap interval over images."""
     from sklearn.metrics import average_precision_score
 
     from .gold import collect_tokens
 
     judged = collect_tokens(items, [p or {} for p in predictions])
-    pairs = [(g, s) for g, s in zip(judged.gold, judged.scores) if s is not None and math.isfinite(s)]
-    if not any(g for g, _ in pairs):
-        return None
-    return float(average_precision_score([g for g, _ in pairs], [s for _, s in pairs]))
+    kept = [(g, s, image) for g, s, image in zip(judged.gold, judged.scores, labelled_token_images(items), strict=True)
+            if s is not None and math.isfinite(s)]
+    if not any(g for g, _, _ in kept):
+        return None, None
+    gold, scores = np.array([g for g, _, _ in kept]), np.array([s for _, s, _ in kept])
+
+    def ap(idx):
+        return float(average_precision_score(gold[idx], scores[idx])) if gold[idx].any() else math.nan
+
+    return ap(np.arange(len(gold))), bootstrap_interval(ap, [image for _, _, image in kept], draws, seed)
+
+
+def labelled_token_images(items) -> list[str]:
+    """The image of each labelled semantic token (the order `collect_tokens` keeps)."""
+    return [str(item["image"]) for item in items for t in item["tokens"]
+            if t.get("semantic") and t.get("label") is not None]
 
 
 def pos_breakdown(items, predictions, nlp) -> tuple[dict | None, str]:
@@ -389,7 +403,7 @@ def correlate(loaded, scorer, metrics: list[str], *, batch_size: int = 32, boots
               "demo": bool(getattr(scorer, "demo", False))}
     if loaded.kind == "token":
         figures, more = correlate_tokens(loaded, scorer, metrics, batch_size=batch_size, token_rule=token_rule,
-                                         beta=beta, progress=progress)
+                                         beta=beta, progress=progress, draws=bootstrap, seed=seed)
         result.update(n=len(loaded.rows), metrics=figures)
         return Outcome(finish(result, problems + more), problems + more)
     if loaded.kind == "rating":
@@ -527,6 +541,9 @@ def pair_lines(result: dict) -> list[str]:
     pascal = result["benchmark"] == "pascal-50s"
     cats = "".join(f"{c:>7}" for c in CATEGORIES) if pascal else ""
     lines = [f"  {'score':<26}{'n':>7}{cats}  {'acc*':>6}  {'95% CI':>14}  {'published':>10}  verdict"]
+    settings = {f["setting"] for f in result["metrics"].values() if f.get("setting")}
+    if settings:
+        lines.insert(0, f"  published column: accuracy with {', '.join(sorted(settings))} (references per pair)")
     for key, f in result["metrics"].items():
         per = "".join(pct(f.get("categories", {}).get(c, {}).get("accuracy"), 7) for c in CATEGORIES) if pascal else ""
         lines.append(f"  {key:<26}{f['n']:>7}{per}  {pct(f['accuracy'])}  {interval_text(f['ci95'])}  "
@@ -550,8 +567,9 @@ def format_tokens(result: dict) -> str:
     lines = [f"{result['benchmark']}: {result['n']} items\n  protocol: {result['protocol']}"]
     for metric, figures in result["metrics"].items():
         lines.append(format_figures(figures))
-        ap = figures.get("average_precision")
-        lines.append(f"  average precision of incorrect words {'n/a' if ap is None else f'{ap:.3f}'}")
+        ap, ci = figures.get("average_precision"), figures.get("average_precision_ci95")
+        interval = f" (95% interval {ci[0]:.3f} to {ci[1]:.3f})" if ci else ""
+        lines.append(f"  average precision of incorrect words {'n/a' if ap is None else f'{ap:.3f}'}{interval}")
         if figures.get("pos") is None:
             lines.append(f"  {figures['pos_note']}")
             continue

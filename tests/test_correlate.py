@@ -306,8 +306,77 @@ def test_token_benchmark_reports_evaluate_figures_ap_and_pos(tmp_path, capsys):
     assert figures["pos"] is not None or "blank pipeline" in figures["pos_note"]
 
 
+def test_foil_file_end_to_end_with_the_demo_model(tmp_path, capsys):
+    """FOIL-COCO layout (clean and foil caption of one caption id, foil word named)
+    through the real loader, the demo model and the printed table."""
+    from capscope.demo.dataset import demo_scene
+
+    (tmp_path / "images").mkdir()
+    images, annotations = [], []
+    for i in range(4):
+        scene, clean, polluted, _ = demo_scene(9, i)
+        name = f"COCO_val2014_{i:012d}.jpg"
+        scene.image().save(tmp_path / "images" / name)
+        images.append({"id": i, "file_name": name})
+        foil_word = polluted.words[polluted.wrong_word].text
+        annotations += [{"id": 100 + i, "image_id": i, "caption": clean.text, "foil": False},
+                        {"id": 100 + i, "image_id": i, "caption": polluted.text, "foil": True,
+                         "foil_word": foil_word, "target_word": clean.words[polluted.wrong_word].text}]
+    (tmp_path / "foilv1.0_test_2017.json").write_text(json.dumps({"images": images, "annotations": annotations}))
+    code = main(["correlate", "--benchmark", "foil", "--data", str(tmp_path), "--metric", "clip-s", "infometic",
+                 "--device", "cpu", "--bootstrap", "50", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n"] == 4 and result["statistic"] == "accuracy"
+    clip = result["metrics"]["clip-s.clip_s"]
+    assert clip["accuracy"] in (0, 0.25, 0.5, 0.75, 1) and clip["published"] == pytest.approx(0.872)
+    assert clip["setting"] == "1 ref" and clip["published_source"].endswith("Table 6")
+    assert result["foil_word"]["infometic"]["n"] == 4
+
+
 def test_command_offers_every_loader():
     from capscope import cmd_correlate
     from capscope.bench import human
 
     assert cmd_correlate.BENCHMARKS == human.BENCHMARKS
+
+
+class TaggingNlp:
+    """A spaCy stand-in with a tagger: every word's POS from a table."""
+
+    def __init__(self, tags):
+        self.tags = tags
+
+    def has_pipe(self, name):
+        return name == "tagger"
+
+    def __call__(self, text):
+        from types import SimpleNamespace
+
+        spans, start = [], 0
+        for word in text.split():
+            start = text.index(word, start)
+            spans.append(SimpleNamespace(idx=start, pos_=self.tags[word]))
+            start += len(word)
+        return spans
+
+
+def test_average_precision_and_pos_breakdown_by_hand():
+    def token(text, start, label):
+        return {"text": text, "start": start, "end": start + len(text), "semantic": True, "label": label}
+
+    items = [{"id": "a", "image": "a.png", "caption": "red dog runs",
+              "tokens": [token("red", 0, "incorrect"), token("dog", 4, "correct"), token("runs", 8, "correct")]},
+             {"id": "b", "image": "b.png", "caption": "blue cat",
+              "tokens": [token("blue", 0, "correct"), token("cat", 5, "incorrect")]}]
+    predictions = [{"token_scores": [0.05, 0.5, 0.3], "token_correct": [False, True, True]},
+                   {"token_scores": [0.2, 0.6], "token_correct": [True, True]}]
+    # ranked by -score: red(inc), blue, runs, dog, cat(inc) -> AP = (1/1 + 2/5) / 2 = 0.7
+    ap, interval = C.incorrect_average_precision(items, predictions, draws=50, seed=1)
+    assert ap == pytest.approx(0.7)
+    assert interval is not None and interval[0] <= interval[1]
+    nlp = TaggingNlp({"red": "ADJ", "blue": "ADJ", "dog": "NOUN", "cat": "NOUN", "runs": "VERB"})
+    table, _ = C.pos_breakdown(items, predictions, nlp)
+    assert table["ADJ"] == {"n": 2, "incorrect": 1, "accuracy": 1.0, "average_precision": 1.0}
+    assert table["NOUN"] == {"n": 2, "incorrect": 1, "accuracy": 0.5, "average_precision": 0.5}
+    assert table["VERB"] == {"n": 1, "incorrect": 0, "accuracy": 1.0, "average_precision": None}
