@@ -144,6 +144,7 @@ def _info_config(args, **overrides):
 
 
 def run_train_infometic(args) -> int:
+    from capscope.bench.evaluate import evaluate_gold
     from capscope.demo.train_infometic import state_path, train_infometic
 
     if args.clip is None and args.clip_model is None:
@@ -155,7 +156,8 @@ def run_train_infometic(args) -> int:
     if args.resume and not state_path(args.out).is_file():
         raise CapscopeError(f"--resume: no training state at {state_path(args.out)}")
     train_infometic(_info_config(args, clip=args.clip, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
-                                 data=args.data, resume=args.resume, half=args.half))
+                                 data=args.data, resume=args.resume, half=args.half),
+                    evaluate_gold=evaluate_gold)
     return 0
 
 
@@ -166,10 +168,31 @@ def run_train_demo(args) -> int:
     return 0
 
 
+def scorer_for(args):
+    """The Scorer `capscope evaluate` uses: given regions only (each item's own),
+    the metric and models asked for. A demo CLIP (`--clip-model
+    capscope-demo-clip`) is registered with open_clip from the config beside its
+    checkpoint and fed crops in the style it was trained on."""
+    from capscope.metrics.scorer import Scorer
+
+    crop = None
+    if args.clip_model == "capscope-demo-clip":
+        from capscope.demo.clip_model import config_path_beside, register_demo_clip_config
+        from capscope.demo.train_infometic import DEMO_CROP
+        from capscope.metrics.encoder import CropStyle
+
+        beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
+        register_demo_clip_config(beside if beside is not None and beside.is_file() else None)
+        crop = CropStyle(**DEMO_CROP)
+    return Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
+                  clip_crop=crop, regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
+                  token_rule=args.token_rule)
+
+
 def run_evaluate(args) -> int:
     import json
 
-    from capscope.bench.evaluate import evaluate_gold, format_figures, read_gold, scorer_for
+    from capscope.bench.evaluate import evaluate_gold, format_figures, read_gold
 
     if not args.gold.is_file():
         raise CapscopeError(f"--gold: no file at {args.gold}")

@@ -121,24 +121,3 @@ def format_figures(figures: dict) -> str:
     if figures.get("n_errors"):
         lines.append(f"  {figures['n_errors']} items failed, e.g. {figures['first_error']}")
     return "\n".join(lines)
-
-
-def scorer_for(args):
-    """The Scorer `capscope evaluate` uses: given regions only (each item's own),
-    the metric and models asked for. A demo CLIP (`--clip-model
-    capscope-demo-clip`) is registered with open_clip from the config beside its
-    checkpoint and fed crops in the style it was trained on."""
-    from capscope.metrics.scorer import Scorer
-
-    crop = None
-    if args.clip_model == "capscope-demo-clip":
-        from capscope.demo.clip_model import config_path_beside, register_demo_clip_config
-        from capscope.demo.train_infometic import DEMO_CROP
-        from capscope.metrics.encoder import CropStyle
-
-        beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
-        register_demo_clip_config(beside if beside is not None and beside.is_file() else None)
-        crop = CropStyle(**DEMO_CROP)
-    return Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
-                  clip_crop=crop, regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
-                  token_rule=args.token_rule)

@@ -13,8 +13,9 @@ tokens/regions that got a score and is null when one class is missing.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+from capscope.metrics.stats import auroc
 
 
 @dataclass
@@ -77,16 +78,6 @@ def f1(gold: list[bool], decided: list[bool]) -> float | None:
     fp = sum(d and not g for g, d in zip(gold, decided))
     fn = sum(g and not d for g, d in zip(gold, decided))
     return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
-
-
-def auroc(gold: list[bool], scores: list[float | None]) -> float | None:
-    pairs = [(g, s) for g, s in zip(gold, scores) if s is not None and not math.isnan(s)]
-    labels = {g for g, _ in pairs}
-    if len(labels) < 2:
-        return None
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score([g for g, _ in pairs], [s for _, s in pairs]))
 
 
 def evaluate(items: list[dict], predictions: list[dict], metric: str = "") -> dict:

@@ -21,6 +21,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -318,6 +319,7 @@ class Session:
     optimizer: object
     state: TrainState
     device: object
+    evaluate_gold: Callable | None = None  # bench.evaluate.evaluate_gold, for the probe
 
 
 def open_session(config: InfoTrainConfig) -> Session:
@@ -347,10 +349,16 @@ def open_session(config: InfoTrainConfig) -> Session:
     return Session(config, model, name, clip_config, crop, bank, source, Texts(backbone, nlp), optimizer, state, device)
 
 
-def train_infometic(config: InfoTrainConfig) -> TrainState:
+def train_infometic(config: InfoTrainConfig, evaluate_gold: Callable | None = None) -> TrainState:
+    """Train to the budget, checkpointing as it goes. With `config.probe_gold`,
+    each checkpoint is scored on that gold file by `evaluate_gold` (capscope's
+    `bench.evaluate.evaluate_gold`, passed in: demo/ does not import bench/)."""
     from tqdm import tqdm
 
+    if config.probe_gold and evaluate_gold is None:
+        raise ValueError("probe_gold needs evaluate_gold (capscope.bench.evaluate.evaluate_gold)")
     s = open_session(config)
+    s.evaluate_gold = evaluate_gold
     buckets = s.bank.buckets()
     log.info("training InfoMetIC head on %s from step %d (%.1f min done); %d images; checkpoint %s",
              s.device, s.state.step, s.state.elapsed / 60, len(s.bank), config.out)
@@ -445,14 +453,14 @@ def checkpoint(s: Session, window: list[dict], bar) -> None:
 
 def probe(s: Session) -> dict:
     """The checkpoint just saved, scored on the probe gold file through the public Scorer."""
-    from capscope.bench.evaluate import evaluate_gold, read_gold
+    from capscope.metrics.jsonl import read_json_lines
     from capscope.metrics.scorer import Scorer
 
     was_training = s.model.training
     scorer = Scorer(["infometic"], device=str(s.device), regions="given",
                     infometic_checkpoint=str(s.config.out), token_rule="relative")
-    items = read_gold(s.config.probe_gold)
-    figures = evaluate_gold(scorer, "infometic", items, Path(s.config.probe_gold).parent, token_rule="relative")
+    items = read_json_lines(s.config.probe_gold)
+    figures = s.evaluate_gold(scorer, "infometic", items, Path(s.config.probe_gold).parent, token_rule="relative")
     s.model.train(was_training)
     keep = ("text_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "vision_accuracy", "region_auroc")
     out = {k: _round(figures[k]) for k in keep}

@@ -56,7 +56,7 @@ def test_infoclip_on_the_demo_clip(gold_dir, tiny_checkpoint, capsys):
 def test_a_demo_clip_gets_the_crops_it_was_trained_on(tiny_checkpoint):
     from argparse import Namespace
 
-    from capscope.bench.evaluate import scorer_for
+    from capscope.cmd_demo import scorer_for
     from capscope.demo.train_infometic import DEMO_CROP
 
     args = Namespace(metric="hice", device="cpu", clip_model="capscope-demo-clip",

@@ -50,6 +50,58 @@ def test_other_errors_still_show_their_traceback(monkeypatch):
         main(["models"])
 
 
+# ---------------------------------------------------------------- layering
+
+@pytest.mark.parametrize("package,forbidden", [("bench", "demo"), ("demo", "bench"), ("metrics", "annotation"),
+                                               ("metrics", "bench"), ("metrics", "demo"), ("db", "metrics")])
+def test_no_import_across_the_layers(package, forbidden):
+    """bench/ and demo/ do not import each other (no cycle), even inside
+    functions; metrics/ and db/ import nothing of the layers above them."""
+    found = [f"{path}: {name}" for path, tree in package_trees() if path.startswith(package + "/")
+             for name in imported_modules(tree, package)
+             if name.startswith(f"capscope.{forbidden}")]
+    assert found == []
+
+
+def test_auroc_lives_in_metrics_for_both():
+    from capscope.bench import gold
+    from capscope.metrics.stats import auroc
+
+    assert gold.auroc is auroc
+    assert auroc([True, False, True, False], [0.9, 0.1, 0.8, 0.3]) == 1.0
+    assert auroc([True, False, True], [0.2, 0.5, None]) == 0.0
+    assert auroc([True, True], [0.2, 0.5]) is None
+
+
+def test_the_trainer_probe_gets_the_evaluator_passed_in(tmp_path):
+    """demo/ cannot import bench/: `capscope train infometic --probe-gold` hands it bench's evaluate_gold."""
+    import torch
+
+    from capscope.demo.clip_model import new_demo_clip, save_demo_clip
+    from capscope.demo.train_infometic import InfoTrainConfig, train_infometic
+
+    torch.manual_seed(0)
+    save_demo_clip(new_demo_clip(), tmp_path / "clip.pt")
+    (tmp_path / "gold.jsonl").write_text('{"id": "g1"}\n')
+    config = InfoTrainConfig(out=tmp_path / "head.pt", clip=tmp_path / "clip.pt", demo_scenes=16, batch_size=8,
+                             minutes=None, steps=1, threads=1, progress=False, intra_layers=1, inter_layers=1,
+                             probe_gold=tmp_path / "gold.jsonl")
+    with pytest.raises(ValueError, match="evaluate_gold"):
+        train_infometic(config)
+    calls = []
+
+    def evaluate_gold(scorer, metric, items, base_dir, token_rule):
+        calls.append((type(scorer).__name__, metric, items, base_dir, token_rule))
+        figures = dict.fromkeys(("text_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "vision_accuracy",
+                                 "region_auroc"), 0.5)
+        return {**figures, "token_rules": {"paper": {"text_accuracy": 0.25}}, "foil": {"foil_accuracy": 1.0},
+                "trivial": {"text_accuracy": 0.75}}
+
+    state = train_infometic(config, evaluate_gold=evaluate_gold)
+    assert calls == [("Scorer", "infometic", [{"id": "g1"}], tmp_path, "relative")]
+    assert state.probes[0][1]["paper_rule"] == {"text_accuracy": 0.25} and state.probes[0][1]["foil"] == 1.0
+
+
 # ---------------------------------------------------------------- limits
 
 def test_one_caption_and_reference_rule_for_every_door():
@@ -205,3 +257,13 @@ def package_trees():
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             yield str(path.relative_to(ROOT)), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def imported_modules(tree, package: str):
+    """Absolute names of every module a file imports, at any depth (relative imports resolved within `package`)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = f"capscope.{package}" if node.level else ""
+            yield ".".join(part for part in (base, node.module or "") if part)
