@@ -7,13 +7,12 @@ import logging
 import sys
 from pathlib import Path
 
+from capscope.bench.human import BENCHMARKS
+
 from .cli import CapscopeError
 from .cmd_score import METRICS, REGION_SOURCES, add_model_options, build_scorer
 
 log = logging.getLogger("capscope")
-
-# bench.human.BENCHMARKS, spelled out so that `capscope --help` imports no loader
-BENCHMARKS = ("flickr8k-expert", "flickr8k-cf", "composite", "pascal-50s", "foil", "thumb", "hat", "captokeneval")
 
 
 def register(sub) -> None:

@@ -334,13 +334,6 @@ def test_foil_file_end_to_end_with_the_demo_model(tmp_path, capsys):
     assert result["foil_word"]["infometic"]["n"] == 4
 
 
-def test_command_offers_every_loader():
-    from capscope import cmd_correlate
-    from capscope.bench import human
-
-    assert cmd_correlate.BENCHMARKS == human.BENCHMARKS
-
-
 class TaggingNlp:
     """A spaCy stand-in with a tagger: every word's POS from a table."""
 
