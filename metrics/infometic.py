@@ -295,6 +295,15 @@ def cosine(x, y):
     return (x / x.norm(dim=-1, keepdim=True) * (y / y.norm(dim=-1, keepdim=True))).sum(-1)
 
 
+def cosine_or_zero(pooled, y):
+    """cosine(pooled, y), and 0 where the pooled vector is all zeros: InfoCLIP's
+    null slot is a zero vector, so attention that falls wholly on it pools to
+    nothing (the official code never meets this; an epsilon-free cosine gave NaN)."""
+    norm = pooled.norm(dim=-1, keepdim=True)
+    unit = torch.where(norm > 0, pooled / norm.clamp_min(torch.finfo(pooled.dtype).tiny), torch.zeros_like(pooled))
+    return (unit * (y / y.norm(dim=-1, keepdim=True))).sum(-1)
+
+
 def infoclip(v_g, regions, t_g, tokens, text_mask, scale: float):
     """InfoCLIP (InfoMetIC appendix D): the same attention and scores on raw
     CLIP features, no encoders, no box term; the null slot's logit is 0."""
@@ -304,8 +313,8 @@ def infoclip(v_g, regions, t_g, tokens, text_mask, scale: float):
     image_mask[:, 0] = 0
     a_v = attention(t_g, seq, image_mask)
     a_t = attention(v_g, tokens, text_mask)
-    recall = scale * cosine(torch.einsum("bk,bkd->bd", a_v, seq), v_g)
-    precision = scale * cosine(torch.einsum("bk,bkd->bd", a_t, tokens), t_g)
+    recall = scale * cosine_or_zero(torch.einsum("bk,bkd->bd", a_v, seq), v_g)
+    precision = scale * cosine_or_zero(torch.einsum("bk,bkd->bd", a_t, tokens), t_g)
     return recall, precision, a_v[:, 1:], a_t
 
 

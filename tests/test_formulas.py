@@ -58,6 +58,17 @@ def test_infoclip_by_hand():
     assert precision.item() == pytest.approx(100.0, abs=1e-4)
 
 
+def test_infoclip_recall_is_zero_when_attention_pools_to_the_null_slot():
+    v_g = torch.tensor([[1.0, 0.0]])
+    regions = torch.tensor([[[-200.0, 0.0]]])  # t_g . r = -200: every share goes to the zero null slot
+    t_g = torch.tensor([[1.0, 0.0]])
+    tokens = torch.tensor([[[0.0, 0.0], [2.0, 0.0], [0.0, 0.0]]])
+    mask = torch.tensor([[0.0, 1.0, 0.0]])
+    recall, precision, a_v, _ = infoclip(v_g, regions, t_g, tokens, mask, scale=100.0)
+    assert a_v[0, -1].item() == 1.0
+    assert recall.item() == 0.0 and precision.item() == pytest.approx(100.0, abs=1e-4)
+
+
 def test_model_ids_pad_and_truncate_as_released():
     pieces = [Piece(i, "w", 0) for i in range(1, 4)]
     ids, mask, kept = model_ids(pieces, 8)
