@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from contextlib import contextmanager
 from typing import Callable
+
+from capscope.metrics.threads import few_threads
 
 log = logging.getLogger(__name__)
 
@@ -36,22 +37,6 @@ def culprits(err: BaseException, metrics: list[str]) -> list[str]:
         if found:
             return found
     return metrics[-1:]
-
-
-@contextmanager
-def one_thread():
-    """One intra-op torch thread for a single pair: on a busy CPU, splitting
-    tiny operations over threads costs far more than it saves (measured on
-    the 2-core dev machine: an InfoMetIC re-score 0.8 s on two threads,
-    10 ms on one)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 TOKEN_RULES = ("paper", "relative")
@@ -145,7 +130,7 @@ class Models:
         """One pair scored by every loaded metric, or by `metrics` only."""
         scorer = self.scorer
         only = self._loaded(metrics)
-        with self._score_lock, one_thread():
+        with self._score_lock, few_threads():
             return scorer.score(image, caption, references=references or None, regions=regions, tokens=tokens,
                                 only=only)
 
@@ -164,7 +149,7 @@ class Models:
         candidates = list(dict.fromkeys(candidates))
         if not candidates or not 0 <= region < len(regions):
             return []
-        with self._score_lock, one_thread():
+        with self._score_lock, few_threads():
             feats = backbone.image_features([image], [regions])[0].region_feats[region]
             texts = backbone.encode_texts(candidates)
         cos = torch.nn.functional.cosine_similarity(texts, feats[None, :], dim=-1).tolist()

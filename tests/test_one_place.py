@@ -247,6 +247,29 @@ def test_every_reader_goes_through_it(tmp_path, monkeypatch):
         read_gold(tmp_path / "none.jsonl")
 
 
+# ---------------------------------------------------------------- threads and caches
+
+def test_one_thread_limiter_for_the_server_and_the_metrics():
+    import torch
+
+    from capscope import ui_models
+    from capscope.metrics.threads import few_threads
+
+    assert ui_models.few_threads is few_threads and not hasattr(ui_models, "one_thread")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with few_threads():  # one pair: always one thread
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with few_threads(100_000):
+            assert torch.get_num_threads() == 2
+        with few_threads(10, device=torch.device("cuda")):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------- helpers
 
 ROOT = Path(__file__).resolve().parent.parent
