@@ -523,31 +523,56 @@ def source_numbers(result: dict) -> dict:
     return {cite: i + 1 for i, cite in enumerate(result.get("sources", []))}
 
 
-def rating_lines(result: dict) -> list[str]:
+# (prefix, alignment, width) per column: the CLI pads the cells of `table` with these
+_RATING_LAYOUT = [("", "<", 26), ("", ">", 7), ("  ", ">", 8), ("  ", ">", 8), ("  ", ">", 8),
+                  ("  ", ">", 14), ("  ", ">", 10), ("  ", "<", 0)]
+_PAIR_LAYOUT = [("", "<", 26), ("", ">", 7), ("  ", ">", 6), ("  ", ">", 14), ("  ", ">", 10), ("  ", "<", 0)]
+_CATEGORY_COLUMN = ("", ">", 7)
+
+
+def table(result: dict) -> tuple[list[str], list[list[str]]]:
+    """The correlation table of a rating or pairwise result, cell by cell (x100,
+    the papers' statistic starred, published value with its source number, the
+    verdict): the CLI pads the cells into columns, the web UI shows them as they are."""
+    return rating_table(result) if result["kind"] == "rating" else pair_table(result)
+
+
+def rating_table(result: dict) -> tuple[list[str], list[list[str]]]:
     numbers = source_numbers(result)
-    stat = result["statistic"]
-    names = {"tau_b": "tau_b", "tau_c": "tau_c", "pearson": "pearson"}
-    head = "  ".join(f"{names[s] + ('*' if s == stat else ''):>8}" for s in names)
-    lines = [f"  {'score':<26}{'n':>7}  {head}  {'95% CI':>14}  {'published':>10}  verdict"]
-    for key, f in result["metrics"].items():
-        values = "  ".join(f"{pct(f.get(s), 8)}" for s in names)
-        lines.append(f"  {key:<26}{f['n']:>7}  {values}  {interval_text(f['ci95'])}  "
-                     f"{published_text(f, numbers)}  {verdict(f)}")
-    return lines
+    names = ("tau_b", "tau_c", "pearson")
+    header = ["score", "n", *(s + ("*" if s == result["statistic"] else "") for s in names), "95% CI", "published",
+              "verdict"]
+    rows = [[key, str(f["n"]), *(pct(f.get(s)).strip() for s in names), interval_text(f["ci95"]).strip(),
+             published_text(f, numbers).strip(), verdict(f)] for key, f in result["metrics"].items()]
+    return header, rows
+
+
+def pair_table(result: dict) -> tuple[list[str], list[list[str]]]:
+    numbers = source_numbers(result)
+    categories = CATEGORIES if result["benchmark"] == "pascal-50s" else ()
+    header = ["score", "n", *categories, "acc*", "95% CI", "published", "verdict"]
+    rows = [[key, str(f["n"]), *(pct(f.get("categories", {}).get(c, {}).get("accuracy")).strip() for c in categories),
+             pct(f["accuracy"]).strip(), interval_text(f["ci95"]).strip(), published_text(f, numbers).strip(),
+             verdict(f)] for key, f in result["metrics"].items()]
+    return header, rows
+
+
+def padded(cells: list[str], layout: list[tuple[str, str, int]]) -> str:
+    return "  " + "".join(f"{prefix}{cell:{align}{width}}" for cell, (prefix, align, width) in zip(cells, layout))
+
+
+def rating_lines(result: dict) -> list[str]:
+    header, rows = rating_table(result)
+    return [padded(cells, _RATING_LAYOUT) for cells in (header, *rows)]
 
 
 def pair_lines(result: dict) -> list[str]:
-    numbers = source_numbers(result)
-    pascal = result["benchmark"] == "pascal-50s"
-    cats = "".join(f"{c:>7}" for c in CATEGORIES) if pascal else ""
-    lines = [f"  {'score':<26}{'n':>7}{cats}  {'acc*':>6}  {'95% CI':>14}  {'published':>10}  verdict"]
+    header, rows = pair_table(result)
+    layout = _PAIR_LAYOUT[:2] + [_CATEGORY_COLUMN] * (len(header) - len(_PAIR_LAYOUT)) + _PAIR_LAYOUT[2:]
+    lines = [padded(cells, layout) for cells in (header, *rows)]
     settings = {f["setting"] for f in result["metrics"].values() if f.get("setting")}
     if settings:
         lines.insert(0, f"  published column: accuracy with {', '.join(sorted(settings))} (references per pair)")
-    for key, f in result["metrics"].items():
-        per = "".join(pct(f.get("categories", {}).get(c, {}).get("accuracy"), 7) for c in CATEGORIES) if pascal else ""
-        lines.append(f"  {key:<26}{f['n']:>7}{per}  {pct(f['accuracy'])}  {interval_text(f['ci95'])}  "
-                     f"{published_text(f, numbers)}  {verdict(f)}")
     return lines
 
 
