@@ -88,7 +88,7 @@ def encode_bank(backbone, images_and_regions, total: int, progress: bool = True,
 def _encode_chunk(backbone, pending, glob, regions, boxes, sizes) -> None:
     images = [im for im, _ in pending]
     feats = backbone.image_features(images, [rs for _, rs in pending])
-    backbone._images.clear()   # a bank is encoded once; the scorer's cache would only hold memory
+    backbone.clear_caches()   # a bank is encoded once; the scorer's cache would only hold memory
     for f in feats:
         glob.append(f.global_feat.clone())
         regions.append(f.region_feats.clone().reshape(len(f.regions), -1))

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from PIL import Image
 
+from .lru import LRUCache
 from .regions import Region
 from .text import EOT_ID, SOT_ID
 
@@ -73,9 +73,8 @@ class ClipBackbone:
         self.name = name
         self.device = device
         self._tower = model.text if hasattr(model, "text") else model
-        self._images: OrderedDict[str, ImageFeatures] = OrderedDict()
-        self._pieces: dict[int, torch.Tensor] = {}
-        self.cache_size = cache_size
+        self._images = LRUCache(cache_size)
+        self._pieces: dict[int, torch.Tensor] = {}  # bounded by the BPE vocabulary
 
     @classmethod
     def from_model(cls, model, model_name: str, name: str, device: torch.device, crop: CropStyle | None = None):
@@ -175,46 +174,34 @@ class ClipBackbone:
         """Global and region-crop features of many images; crops of all
         images go through CLIP together. Cached per (image, regions)."""
         keys = [f"{image_key(im)}:{regions_key(rs)}:{self.crop}" for im, rs in zip(images, regions)]
-        todo = first_of_each_missing(keys, self._images)
-        if todo:
-            crops, owners = [], []
-            for i in todo:
-                crops.append(images[i])
-                owners.append((i, None))
-                for j, region in enumerate(regions[i]):
-                    crops.append(crop_region(images[i], region, self.crop))
-                    owners.append((i, j))
-            feats = self.encode_images(crops)
-            by_image: dict[int, list] = {i: [None, []] for i in todo}
-            for (i, j), feat in zip(owners, feats):
-                if j is None:
-                    by_image[i][0] = feat
-                else:
-                    by_image[i][1].append(feat)
-            for i in todo:
-                glob, region_feats = by_image[i]
-                stacked = torch.stack(region_feats) if region_feats else torch.zeros(0, self.dim)
-                self._remember(keys[i], ImageFeatures(images[i].size, regions[i], glob, stacked))
-        return [self._images[k] for k in keys]
+        return self._images.get_many(keys, lambda todo: self._encode_new(images, regions, todo))
 
-    def remember(self, key: str, features: ImageFeatures) -> None:
-        self._remember(key, features)
+    def _encode_new(self, images: list[Image.Image], regions: list[list[Region]], todo: list[int]) -> list[ImageFeatures]:
+        crops, owners = [], []
+        for i in todo:
+            crops.append(images[i])
+            owners.append((i, None))
+            for j, region in enumerate(regions[i]):
+                crops.append(crop_region(images[i], region, self.crop))
+                owners.append((i, j))
+        feats = self.encode_images(crops)
+        by_image: dict[int, list] = {i: [None, []] for i in todo}
+        for (i, j), feat in zip(owners, feats):
+            if j is None:
+                by_image[i][0] = feat
+            else:
+                by_image[i][1].append(feat)
+        out = []
+        for i in todo:
+            glob, region_feats = by_image[i]
+            stacked = torch.stack(region_feats) if region_feats else torch.zeros(0, self.dim)
+            out.append(ImageFeatures(images[i].size, regions[i], glob, stacked))
+        return out
 
-    def _remember(self, key: str, features: ImageFeatures) -> None:
-        self._images[key] = features
-        self._images.move_to_end(key)
-        while len(self._images) > self.cache_size:
-            self._images.popitem(last=False)
-
-
-def first_of_each_missing(keys: list[str], cache) -> list[int]:
-    """Indices of the first occurrence of each key not in `cache`: an image
-    that comes with several captions in one batch is encoded once."""
-    first: dict[str, int] = {}
-    for i, key in enumerate(keys):
-        if key not in cache:
-            first.setdefault(key, i)
-    return list(first.values())
+    def clear_caches(self) -> None:
+        """Forget every cached image and piece feature (benchmarks, one-off encodings)."""
+        self._images.clear()
+        self._pieces.clear()
 
 
 def length_groups(lengths: list[int], ratio: float = 1.5, max_rows: int = 256) -> list[list[int]]:

@@ -39,7 +39,6 @@ import copy
 import hashlib
 import logging
 import os
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +47,11 @@ import torch.nn.functional as F
 from PIL import Image
 
 from .encoder import (
-    ClipBackbone, CropStyle, ImageFeatures, border_colour, first_of_each_missing, grown_box, image_key, paste_centred,
+    ClipBackbone, CropStyle, ImageFeatures, border_colour, grown_box, image_key, paste_centred,
     regions_key, shrink_to,
 )
 from .loading import ModelUnavailable, load_state_file
+from .lru import LRUCache
 from .phrases import phrases as caption_phrases
 from .regions import Region
 from .text import Phrase, Token, load_spacy, tokenize
@@ -209,20 +209,25 @@ class HiceImageEncoder:
             alpha.visual.to(backbone.device)
             alpha.conv1_alpha.to(backbone.device)
         self.mode = "alpha-clip" if alpha is not None else "masked-crop"
-        self._cache: OrderedDict[str, ImageFeatures] = OrderedDict()
-        self.cache_size = cache_size
+        self._cache = LRUCache(cache_size)
 
     def __getattr__(self, name):
         return getattr(self._backbone, name)
 
     def image_features(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
         keys = [f"{image_key(im)}:{regions_key(rs)}:{_masks_key(rs)}" for im, rs in zip(images, regions)]
-        todo = first_of_each_missing(keys, self._cache)
-        if todo:
-            encode = self._alpha_features if self.alpha is not None else self._masked_features
-            for i, (glob, feats) in zip(todo, encode([images[i] for i in todo], [regions[i] for i in todo])):
-                self._remember(keys[i], ImageFeatures(images[i].size, regions[i], glob, feats, {"region_features": self.mode}))
-        return [self._cache[k] for k in keys]
+        return self._cache.get_many(keys, lambda todo: self._encode_new(images, regions, todo))
+
+    def _encode_new(self, images, regions, todo: list[int]) -> list[ImageFeatures]:
+        encode = self._alpha_features if self.alpha is not None else self._masked_features
+        encoded = encode([images[i] for i in todo], [regions[i] for i in todo])
+        return [ImageFeatures(images[i].size, regions[i], glob, feats, {"region_features": self.mode})
+                for i, (glob, feats) in zip(todo, encoded)]
+
+    def clear_caches(self) -> None:
+        """Forget the cached region features here and the backbone's caches."""
+        self._cache.clear()
+        self._backbone.clear_caches()
 
     def _masked_features(self, images, regions):
         inputs, counts = [], []
@@ -250,12 +255,6 @@ class HiceImageEncoder:
             alpha = torch.stack(alphas[start : start + 32]).to(device)
             out.append(self.alpha(batch, alpha).float().cpu())
         return _split(torch.cat(out), counts)
-
-    def _remember(self, key: str, features: ImageFeatures) -> None:
-        self._cache[key] = features
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
 
 
 def _alpha_input(mask: np.ndarray, side: int) -> torch.Tensor:

@@ -25,6 +25,7 @@ from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
 from .errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
+from .lru import LRUCache
 from .regions import PROPOSERS, Region, given_regions, select_regions
 from .registry import (
     METRIC_NAMES, ClipScoreMetric, InfoClipMetric, InfoMetICMetric, PreparedPair,
@@ -35,6 +36,7 @@ from .text import Token, check_caption, check_references, load_spacy, tokenize
 log = logging.getLogger(__name__)
 
 DEFAULT_CLIP = ("ViT-B-32", "openai")
+REGIONS_CACHE_SIZE = 512  # images whose proposed regions are kept
 
 
 class RowError(CapscopeError, ValueError):
@@ -83,7 +85,7 @@ class Scorer:
         self.demo = False
         self._demo: tuple[InfoMetIC, ClipBackbone] | None = None
         self._proposer = None
-        self._regions_cache: dict[str, list[Region]] = {}
+        self._regions_cache = LRUCache(REGIONS_CACHE_SIZE)
         self.metrics = {}
         options = {"beta": beta, "token_rule": token_rule}
         clip = None
@@ -261,11 +263,8 @@ class Scorer:
                 raise RowError(f"bad regions: {err}") from None
         if self.region_source == "given":
             return []
-        key = image_key(image)
-        if key not in self._regions_cache:
-            candidates = self.proposer().propose(image)
-            self._regions_cache[key] = select_regions(candidates, self.max_regions)
-        return self._regions_cache[key]
+        return self._regions_cache.get_or_compute(
+            image_key(image), lambda: select_regions(self.proposer().propose(image), self.max_regions))
 
     def proposer(self):
         """The configured region proposer, loaded once, on the scorer's device."""

@@ -270,6 +270,57 @@ def test_one_thread_limiter_for_the_server_and_the_metrics():
         torch.set_num_threads(before)
 
 
+def test_the_lru_cache_forgets_the_least_recently_used():
+    from capscope.metrics.lru import LRUCache
+
+    cache = LRUCache(2)
+    cache["a"], cache["b"] = 1, 2
+    assert cache["a"] == 1  # a use: "b" is now the oldest
+    cache["c"] = 3
+    assert "b" not in cache and len(cache) == 2
+    assert cache.get_or_compute("a", lambda: pytest.fail("cached")) == 1
+    assert cache.get_or_compute("d", lambda: 4) == 4 and "c" not in cache
+
+
+def test_get_many_computes_each_missing_key_once_even_past_the_size():
+    from capscope.metrics.lru import LRUCache
+
+    cache, calls = LRUCache(2), []
+
+    def compute(indices):
+        calls.append(indices)
+        return [keys[i].upper() for i in indices]
+
+    cache["b"] = "cached b"
+    keys = ["a", "b", "a", "c", "d", "b"]
+    assert cache.get_many(keys, compute) == ["A", "cached b", "A", "C", "D", "cached b"]
+    assert calls == [[0, 3, 4]] and len(cache) == 2
+    assert cache.get_many(["d"], compute) == ["D"] and len(calls) == 1
+
+
+def test_image_feature_caches_are_bounded_and_cleared_in_public():
+    import open_clip
+    import torch
+
+    from capscope.metrics.encoder import ClipBackbone
+    from capscope.metrics.hice import HiceImageEncoder
+
+    torch.manual_seed(0)
+    model = open_clip.create_model("ViT-B-32", pretrained=None)
+    backbone = ClipBackbone.from_model(model, "ViT-B-32", "test", torch.device("cpu"))
+    backbone._images.size = 2  # a small bound for the test
+    images = [Image.new("RGB", (40, 30), (i * 60, 10, 10)) for i in range(3)]
+    first = backbone.image_features(images, [[], [], []])
+    assert len(first) == 3 and len(backbone._images) == 2
+    again = backbone.image_features(images[2:], [[]])
+    assert again[0] is first[2]
+    hice = HiceImageEncoder(backbone, None)
+    hice.image_features(images[:1], [[]])
+    backbone.encode_pieces([320])
+    hice.clear_caches()
+    assert len(hice._cache) == len(backbone._images) == 0 and not backbone._pieces
+
+
 # ---------------------------------------------------------------- helpers
 
 ROOT = Path(__file__).resolve().parent.parent
