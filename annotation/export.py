@@ -1,4 +1,4 @@
-"""Exports, streamed item by item: CapTokenEval JSONL (CONTRACTS §3, with votes
+"""Exports, streamed item by item: CapTokenEval JSONL (docs/formats.md §3, with votes
 and majority or gold labels), CSV (one row per submitted judgement of a token
 or region), and COCO-style region annotations with RLE masks.
 

@@ -1,4 +1,4 @@
-"""`capscope bench`: speed figures (CONTRACTS §6) measured in one run."""
+"""`capscope bench`: speed figures (docs/formats.md §7) measured in one run."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import json
 
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="measure scoring speed against plain open_clip baselines (offline, random weights)")
-    bench.add_argument("--json", action="store_true", help="print one JSON object (CONTRACTS §6)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object (docs/formats.md §7)")
     bench.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     bench.add_argument("--pairs", type=int, default=24, help="distinct image-caption pairs for pairs/s")
     bench.add_argument("--rescore-runs", type=int, default=50, help="timed re-scores after warm-up (at least 50 for the contract)")

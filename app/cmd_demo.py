@@ -1,5 +1,5 @@
 """Demo world commands: `demo-data`, `train clip`, `train infometic`, `train demo`
-(CONTRACTS §4) and `evaluate` (CONTRACTS §3)."""
+(docs/formats.md §9) and `evaluate` (docs/formats.md §6)."""
 from __future__ import annotations
 
 from pathlib import Path

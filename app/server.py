@@ -1,4 +1,4 @@
-"""The REST API (CONTRACTS §5): FastAPI, HTTP Basic users, everything under `/api`.
+"""The REST API (docs/formats.md §8): FastAPI, HTTP Basic users, everything under `/api`.
 
 `create_app()` returns the FastAPI app; the Gradio UI mounts itself on the same
 app at `/` afterwards (`gr.mount_gradio_app(app, demo, path="/")`), using

@@ -1,4 +1,4 @@
-"""Figures of `capscope evaluate` (CONTRACTS §3): predictions against
+"""Figures of `capscope evaluate` (docs/formats.md §6): predictions against
 CapTokenEval gold labels, with the trivial baselines on the same items.
 
 Pure functions over plain data. A gold item is a CapTokenEval dict; a
@@ -81,7 +81,7 @@ def f1(gold: list[bool], decided: list[bool]) -> float | None:
 
 
 def evaluate(items: list[dict], predictions: list[dict], metric: str = "") -> dict:
-    """The CONTRACTS §3 object, plus counts and the trivial rules beside it."""
+    """The docs/formats.md §6 object, plus counts and the trivial rules beside it."""
     tokens = collect_tokens(items, predictions)
     regions = collect_regions(items, predictions)
     return {

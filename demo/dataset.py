@@ -1,5 +1,5 @@
 """`capscope demo-data`: scenes written out as images, CapTokenEval gold
-labels (CONTRACTS §3) and a training file (docs/training-data.md)."""
+labels (docs/formats.md §3) and a training file (docs/training-data.md)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The demo world (CONTRACTS §4): coloured shapes on a light background,
+"""The demo world (docs/formats.md §9): coloured shapes on a light background,
 captions over a tiny vocabulary, polluted twins with one wrong word, and
 fixed regions per image.
 

@@ -1,4 +1,4 @@
-"""REST API (CONTRACTS §5): auth and roles, the item / labels / export calls,
+"""REST API (docs/formats.md §8): auth and roles, the item / labels / export calls,
 and the shape of /api/score."""
 import base64
 import io

@@ -1,4 +1,4 @@
-"""`capscope bench --json` gives the keys of CONTRACTS §6 (a small run; no timing asserts)."""
+"""`capscope bench --json` gives the keys of docs/formats.md §7 (a small run; no timing asserts)."""
 import json
 
 from capscope.cli import main

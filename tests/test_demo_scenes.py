@@ -1,4 +1,4 @@
-"""The demo world follows CONTRACTS §4 and is deterministic for a seed."""
+"""The demo world follows docs/formats.md §9 and is deterministic for a seed."""
 import json
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""`capscope evaluate` (CONTRACTS §3): the contract's keys, both token rules,
+"""`capscope evaluate` (docs/formats.md §6): the contract's keys, both token rules,
 FOIL pairing, and the shipped demo model against the issue's bars."""
 import json
 
