@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from capscope.metrics.loading import read_checkpoint
 from capscope.metrics.regions import given_regions
 from capscope.metrics.registry import InfoFamilyMetric, PreparedPair
 from capscope.metrics.text import Token, load_spacy, tokenize
@@ -108,7 +109,7 @@ def cached_bank(path: Path, key: str, build) -> ImageBank:
     """The bank saved at `path` when it was made for `key`, else built and saved."""
     path = Path(path)
     if path.is_file():
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+        saved = read_checkpoint(path, "image feature bank")
         if saved.get("key") == key:
             log.info("image features from %s", path)
             return ImageBank(**saved["bank"])

@@ -327,10 +327,10 @@ def save_training(model, optimizer, state: TrainState, config: ClipTrainConfig) 
 
 
 def load_training(model, optimizer, config: ClipTrainConfig) -> TrainState:
-    import torch
+    from capscope.metrics.loading import read_checkpoint
 
-    model.load_state_dict(torch.load(config.out, map_location="cpu", weights_only=True))
-    payload = torch.load(state_path(config.out), map_location="cpu", weights_only=False)
+    model.load_state_dict(read_checkpoint(config.out, "demo CLIP", weights_only=True))
+    payload = read_checkpoint(state_path(config.out), "demo CLIP training state")
     optimizer.load_state_dict(payload["optimizer"])
     return TrainState(**payload["state"])
 

@@ -17,9 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def train_demo(args) -> Path:
-    import torch
-
-    from capscope.metrics.loading import demo_model_path
+    from capscope.metrics.loading import demo_model_path, read_checkpoint
 
     from .train_clip import ClipTrainConfig, state_path as clip_state, train_clip
     from .train_infometic import InfoTrainConfig, state_path as head_state, train_infometic
@@ -40,5 +38,5 @@ def train_demo(args) -> Path:
     shutil.copyfile(head_out, final)
     size_mb = final.stat().st_size / 2**20
     log.info("demo model written to %s (%.1f MB)", final, size_mb)
-    torch.load(final, map_location="cpu", weights_only=False)  # readable as saved
+    read_checkpoint(final, "demo model")  # readable as saved
     return final

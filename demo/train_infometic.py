@@ -429,9 +429,9 @@ def save_training(s: Session) -> None:
 
 
 def load_training(model, optimizer, config: InfoTrainConfig) -> TrainState:
-    import torch
+    from capscope.metrics.loading import read_checkpoint
 
-    payload = torch.load(state_path(config.out), map_location="cpu", weights_only=False)
+    payload = read_checkpoint(state_path(config.out), "InfoMetIC training state")
     model.load_state_dict(payload["head"], strict=False)
     optimizer.load_state_dict(payload["optimizer"])
     return TrainState(**payload["state"])

@@ -36,14 +36,7 @@ def load_state_file(path: str | Path, component: str, flag: str) -> dict:
     """A checkpoint file as a flat state dict on the CPU. Accepts a bare state
     dict or one nested under `state_dict` / `model` (PAC-S, training
     checkpoints); strips a DataParallel `module.` prefix."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelUnavailable(f"{component}: checkpoint file {path} not found (set {flag})")
-    verify_checkpoint(path, component)
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # a truncated or foreign file
-        raise ModelUnavailable(f"{component}: cannot read {path} as a torch checkpoint ({type(err).__name__}: {err})") from None
+    obj = read_checkpoint(path, component, flag)
     if isinstance(obj, torch.nn.Module):
         obj = obj.state_dict()
     for key in ("state_dict", "model"):
@@ -54,6 +47,21 @@ def load_state_file(path: str | Path, component: str, flag: str) -> dict:
     if all(k.startswith("module.") for k in obj):
         obj = {k[len("module."):]: v for k, v in obj.items()}
     return obj
+
+
+def read_checkpoint(path: str | Path, component: str, flag: str | None = None, *, weights_only: bool = False):
+    """What a torch checkpoint file holds, loaded on the CPU once its recorded
+    sha256 (if any) is checked. ModelUnavailable, naming the component (and the
+    flag that points elsewhere), when the file is missing, changed or unreadable.
+    `weights_only` for files that should hold tensors only (SAM)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelUnavailable(f"{component}: checkpoint file {path} not found" + (f" (set {flag})" if flag else ""))
+    verify_checkpoint(path, component)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as err:  # a truncated or foreign file
+        raise ModelUnavailable(f"{component}: cannot read {path} as a torch checkpoint ({type(err).__name__}: {err})") from None
 
 
 def verify_checkpoint(path: str | Path, component: str) -> None:

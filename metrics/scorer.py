@@ -155,11 +155,7 @@ class Scorer:
         return self._load_infometic_file(path)
 
     def _load_infometic_file(self, path: Path, demo: bool = False) -> tuple[InfoMetIC, ClipBackbone]:
-        loading.verify_checkpoint(path, "InfoMetIC")
-        try:
-            raw = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as err:
-            raise ModelUnavailable(f"InfoMetIC: cannot read {path} ({type(err).__name__})") from None
+        raw = loading.read_checkpoint(path, "InfoMetIC")
         model, clip_name = load_infometic(raw, str(path))
         model = model.float().to(self.device).eval()
         crop = CropStyle(**raw["crop"]) if isinstance(raw, dict) and isinstance(raw.get("crop"), dict) else None

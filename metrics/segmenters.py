@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .loading import ModelUnavailable, cache_dir
+from .loading import ModelUnavailable, cache_dir, read_checkpoint
 from .regions import MAX_CANDIDATES, Region, clip_box, mask_to_box
 
 log = logging.getLogger(__name__)
@@ -109,10 +109,7 @@ def load_sam(model_type: str = "vit_b", checkpoint=None, device: str = "cpu"):
     from segment_anything import sam_model_registry
 
     path = sam_checkpoint(model_type, checkpoint)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise ModelUnavailable(f"SAM: cannot read {path} as a checkpoint ({type(err).__name__})") from None
+    state = read_checkpoint(path, "SAM", "CAPSCOPE_SAM_CHECKPOINT", weights_only=True)
     depth = len({k.split(".")[2] for k in state if k.startswith("image_encoder.blocks.")})
     kind = SAM_DEPTHS.get(depth)
     if kind is None:

@@ -321,6 +321,35 @@ def test_image_feature_caches_are_bounded_and_cleared_in_public():
     assert len(hice._cache) == len(backbone._images) == 0 and not backbone._pieces
 
 
+# ---------------------------------------------------------------- checkpoints
+
+def test_one_checkpoint_reader_checks_and_explains(tmp_path):
+    import torch
+
+    from capscope.metrics import checksums
+    from capscope.metrics.loading import read_checkpoint
+
+    with pytest.raises(ModelUnavailable, match=r"SAM: checkpoint file .*none.pth not found \(set --sam\)"):
+        read_checkpoint(tmp_path / "none.pth", "SAM", "--sam")
+    (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelUnavailable, match="PAC-S: cannot read .*junk.pth as a torch checkpoint"):
+        read_checkpoint(tmp_path / "junk.pth", "PAC-S")
+    path = tmp_path / "good.pth"
+    torch.save({"w": torch.ones(2)}, path)
+    checksums.record(path, "test")
+    assert torch.equal(read_checkpoint(path, "X", weights_only=True)["w"], torch.ones(2))
+    torch.save({"w": torch.zeros(2)}, path)  # changed after its digest was recorded
+    with pytest.raises(ModelUnavailable, match="X: good.pth: sha256"):
+        read_checkpoint(path, "X")
+
+
+def test_torch_load_is_called_in_one_place():
+    calls = [f"{path}:{node.lineno}" for path, tree in package_trees() for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr == "load" and getattr(node.value, "id", "") == "torch"]
+    assert [c for c in calls if not c.startswith("metrics/loading.py")] == []
+    assert len(calls) == 1
+
+
 # ---------------------------------------------------------------- helpers
 
 ROOT = Path(__file__).resolve().parent.parent
