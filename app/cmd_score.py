@@ -205,7 +205,7 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
 # ---------------------------------------------------------------- models
 
 def run_models(args) -> int:
-    from capscope.metrics import loading, segmenters  # noqa: F401  (segmenters registers the region models)
+    from capscope.metrics import loading
 
     if args.names and args.action != "download":
         raise CapscopeError(f"models: names ({' '.join(args.names)}) go with download: capscope models download NAME")

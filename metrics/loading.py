@@ -210,16 +210,12 @@ def spacy_pipeline_present(name: str = "en_core_web_sm") -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-# Each entry: (component, what it loads, where from, present?, how to get it). Other
-# modules append their own (region proposers) through `register_component`.
-_COMPONENTS: list = []
-
-
-def register_component(fn) -> None:
-    _COMPONENTS.append(fn)
-
-
 def components() -> list[dict]:
+    """Every component `capscope models` lists: what it loads, from where,
+    whether it is here and how to get it; the region proposers' rows come
+    from their module (segmenters.component_rows)."""
+    from . import segmenters
+
     rows = [
         {
             "component": "CLIP", "loads": "open_clip ViT-B-32 / openai",
@@ -242,9 +238,7 @@ def components() -> list[dict]:
             "get": "capscope train clip && capscope train infometic (see README)",
         },
     ]
-    for fn in _COMPONENTS:
-        rows.append(fn())
-    return rows
+    return rows + segmenters.component_rows()
 
 
 def _file_component(name: str, loads: str, variable: str, relative: str, get: str) -> dict:

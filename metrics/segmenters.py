@@ -327,7 +327,8 @@ def _mask_regions(masks, scores, size: tuple[int, int], source: str, min_area_fr
 
 # ---------------------------------------------------------------- `capscope models`
 
-def _component_rows() -> list[dict]:
+def component_rows() -> list[dict]:
+    """The region proposers' (and Alpha-CLIP's) rows of `capscope models` (see loading.components)."""
     sam_type = os.environ.get("CAPSCOPE_SAM_MODEL", "vit_b")
     sam_file = os.environ.get("CAPSCOPE_SAM_CHECKPOINT") or cache_dir() / "sam" / SAM_URLS.get(sam_type, SAM_URLS["vit_b"]).rsplit("/", 1)[-1]
     rows = [{
@@ -353,14 +354,3 @@ def _component_rows() -> list[dict]:
         "get": "download e.g. clip_l14_grit20m_fultune_2xe.pth from the Alpha-CLIP model zoo; use --clip-model ViT-L-14 --clip-pretrained openai",
     })
     return rows
-
-
-def _register_components() -> None:
-    from . import loading
-
-    if hasattr(loading, "register_component"):
-        for index in range(5):
-            loading.register_component(lambda index=index: _component_rows()[index])
-
-
-_register_components()

@@ -350,6 +350,21 @@ def test_torch_load_is_called_in_one_place():
     assert len(calls) == 1
 
 
+# ---------------------------------------------------------------- model inventory
+
+def test_the_inventory_is_built_by_a_call_not_by_an_import():
+    """In a fresh process: importing segmenters registers nothing, and
+    components() lists the proposers without anyone importing it first."""
+    import subprocess
+    import sys
+
+    script = ("from capscope.metrics import loading; names = [r['component'] for r in loading.components()]; "
+              "assert not hasattr(loading, 'register_component'); "
+              "assert names[-5:] == ['SAM', 'YOLO', 'FastSAM', 'MobileSAM', 'Alpha-CLIP'], names; "
+              "assert len(names) == len(set(names)), names")
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
 # ---------------------------------------------------------------- helpers
 
 ROOT = Path(__file__).resolve().parent.parent
