@@ -1,4 +1,4 @@
-"""`capscope evaluate` (CONTRACTS §3): score every gold item with its own
+"""`capscope evaluate` (docs/formats.md §6): score every gold item with its own
 tokens and regions through the public `Scorer`, then compare with the gold
 labels (`bench.gold`), under both token rules, with FOIL pairing where the
 file has clean/polluted twins."""
@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscope.metrics.jsonl import read_json_lines
+from capscope.metrics.registry import BETA, SPECS, TOKEN_RULES
 
 from .gold import accuracy, evaluate, f1, foil_accuracy
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
                  "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")
-OVERALL_KEY = {"infometic": "overall", "infoclip": "overall", "hice": "hice", "clip-s": "clip_s", "pac-s": "pac_s"}
-RULES = ("paper", "relative")
+RULES = TOKEN_RULES
 
 
 def read_gold(path) -> list[dict]:
@@ -50,10 +50,16 @@ def predict(scorer, metric: str, items: list[dict], base_dir: Path, batch_size: 
     return predictions, errors
 
 
+def overall_key(metric: str) -> str | None:
+    """The score that ranks captions (FOIL pairing): the metric's primary key."""
+    spec = SPECS.get(metric)
+    return spec.primary_key if spec else None
+
+
 def decisions_under(rule: str, beta: float, item: dict, prediction: dict) -> list:
     """token_correct recomputed from the reported piece scores under a token rule
     (InfoMetIC family only; others keep their own decisions)."""
-    from capscope.metrics.registry import InfoFamilyMetric
+    from capscope.metrics.families import InfoFamilyMetric
     from capscope.metrics.text import Piece, Token
 
     if "pieces" not in prediction or prediction.get("token_scores") is None:
@@ -80,13 +86,13 @@ def rule_figures(items: list[dict], predictions: list[dict], beta: float) -> dic
 
 
 def evaluate_gold(scorer, metric: str, items: list[dict], base_dir: Path, *, token_rule: str = "paper",
-                  beta: float = 0.1, batch_size: int = 32, progress: bool = False) -> dict:
+                  beta: float = BETA, batch_size: int = 32, progress: bool = False) -> dict:
     predictions, errors = predict(scorer, metric, items, base_dir, batch_size, progress)
     return figures_of(items, predictions, errors, metric, token_rule=token_rule, beta=beta)
 
 
 def figures_of(items: list[dict], predictions: list[dict], errors: list[str], metric: str, *,
-               token_rule: str = "paper", beta: float = 0.1) -> dict:
+               token_rule: str = "paper", beta: float = BETA) -> dict:
     """`evaluate_gold`'s figures from predictions already made (see `predict`)."""
     if token_rule in RULES:
         predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p)) if p else p
@@ -94,7 +100,7 @@ def figures_of(items: list[dict], predictions: list[dict], errors: list[str], me
     figures = evaluate(items, predictions, metric)
     figures["token_rule"], figures["beta"] = token_rule, beta
     figures["token_rules"] = rule_figures(items, predictions, beta)
-    key = OVERALL_KEY.get(metric)
+    key = overall_key(metric)
     overall = {item["id"]: p["scores"][key] for item, p in zip(items, predictions)
                if p and key in p.get("scores", {})}
     figures["foil"] = foil_accuracy(items, overall)

@@ -37,7 +37,7 @@ CLIP_MODEL = "ViT-B-32"
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 70, 220),
            "yellow": (235, 200, 20), "purple": (140, 50, 190), "orange": (245, 130, 20)}
 SHAPES = ("circle", "square", "triangle")
-BENCH_METRICS = ("infometic", "hice")
+BENCH_METRICS = ("infometic", "hice")  # registry names with a naive baseline here (NaiveRunner)
 
 
 # ---------------------------------------------------------------- data
@@ -136,9 +136,18 @@ def build_models(workdir: Path, device: str, metrics=BENCH_METRICS) -> dict:
     return scorers
 
 
+def text_backbone(metric):
+    """The CLIP a metric encodes text with (HICE-S wraps its image side around it as `clip`)."""
+    return getattr(metric, "clip", None) or metric.backbone
+
+
 def clear_caches(scorer) -> None:
     for metric in scorer.metrics.values():
-        metric.backbone.clear_caches()  # HICE-S's image side clears its CLIP's as well
+        for backbone in {id(b): b for b in (metric.backbone, text_backbone(metric))}.values():
+            for cache in ("_images", "_cache", "_pieces"):
+                store = getattr(backbone, "__dict__", {}).get(cache)
+                if store is not None:
+                    store.clear()
 
 
 # ---------------------------------------------------------------- naive baselines
@@ -150,7 +159,7 @@ class NaiveRunner:
         import open_clip
 
         self.metric = scorer.metrics[metric_name]
-        clip = getattr(self.metric, "clip", None) or self.metric.backbone
+        clip = text_backbone(self.metric)
         self.model, self.preprocess, self.device = clip.model, clip.preprocess, clip.device
         self.tokenizer = open_clip.get_tokenizer(CLIP_MODEL)
         self.name = metric_name
@@ -210,14 +219,14 @@ class NaiveRunner:
 def word_encoding_speedup(scorer, captions: list[str], repeats: int = 2) -> dict:
     from capscope.metrics.text import EOT_ID, SOT_ID, bpe_pieces, tokenize
 
-    backbone = scorer.metrics["infometic"].backbone if "infometic" in scorer.metrics else scorer.metrics["hice"].clip
+    backbone = text_backbone(scorer.metrics.get("infometic") or next(iter(scorer.metrics.values())))
     ids = [p.id for c in captions for p in bpe_pieces(c, tokenize(c, scorer.nlp), backbone.tokenizer)]
     full = torch.zeros(len(ids), 77, dtype=torch.long)
     for row, piece in enumerate(ids):
         full[row, :3] = torch.tensor([SOT_ID, piece, EOT_ID])
 
     def ours():
-        backbone.clear_caches()
+        backbone._pieces.clear()
         backbone.encode_pieces(ids)
 
     def every_piece_short():
@@ -228,7 +237,7 @@ def word_encoding_speedup(scorer, captions: list[str], repeats: int = 2) -> dict
         backbone.model.encode_text(full.to(backbone.device))
 
     t_ours, t_short, t_base = (best_time(f, repeats) for f in (ours, every_piece_short, baseline))
-    backbone.clear_caches()
+    backbone._pieces.clear()
     return {"pieces": len(ids), "distinct": len(set(ids)), "ours_s": t_ours, "baseline_s": t_base,
             "speedup": t_base / t_ours, "speedup_without_dedup": t_base / t_short}
 
@@ -335,11 +344,11 @@ def random_checkpoint(source: str, folder: Path) -> str:
 @contextmanager
 def timed_sections(scorer, metric: str):
     """Wall time spent inside the main steps of one re-score (monkeypatched wrappers)."""
-    from capscope.metrics import hice, registry, scorer as scorer_module
+    from capscope.metrics import families, hice, scorer as scorer_module
 
     spent: dict[str, float] = {}
     metric_obj = scorer.metrics[metric]
-    clip = getattr(metric_obj, "clip", metric_obj.backbone)
+    clip = text_backbone(metric_obj)
     targets = [
         (scorer_module, "tokenize", "spaCy tokens"),
         (scorer_module, "image_key", "image hash (cache key)"),
@@ -351,7 +360,7 @@ def timed_sections(scorer, metric: str):
         targets.append((hice, "hice_scores", "HICE-S formulas"))
     else:
         targets.append((metric_obj.model, "forward", "InfoMetIC head"))
-        targets.append((registry, "bpe_pieces", "BPE pieces"))
+        targets.append((families, "bpe_pieces", "BPE pieces"))
     patched = []
     for owner, attr, label in targets:
         own = attr in vars(owner)

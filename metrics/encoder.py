@@ -97,9 +97,14 @@ class ClipBackbone:
     def logit_scale(self) -> float:
         return float(self.model.logit_scale.detach().exp())
 
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """fp16 autocast for the towers on CUDA, none (fp32) elsewhere; rows record it."""
+        return torch.float16 if self.device.type == "cuda" else None
+
     def _autocast(self):
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.float16)
+        if self.autocast_dtype is not None:
+            return torch.autocast(self.device.type, dtype=self.autocast_dtype)
         return contextlib.nullcontext()
 
     # ------------------------------------------------------------ text

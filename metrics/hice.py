@@ -54,12 +54,13 @@ from .loading import ModelUnavailable, load_state_file
 from .lru import LRUCache
 from .phrases import phrases as caption_phrases
 from .regions import Region
+from .registry import HICE_THRESHOLD as THRESHOLD
+from .result import MetricResult, PhraseScore
 from .text import Phrase, Token, load_spacy, tokenize
 from .threads import few_threads
 
 log = logging.getLogger(__name__)
 
-THRESHOLD = 0.2
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 ALPHA_MEAN, ALPHA_STD = 0.5, 0.26  # Alpha-CLIP's mask normalisation
 
@@ -300,8 +301,6 @@ def match_threshold(backbone: ClipBackbone) -> float:
 
 class HiceMetric:
     name = "hice"
-    needs_regions = True
-    needs_pixels = True
 
     def __init__(self, backbone: ClipBackbone, beta: float = 0.1, token_rule: str = "paper", *,
                  alpha_clip_checkpoint=None, threshold: float | None = None, whole_image_region: bool = True,
@@ -311,7 +310,8 @@ class HiceMetric:
         alpha = load_alpha_visual(path, backbone.model.visual) if path else None
         self.clip = backbone
         self.backbone = HiceImageEncoder(backbone, alpha)
-        self.alpha_source = Path(path).name if path else None
+        self.alpha_path = Path(path) if path else None
+        self.alpha_source = self.alpha_path.name if path else None
         self.threshold = match_threshold(backbone) if threshold is None else threshold
         self.whole_image_region = whole_image_region
         self.nlp = nlp or load_spacy()
@@ -320,7 +320,7 @@ class HiceMetric:
     def phrases_of(self, text: str, tokens: list[Token] | None = None) -> list[Phrase]:
         return caption_phrases(text, tokens if tokens is not None else tokenize(text, self.nlp), self.nlp)
 
-    def compute(self, pairs, images: list[ImageFeatures]) -> list[dict]:
+    def compute(self, pairs, images: list[ImageFeatures]) -> list[MetricResult]:
         plans = [self._plan(pair) for pair in pairs]
         texts = [t for plan in plans for t in plan["texts"]]
         with few_threads(len(texts) * max((len(t.split()) + 3 for t in texts), default=0), device=self.clip.device):
@@ -339,7 +339,7 @@ class HiceMetric:
         texts = [pair.caption] + [p.text for p in found] + list(refs) + [p.text for p in ref_phrases]
         return {"phrases": found, "n_refs": len(refs), "n_ref_phrases": len(ref_phrases), "texts": texts}
 
-    def _row(self, pair, plan, feats: torch.Tensor, image: ImageFeatures) -> dict:
+    def _row(self, pair, plan, feats: torch.Tensor, image: ImageFeatures) -> MetricResult:
         found = plan["phrases"]
         m, k = len(found), plan["n_refs"]
         t, phrase_feats = feats[0], feats[1 : 1 + m]
@@ -351,20 +351,17 @@ class HiceMetric:
         per_phrase = sim.max(dim=0).values.tolist()
         per_region = sim.max(dim=1).values.tolist()[: len(regions)]
         word, correct = token_scores(pair.tokens, found, per_phrase, self.threshold)
-        return {
-            "scores": scores,
-            "token_scores": word,
-            "token_correct": correct,
-            "region_scores": per_region,
-            "region_mentioned": [s > self.threshold for s in per_region],
-            "null_score": None,
-            "phrases": [
-                {"text": p.text, "tokens": list(p.tokens), "score": s, "correct": s > self.threshold}
-                for p, s in zip(found, per_phrase)
-            ],
-            "features": {
+        return MetricResult(
+            scores=scores,
+            token_scores=word,
+            token_correct=correct,
+            region_scores=per_region,
+            region_mentioned=[s > self.threshold for s in per_region],
+            null_score=None,
+            phrases=[PhraseScore(p.text, list(p.tokens), s, s > self.threshold) for p, s in zip(found, per_phrase)],
+            features={
                 "regions": self.backbone.mode + (f" ({self.alpha_source})" if self.alpha_source else ""),
                 "phrases": self.phrase_source,
                 "threshold": round(self.threshold, 4),
             },
-        }
+        )

@@ -1,201 +1,260 @@
-"""The metrics by name (CONTRACTS §2): each turns prepared pairs and their image
-features into the per-metric part of an output row."""
+"""Every metric capscope knows, each described once by a `MetricSpec`.
+
+The command line's `--metric` choices, the REST API's validation, the web UI's
+lists and titles, `capscope evaluate` and `capscope bench` all read this
+registry; `Scorer` builds its metrics through the specs' factories. Importing
+it is cheap (no torch): the factories import the metric classes when called.
+
+Public API:
+    SPECS                        name -> MetricSpec, in registration order
+    METRIC_NAMES                 the names, a live read-only sequence (fit for argparse `choices`)
+    metric_names(kind=None)      the names (optionally of one kind: "global", "token", "region")
+    get_spec(name)               the spec; ValueError with the valid names for an unknown one
+    metric_title(name)           the name for people ("InfoMetIC"); the name itself if unknown
+    register(spec, replace=False), unregister(name)
+
+Adding a metric is one module and one entry. The module holds a class with a
+`compute(pairs, images) -> list[MetricResult]` method (`Metric` below); the
+entry says what it is and how it is built from the scorer's shared parts:
+
+    register(MetricSpec(
+        name="caption-length", title="Caption length", kind="global",
+        score_keys=("length",), primary_key="length",
+        needs=Needs(image=False, pixels=False),
+        build=lambda parts: CaptionLength(),
+    ))
+
+The row format the metrics fill is described in docs/formats.md.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
 
-import torch
+from .text import Token
 
-from .clipscore import CLIP_S_WEIGHT, PAC_S_WEIGHT, PROMPT, clip_s, ref_score
-from .encoder import ClipBackbone, ImageFeatures
-from .infometic import InfoMetIC, infoclip
-from .text import Piece, Token, bpe_pieces, model_ids
-from .threads import few_threads
+if TYPE_CHECKING:
+    from .encoder import ClipBackbone, ImageFeatures
+    from .infometic import InfoMetIC
+    from .result import MetricResult
 
-METRIC_NAMES = ("clip-s", "pac-s", "infoclip", "infometic", "hice")
-BETA = 0.1
+KINDS = ("global", "token", "region")
+BETA = 0.1                 # InfoMetIC sec. 3.3: a word is correct, a region mentioned, above this share
 TOKEN_RULES = ("paper", "relative")
+HICE_THRESHOLD = 0.2       # HICE-S's phrase/region cosine cut (hice.py says why)
 
 
 @dataclass
 class PreparedPair:
+    """One caption ready for a metric: its tokens and references."""
+
     caption: str
     tokens: list[Token]
     references: list[str] | None = None
     extra: dict = field(default_factory=dict)
 
 
-class ClipScoreMetric:
-    """CLIP-S (w = 2.5) or PAC-S (w = 2.0, a PAC-S backbone): global only."""
+class Metric(Protocol):
+    """What a spec's factory returns. `backbone` gives the image features the
+    scorer hands to `compute` (`image_features(images, regions)` and `dim`);
+    a metric whose spec says `needs.image=False` may have none and gets None
+    for each image."""
 
-    needs_regions = False
-    needs_pixels = True
+    name: str
+    backbone: ClipBackbone | None
 
-    def __init__(self, name: str, backbone: ClipBackbone):
-        self.name, self.backbone = name, backbone
-        self.weight = PAC_S_WEIGHT if name == "pac-s" else CLIP_S_WEIGHT
-        self.key = name.replace("-", "_")
-
-    def compute(self, pairs: list[PreparedPair], images: list[ImageFeatures]) -> list[dict]:
-        texts = self.backbone.encode_texts([PROMPT + p.caption for p in pairs])
-        image = torch.stack([f.global_feat for f in images])
-        scores = clip_s(image, texts, self.weight)
-        with_refs = [i for i, p in enumerate(pairs) if p.references]
-        ref_scores = {}
-        if with_refs:
-            refs = [[PROMPT + r for r in pairs[i].references] for i in with_refs]
-            flat = self.backbone.encode_texts([r for group in refs for r in group])
-            groups, start = [], 0
-            for group in refs:
-                groups.append(flat[start : start + len(group)])
-                start += len(group)
-            values = ref_score(scores[with_refs], texts[with_refs], groups)
-            ref_scores = dict(zip(with_refs, values.tolist()))
-        rows = []
-        for i, pair in enumerate(pairs):
-            result = {self.key: float(scores[i])}
-            if i in ref_scores:
-                result["ref_" + self.key] = ref_scores[i]
-            rows.append(global_only_row(result, pair.tokens, images[i]))
-        return rows
+    def compute(self, pairs: list[PreparedPair], images: list[ImageFeatures | None]) -> list[MetricResult]: ...
 
 
-def global_only_row(scores: dict, tokens: list[Token], image: ImageFeatures) -> dict:
-    return {
-        "scores": scores,
-        "token_scores": [None] * len(tokens),
-        "token_correct": [None] * len(tokens),
-        "region_scores": [],
-        "region_mentioned": [],
-        "null_score": None,
-    }
+@dataclass(frozen=True)
+class Needs:
+    """What a metric needs from a row."""
+
+    image: bool = True        # image features (from pixels or an official features file)
+    pixels: bool = True       # the pixels themselves: a features file will not do
+    regions: bool = False     # region features
+    references: bool = False  # reads the row's references when it has them (its `ref_keys`)
 
 
-class InfoFamilyMetric:
-    """Shared by InfoCLIP and InfoMetIC: pieces, attention shares, word scores."""
-
-    needs_regions = True
-    needs_pixels = False
-    max_len = 32
-
-    def __init__(self, name: str, backbone: ClipBackbone, beta: float = BETA, token_rule: str = "paper"):
-        if token_rule not in TOKEN_RULES:
-            raise ValueError(f"unknown token rule {token_rule!r}; choose from {TOKEN_RULES}")
-        self.name, self.backbone, self.beta, self.token_rule = name, backbone, beta, token_rule
-
-    def text_inputs(self, pairs: list[PreparedPair]):
-        """Per pair: pieces, ids (32), mask; then t_g (B x D) and every position's
-        feature encoded alone (B x 32 x D)."""
-        pieces, ids, masks, kept = [], [], [], []
-        for pair in pairs:
-            p = bpe_pieces(pair.caption, pair.tokens, self.backbone.tokenizer)
-            i, m, k = model_ids(p, self.max_len)
-            pieces.append(p[:k]); ids.append(i); masks.append(m); kept.append(k)
-        with few_threads(sum(k + 2 for k in kept), device=self.backbone.device):  # a re-score: one thread is faster
-            t_g = self.backbone.encode_ids([i[: k + 2] for i, k in zip(ids, kept)])
-            flat = self.backbone.encode_pieces([x for i in ids for x in i])
-        tokens = flat.view(len(pairs), self.max_len, -1)
-        return pieces, t_g, tokens, torch.tensor(masks, dtype=torch.float32)
-
-    def rows(self, pairs, pieces, scores, a_v, a_t) -> list[dict]:
-        rows = []
-        for b, pair in enumerate(pairs):
-            piece_scores = a_t[b, 1 : 1 + len(pieces[b])].tolist()
-            region = a_v[b].tolist()
-            rows.append(self._row(pair.tokens, pieces[b], piece_scores, region[:-1], region[-1], scores[b]))
-        return rows
-
-    def _row(self, tokens, pieces: list[Piece], piece_scores, region_scores, null_score, scores) -> dict:
-        word = word_scores(tokens, pieces, piece_scores)
-        threshold = self.word_threshold(tokens, pieces)
-        return {
-            "scores": scores,
-            "token_scores": word,
-            "token_correct": [
-                (s > threshold) if (t.semantic and s is not None) else None for t, s in zip(tokens, word)
-            ],
-            "region_scores": region_scores,
-            "region_mentioned": [s > self.beta for s in region_scores],
-            "null_score": null_score,
-            "pieces": [{"text": p.text, "token": p.token, "score": s} for p, s in zip(pieces, piece_scores)],
-        }
-
-    def word_threshold(self, tokens: list[Token], pieces: list[Piece]) -> float:
-        """`paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: half the share a
-        word would get if attention were uniform over the n semantic words seen
-        (β·5/n, so 0.05 for ten words), never above β. The paper's β flags every
-        word of a caption with more than ten semantic words, and a threshold at
-        the uniform share itself (1/n) splits a clean caption's words at random,
-        since training (eq. 9) drives their shares towards exactly 1/n."""
-        if self.token_rule == "paper":
-            return self.beta
-        seen = {p.token for p in pieces if p.token is not None and tokens[p.token].semantic}
-        return min(self.beta, self.beta * 5 / len(seen)) if seen else self.beta
+def _ignore_file(role: str, path: str | Path) -> None:
+    return None
 
 
-def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[float]) -> list[float | None]:
-    """A word's score is the sum of its pieces' softmax shares (None when the
-    model saw none of its pieces, e.g. past the 30-piece limit)."""
-    out: list[float | None] = [None] * len(tokens)
-    for piece, score in zip(pieces, piece_scores):
-        if piece.token is not None:
-            out[piece.token] = (out[piece.token] or 0.0) + score
-    return out
+@dataclass
+class MetricParts:
+    """What a factory builds a metric from: the scorer's shared models (each
+    loaded on its first call, once per scorer) and the user's options.
+    `record_file(role, path)` names a checkpoint file the metric loaded itself,
+    so that its sha256 lands in every row's `model` block."""
+
+    main_clip: Callable[[], ClipBackbone]
+    pacs_clip: Callable[[], ClipBackbone]
+    infometic: Callable[[], tuple[InfoMetIC, ClipBackbone]]
+    beta: float = BETA
+    token_rule: str = "paper"
+    alpha_clip_checkpoint: str | None = None
+    record_file: Callable[[str, str | Path], None] = _ignore_file
 
 
-def group_by_region_count(images: list[ImageFeatures]) -> dict[int, list[int]]:
-    """The released model has no image-side mask, so only pairs with the same
-    number of regions can share a batch without changing the result."""
-    groups: dict[int, list[int]] = {}
-    for i, features in enumerate(images):
-        groups.setdefault(len(features.regions), []).append(i)
-    return groups
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric, described once.
+
+    kind: the finest level it judges: "global" (the caption as a whole),
+    "token" (words, and regions when it needs them) or "region" (regions only).
+    score_keys: the `scores` keys of every row; ref_keys: those added when the
+    row has references. primary_key: the one number that ranks captions
+    (FOIL pairing, plots). token_decision / region_decision: how
+    `token_correct` and `region_mentioned` are decided, for people; threshold:
+    the default cut of both (None for global metrics); follows_token_rule: the
+    decision honours `--beta` and `--token-rule`. build: the factory."""
+
+    name: str
+    title: str
+    kind: str
+    score_keys: tuple[str, ...]
+    primary_key: str
+    build: Callable[[MetricParts], Metric]
+    ref_keys: tuple[str, ...] = ()
+    needs: Needs = Needs()
+    token_decision: str = ""
+    region_decision: str = ""
+    threshold: float | None = None
+    follows_token_rule: bool = False
+
+    def __post_init__(self):
+        if not self.name or self.name != self.name.strip():
+            raise ValueError(f"metric name {self.name!r} must be a non-empty word")
+        if self.kind not in KINDS:
+            raise ValueError(f"metric {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.primary_key not in self.score_keys:
+            raise ValueError(f"metric {self.name}: primary key {self.primary_key!r} is not among {self.score_keys}")
 
 
-class InfoClipMetric(InfoFamilyMetric):
-    def compute(self, pairs, images) -> list[dict]:
-        pieces, t_g, tokens, masks = self.text_inputs(pairs)
-        rows: list[dict | None] = [None] * len(pairs)
-        for n, idx in group_by_region_count(images).items():
-            v_g = torch.stack([images[i].global_feat for i in idx])
-            regions = torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, v_g.shape[-1])
-            recall, precision, a_v, a_t = infoclip(v_g, regions, t_g[idx], tokens[idx], masks[idx], self.backbone.logit_scale)
-            scores = [
-                {"precision": float(p), "recall": float(r), "overall": float(p + r)} for p, r in zip(precision, recall)
-            ]
-            for i, row in zip(idx, self.rows([pairs[i] for i in idx], [pieces[i] for i in idx], scores, a_v, a_t)):
-                rows[i] = row
-        return rows
+SPECS: dict[str, MetricSpec] = {}
 
 
-class InfoMetICMetric(InfoFamilyMetric):
-    def __init__(self, model: InfoMetIC, backbone: ClipBackbone, **kwargs):
-        super().__init__("infometic", backbone, **kwargs)
-        self.model = model
-        self.max_len = model.config.text_len
+class _LiveNames(Sequence):
+    """The registered names, read at each use: a constant bound at import time
+    (argparse `choices`, an API check) still sees metrics registered later."""
 
-    @torch.inference_mode()
-    def compute(self, pairs, images) -> list[dict]:
-        pieces, t_g, tokens, masks = self.text_inputs(pairs)
-        device = next(self.model.parameters()).device
-        rows: list[dict | None] = [None] * len(pairs)
-        for n, idx in group_by_region_count(images).items():
-            v_g = torch.stack([images[i].global_feat for i in idx])
-            batch = [
-                v_g,
-                torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, v_g.shape[-1]),
-                torch.stack([images[i].boxes for i in idx]).reshape(len(idx), n, 4),
-                torch.tensor([images[i].size for i in idx], dtype=torch.float32),
-                t_g[idx], tokens[idx], masks[idx],
-            ]
-            with few_threads(len(idx) * (n + 2 + self.max_len), device=device):
-                recall, precision, cos, a_v, a_t = self.model(*[x.to(device) for x in batch])
-            scores = [
-                {"precision": float(p), "recall": float(r), "overall": float(p + r),
-                 "overall_plus": float(p + r + 100.0 * c)}
-                for p, r, c in zip(precision, recall, cos)
-            ]
-            sub = self.rows([pairs[i] for i in idx], [pieces[i] for i in idx], scores, a_v.float().cpu(), a_t.float().cpu())
-            for i, row in zip(idx, sub):
-                rows[i] = row
-        return rows
+    def __getitem__(self, index):
+        return tuple(SPECS)[index]
+
+    def __len__(self) -> int:
+        return len(SPECS)
+
+    def __contains__(self, name) -> bool:
+        return name in SPECS
+
+    def __repr__(self) -> str:
+        return repr(tuple(SPECS))
+
+
+METRIC_NAMES: Sequence[str] = _LiveNames()
+
+
+def register(spec: MetricSpec, replace: bool = False) -> MetricSpec:
+    """Add a metric; a name already taken is an error unless `replace`."""
+    if spec.name in SPECS and not replace:
+        raise ValueError(f"metric {spec.name!r} is already registered")
+    SPECS[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    SPECS.pop(name, None)
+
+
+def metric_names(kind: str | None = None) -> tuple[str, ...]:
+    return tuple(name for name, spec in SPECS.items() if kind is None or spec.kind == kind)
+
+
+def get_spec(name: str) -> MetricSpec:
+    try:
+        return SPECS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown metric {name!r}; choose from {', '.join(SPECS)}") from None
+
+
+def metric_title(name: str) -> str:
+    spec = SPECS.get(name)
+    return spec.title if spec else name
+
+
+# ---------------------------------------------------------------- the built-in metrics
+# The factories import their classes when called, so that this module stays cheap.
+
+def _build_clip_s(parts: MetricParts) -> Metric:
+    from .clipscore import CLIP_S_WEIGHT
+    from .families import ClipScoreMetric
+
+    return ClipScoreMetric("clip-s", parts.main_clip(), CLIP_S_WEIGHT, "clip_s")
+
+
+def _build_pac_s(parts: MetricParts) -> Metric:
+    from .clipscore import PAC_S_WEIGHT
+    from .families import ClipScoreMetric
+
+    return ClipScoreMetric("pac-s", parts.pacs_clip(), PAC_S_WEIGHT, "pac_s")
+
+
+def _build_infoclip(parts: MetricParts) -> Metric:
+    from .families import InfoClipMetric
+
+    return InfoClipMetric("infoclip", parts.main_clip(), beta=parts.beta, token_rule=parts.token_rule)
+
+
+def _build_infometic(parts: MetricParts) -> Metric:
+    from .families import InfoMetICMetric
+
+    model, backbone = parts.infometic()
+    return InfoMetICMetric(model, backbone, beta=parts.beta, token_rule=parts.token_rule)
+
+
+def _build_hice(parts: MetricParts) -> Metric:
+    from .hice import HiceMetric
+
+    metric = HiceMetric(parts.main_clip(), alpha_clip_checkpoint=parts.alpha_clip_checkpoint)
+    if metric.alpha_path is not None:
+        parts.record_file("alpha-clip", metric.alpha_path)
+    return metric
+
+
+_INFO_TOKENS = ("a semantic word is correct when the sum of its BPE pieces' attention shares exceeds β "
+                "(--token-rule relative: β·5/n for n semantic words seen, at most β)")
+_INFO_REGIONS = "a region is mentioned when its attention share exceeds β"
+
+register(MetricSpec(
+    name="infometic", title="InfoMetIC", kind="token",
+    score_keys=("precision", "recall", "overall", "overall_plus"), primary_key="overall",
+    needs=Needs(pixels=False, regions=True), build=_build_infometic,
+    token_decision=_INFO_TOKENS, region_decision=_INFO_REGIONS, threshold=BETA, follows_token_rule=True,
+))
+register(MetricSpec(
+    name="infoclip", title="InfoCLIP", kind="token",
+    score_keys=("precision", "recall", "overall"), primary_key="overall",
+    needs=Needs(pixels=False, regions=True), build=_build_infoclip,
+    token_decision=_INFO_TOKENS, region_decision=_INFO_REGIONS, threshold=BETA, follows_token_rule=True,
+))
+register(MetricSpec(
+    name="clip-s", title="CLIP-S", kind="global",
+    score_keys=("clip_s",), ref_keys=("ref_clip_s",), primary_key="clip_s",
+    needs=Needs(references=True), build=_build_clip_s,
+))
+register(MetricSpec(
+    name="pac-s", title="PAC-S", kind="global",
+    score_keys=("pac_s",), ref_keys=("ref_pac_s",), primary_key="pac_s",
+    needs=Needs(references=True), build=_build_pac_s,
+))
+register(MetricSpec(
+    name="hice", title="HICE-S", kind="token",
+    score_keys=("hice", "g_itc", "l_itc", "precision", "recall"), ref_keys=("ref_hice", "g_ttc", "l_ttc"),
+    primary_key="hice", needs=Needs(regions=True, references=True), build=_build_hice,
+    token_decision="a word is correct when a caption phrase holding it has its best region cosine above the "
+                   "threshold (0.2, or a sigmoid-loss CLIP's own decision boundary)",
+    region_decision="a region is mentioned when its best phrase cosine is above the same threshold",
+    threshold=HICE_THRESHOLD,
+))

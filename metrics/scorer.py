@@ -1,5 +1,5 @@
 """Load once, score many: `Scorer` turns (image, caption) pairs into the output
-rows of CONTRACTS §2.
+rows of docs/formats.md §2.
 
     scorer = Scorer(metrics=["infometic", "clip-s"])
     row = scorer.score(Image.open("dog.jpg"), "a dog on a sofa")
@@ -11,8 +11,10 @@ feature file (`features`), or from the configured proposer.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,15 +23,15 @@ import torch
 from PIL import Image
 
 from . import loading
+from .clipscore import PROMPT
 from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
 from .errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
 from .lru import LRUCache
 from .regions import PROPOSERS, Region, given_regions, select_regions
-from .registry import (
-    METRIC_NAMES, ClipScoreMetric, InfoClipMetric, InfoMetICMetric, PreparedPair,
-)
+from .registry import BETA, MetricParts, Needs, PreparedPair, get_spec
+from .result import MetricResult, ModelInfo, ScoreRow, checkpoint_digest, reproducibility
 from .images import ImageError, read_image
 from .text import Token, check_caption, check_references, load_spacy, tokenize
 
@@ -69,13 +71,11 @@ class Scorer:
         pacs_checkpoint: str | None = None,
         pacs_model: str = "ViT-B-32-quickgelu",
         alpha_clip_checkpoint: str | None = None,
-        beta: float = 0.1,
+        beta: float = BETA,
         token_rule: str = "paper",
         spacy_model: str = "en_core_web_sm",
     ):
-        unknown = [m for m in metrics if m not in METRIC_NAMES]
-        if unknown:
-            raise ValueError(f"unknown metric {unknown[0]!r}; choose from {', '.join(METRIC_NAMES)}")
+        self.specs = {name: get_spec(name) for name in metrics}
         if regions not in ("given", *PROPOSERS):
             raise ValueError(f"unknown region source {regions!r}; choose from given, {', '.join(PROPOSERS)}")
         self.device = loading.resolve_device(device)
@@ -86,26 +86,28 @@ class Scorer:
         self._demo: tuple[InfoMetIC, ClipBackbone] | None = None
         self._proposer = None
         self._regions_cache = LRUCache(REGIONS_CACHE_SIZE)
-        self.metrics = {}
-        options = {"beta": beta, "token_rule": token_rule}
-        clip = None
-        if any(m in metrics for m in ("clip-s", "infoclip", "hice")):
-            clip = self._main_clip(clip_model, clip_pretrained, clip_crop)
-        for name in metrics:
-            if name == "clip-s":
-                self.metrics[name] = ClipScoreMetric(name, clip)
-            elif name == "infoclip":
-                self.metrics[name] = InfoClipMetric(name, clip, **options)
-            elif name == "pac-s":
-                self.metrics[name] = ClipScoreMetric(name, self._pacs_clip(pacs_checkpoint, pacs_model))
-            elif name == "infometic":
-                model, backbone = self._infometic(infometic_checkpoint)
-                self.metrics[name] = InfoMetICMetric(model, backbone, **options)
-            elif name == "hice":
-                from .hice import HiceMetric  # noqa: PLC0415  (its own issue)
+        self.beta, self.token_rule = beta, token_rule
+        self.checkpoints: dict[str, dict] = {}  # role -> file name and sha256, for the rows
+        self._provenance: dict | None = None
+        shared: dict[str, object] = {}
 
-                self.metrics[name] = HiceMetric(clip, **options, alpha_clip_checkpoint=alpha_clip_checkpoint)
-        self.clip_name = (clip or next(iter(self.metrics.values())).backbone).name
+        def once(key, load):
+            def get():
+                if key not in shared:
+                    shared[key] = load()
+                return shared[key]
+            return get
+
+        parts = MetricParts(
+            main_clip=once("clip", lambda: self._main_clip(clip_model, clip_pretrained, clip_crop)),
+            pacs_clip=once("pac-s", lambda: self._pacs_clip(pacs_checkpoint, pacs_model)),
+            infometic=once("infometic", lambda: self._infometic(infometic_checkpoint)),
+            beta=beta, token_rule=token_rule, alpha_clip_checkpoint=alpha_clip_checkpoint,
+            record_file=self._record_file,
+        )
+        self.metrics = {name: spec.build(parts) for name, spec in self.specs.items()}
+        backbones = [shared.get("clip")] + [getattr(m, "backbone", None) for m in self.metrics.values()]
+        self.clip_name = next((b.name for b in backbones if b is not None), "none")
 
     # ------------------------------------------------------------ models
 
@@ -120,6 +122,8 @@ class Scorer:
             if demo is None:
                 raise
             return demo[1]
+        if Path(tag).is_file():
+            self._record_file("clip", tag)
         return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device, crop)
 
     def _demo_model(self) -> tuple[InfoMetIC, ClipBackbone] | None:
@@ -133,6 +137,7 @@ class Scorer:
                         "which knows coloured shapes, not photos", path.name)
             self._demo = self._load_infometic_file(path, demo=True)
             self.demo = True
+            self._record_file("demo", path)
         return self._demo
 
     def _pacs_clip(self, checkpoint, model_name) -> ClipBackbone:
@@ -140,6 +145,7 @@ class Scorer:
         state = loading.load_state_file(path, "PAC-S", "--pacs-checkpoint or CAPSCOPE_PACS_CHECKPOINT")
         model = loading.empty_open_clip(model_name)
         loading.load_clip_state(model, state, str(path))
+        self._record_file("pac-s", path)
         return ClipBackbone.from_model(model.to(self.device), model_name, f"PAC-S {model_name}/{Path(path).name}", self.device)
 
     def _infometic(self, checkpoint) -> tuple[InfoMetIC, ClipBackbone]:
@@ -152,7 +158,13 @@ class Scorer:
                 f"InfoMetIC: checkpoint {path} not found (pass --infometic-checkpoint FILE or set "
                 "CAPSCOPE_INFOMETIC_CHECKPOINT to the released best_model.pth)"
             )
-        return self._load_infometic_file(path)
+        loaded = self._load_infometic_file(path)
+        self._record_file("infometic", path)
+        return loaded
+
+    def _record_file(self, role: str, path) -> None:
+        """A checkpoint file this scorer loaded: its sha256, taken now, goes into every row."""
+        self.checkpoints[role] = checkpoint_digest(path)
 
     def _load_infometic_file(self, path: Path, demo: bool = False) -> tuple[InfoMetIC, ClipBackbone]:
         raw = loading.read_checkpoint(path, "InfoMetIC")
@@ -177,20 +189,26 @@ class Scorer:
         return row
 
     def score_batch(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None) -> list[dict]:
+        """Output rows as JSON-ready dicts (docs/formats.md), one per input row, in order."""
+        return [row.to_dict() for row in self.results(rows, base_dir, only)]
+
+    def results(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None) -> list[ScoreRow]:
+        """`score_batch`, typed."""
         prepared = [self._prepare(i, row, base_dir) for i, row in enumerate(rows)]
         ready = [p for p in prepared if not p.errors]
-        results: dict[int, dict] = {p.index: {} for p in prepared}
+        results: dict[int, dict[str, MetricResult]] = {p.index: {} for p in prepared}
         for name, metric in self.metrics.items():
             if only is not None and name not in only:
                 continue
-            usable = [p for p in ready if metric.needs_pixels is False or p.image is not None]
+            needs = self.specs[name].needs
+            usable = [p for p in ready if not needs.pixels or p.image is not None]
             for p in ready:
                 if p not in usable:
                     p.errors.append(f"{name} needs pixels; this row gives only a features file")
-            usable = [p for p in usable if not self._dim_mismatch(p, metric)]
+            usable = [p for p in usable if not (needs.image and self._dim_mismatch(p, metric))]
             if not usable:
                 continue
-            images = self._image_features(metric, usable)
+            images = self._image_features(metric, needs, usable) if needs.image else [None] * len(usable)
             for p, out in zip(usable, metric.compute([p.pair for p in usable], images)):
                 results[p.index][name] = out
         return [self._row(rows[p.index], p, results[p.index]) for p in prepared]
@@ -203,12 +221,12 @@ class Scorer:
             return True
         return False
 
-    def _image_features(self, metric, prepared: list[_Prepared]) -> list[ImageFeatures]:
+    def _image_features(self, metric, needs: Needs, prepared: list[_Prepared]) -> list[ImageFeatures]:
         out: list[ImageFeatures | None] = [None] * len(prepared)
-        pixels = [i for i, p in enumerate(prepared) if p.features is None or metric.needs_pixels]
+        pixels = [i for i, p in enumerate(prepared) if p.features is None or needs.pixels]
         if pixels:
             images = [prepared[i].image for i in pixels]
-            regions = [prepared[i].regions if metric.needs_regions else [] for i in pixels]
+            regions = [prepared[i].regions if needs.regions else [] for i in pixels]
             for i, features in zip(pixels, metric.backbone.image_features(images, regions)):
                 out[i] = features
         for i, p in enumerate(prepared):
@@ -268,18 +286,34 @@ class Scorer:
             self._proposer = PROPOSERS[self.region_source](device=str(self.device))
         return self._proposer
 
-    def _row(self, row: dict, p: _Prepared, metrics: dict) -> dict:
+    def _row(self, row: dict, p: _Prepared, metrics: dict[str, MetricResult]) -> ScoreRow:
         image_name = p.image_name or (row.get("image") if isinstance(row.get("image"), str) else None)
-        return {
-            "id": row.get("id"),
-            "image": image_name,
-            "caption": row.get("caption"),
-            "tokens": [t.to_dict() for t in p.pair.tokens],
-            "regions": [r.to_dict() for r in (p.regions or [])],
-            "metrics": metrics,
-            "model": {"clip": self.clip_name, "regions": self._regions_label(row, p), "text": self.text_model, "demo": self.demo},
-            "error": "; ".join(p.errors) or None,
-        }
+        return ScoreRow(
+            id=row.get("id"), image=image_name, caption=row.get("caption"),
+            tokens=p.pair.tokens, regions=p.regions or [], metrics=metrics,
+            model=ModelInfo(self.clip_name, self._regions_label(row, p), self.text_model, self.demo, **self.provenance()),
+            error="; ".join(p.errors) or None,
+        )
+
+    def provenance(self) -> dict:
+        """What a number depends on beyond the model names (versions, dtype,
+        device, prompt, β, token rule, checkpoint sha256s); computed once."""
+        if self._provenance is None:
+            self._provenance = reproducibility(
+                dtype=self._compute_dtype(), device=self._device_kind(), prompt=PROMPT, beta=self.beta,
+                token_rule=self.token_rule, checkpoints=self.checkpoints)
+        return self._provenance
+
+    def _compute_dtype(self) -> str:
+        """float32, and the CLIP towers' autocast dtype where they use one (float16 on CUDA)."""
+        autocast = {m.backbone.autocast_dtype for m in self.metrics.values() if getattr(m, "backbone", None) is not None}
+        autocast.discard(None)
+        return "float32" + "".join(f", {str(d).removeprefix('torch.')} autocast" for d in autocast)
+
+    def _device_kind(self) -> str:
+        if self.device.type == "cuda":
+            return f"cuda ({torch.cuda.get_device_name(self.device)})"
+        return self.device.type
 
     def _regions_label(self, row: dict, p: _Prepared) -> str:
         if p.features is not None:
@@ -313,11 +347,15 @@ def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
 
 def create_clip_from_config(name: str, config: dict | None):
     """An open_clip architecture by name, registering `config` first for a
-    custom one (capscope's demo CLIP ships its config inside its checkpoint)."""
-    from open_clip.factory import _MODEL_CONFIGS
+    custom one (capscope's demo CLIP ships its config inside its checkpoint)
+    through open_clip's public `add_model_config`, which reads it from a file."""
+    import open_clip
 
     if config:
-        _MODEL_CONFIGS[name] = config
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"{name}.json"
+            path.write_text(json.dumps(config))
+            open_clip.add_model_config(path)
     return loading.empty_open_clip(name)
 
 

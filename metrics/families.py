@@ -1,0 +1,173 @@
+"""The built-in metric classes of the CLIP-S and InfoMetIC families (HICE-S is
+in hice.py). Each is built by its entry in registry.py and turns prepared pairs
+and their image features into `MetricResult`s."""
+from __future__ import annotations
+
+import torch
+
+from .clipscore import PROMPT, clip_s, ref_score
+from .encoder import ClipBackbone, ImageFeatures
+from .infometic import InfoMetIC, infoclip
+from .registry import BETA, TOKEN_RULES, PreparedPair
+from .result import MetricResult, PieceScore
+from .text import Piece, Token, bpe_pieces, model_ids
+from .threads import few_threads
+
+
+class ClipScoreMetric:
+    """CLIP-S (w = 2.5) or PAC-S (w = 2.0, a PAC-S backbone): global only;
+    the score key is `key`, with references also `ref_<key>`."""
+
+    def __init__(self, name: str, backbone: ClipBackbone, weight: float, key: str):
+        self.name, self.backbone, self.weight, self.key = name, backbone, weight, key
+
+    def compute(self, pairs: list[PreparedPair], images: list[ImageFeatures]) -> list[MetricResult]:
+        texts = self.backbone.encode_texts([PROMPT + p.caption for p in pairs])
+        image = torch.stack([f.global_feat for f in images])
+        scores = clip_s(image, texts, self.weight)
+        with_refs = [i for i, p in enumerate(pairs) if p.references]
+        ref_scores = {}
+        if with_refs:
+            refs = [[PROMPT + r for r in pairs[i].references] for i in with_refs]
+            flat = self.backbone.encode_texts([r for group in refs for r in group])
+            groups, start = [], 0
+            for group in refs:
+                groups.append(flat[start : start + len(group)])
+                start += len(group)
+            values = ref_score(scores[with_refs], texts[with_refs], groups)
+            ref_scores = dict(zip(with_refs, values.tolist()))
+        results = []
+        for i, pair in enumerate(pairs):
+            result = {self.key: float(scores[i])}
+            if i in ref_scores:
+                result["ref_" + self.key] = ref_scores[i]
+            results.append(MetricResult.global_only(result, len(pair.tokens)))
+        return results
+
+
+class InfoFamilyMetric:
+    """Shared by InfoCLIP and InfoMetIC: pieces, attention shares, word scores."""
+
+    max_len = 32
+
+    def __init__(self, name: str, backbone: ClipBackbone, beta: float = BETA, token_rule: str = "paper"):
+        if token_rule not in TOKEN_RULES:
+            raise ValueError(f"unknown token rule {token_rule!r}; choose from {TOKEN_RULES}")
+        self.name, self.backbone, self.beta, self.token_rule = name, backbone, beta, token_rule
+
+    def text_inputs(self, pairs: list[PreparedPair]):
+        """Per pair: pieces, ids (32), mask; then t_g (B x D) and every position's
+        feature encoded alone (B x 32 x D)."""
+        pieces, ids, masks, kept = [], [], [], []
+        for pair in pairs:
+            p = bpe_pieces(pair.caption, pair.tokens, self.backbone.tokenizer)
+            i, m, k = model_ids(p, self.max_len)
+            pieces.append(p[:k]); ids.append(i); masks.append(m); kept.append(k)
+        with few_threads(sum(k + 2 for k in kept), device=self.backbone.device):  # a re-score: one thread is faster
+            t_g = self.backbone.encode_ids([i[: k + 2] for i, k in zip(ids, kept)])
+            flat = self.backbone.encode_pieces([x for i in ids for x in i])
+        tokens = flat.view(len(pairs), self.max_len, -1)
+        return pieces, t_g, tokens, torch.tensor(masks, dtype=torch.float32)
+
+    def rows(self, pairs, pieces, scores, a_v, a_t) -> list[MetricResult]:
+        rows = []
+        for b, pair in enumerate(pairs):
+            piece_scores = a_t[b, 1 : 1 + len(pieces[b])].tolist()
+            region = a_v[b].tolist()
+            rows.append(self._row(pair.tokens, pieces[b], piece_scores, region[:-1], region[-1], scores[b]))
+        return rows
+
+    def _row(self, tokens, pieces: list[Piece], piece_scores, region_scores, null_score, scores) -> MetricResult:
+        word = word_scores(tokens, pieces, piece_scores)
+        threshold = self.word_threshold(tokens, pieces)
+        return MetricResult(
+            scores=scores,
+            token_scores=word,
+            token_correct=[
+                (s > threshold) if (t.semantic and s is not None) else None for t, s in zip(tokens, word)
+            ],
+            region_scores=region_scores,
+            region_mentioned=[s > self.beta for s in region_scores],
+            null_score=null_score,
+            pieces=[PieceScore(p.text, p.token, s) for p, s in zip(pieces, piece_scores)],
+        )
+
+    def word_threshold(self, tokens: list[Token], pieces: list[Piece]) -> float:
+        """`paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: half the share a
+        word would get if attention were uniform over the n semantic words seen
+        (β·5/n, so 0.05 for ten words), never above β. The paper's β flags every
+        word of a caption with more than ten semantic words, and a threshold at
+        the uniform share itself (1/n) splits a clean caption's words at random,
+        since training (eq. 9) drives their shares towards exactly 1/n."""
+        if self.token_rule == "paper":
+            return self.beta
+        seen = {p.token for p in pieces if p.token is not None and tokens[p.token].semantic}
+        return min(self.beta, self.beta * 5 / len(seen)) if seen else self.beta
+
+
+def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[float]) -> list[float | None]:
+    """A word's score is the sum of its pieces' softmax shares (None when the
+    model saw none of its pieces, e.g. past the 30-piece limit)."""
+    out: list[float | None] = [None] * len(tokens)
+    for piece, score in zip(pieces, piece_scores):
+        if piece.token is not None:
+            out[piece.token] = (out[piece.token] or 0.0) + score
+    return out
+
+
+def group_by_region_count(images: list[ImageFeatures]) -> dict[int, list[int]]:
+    """The released model has no image-side mask, so only pairs with the same
+    number of regions can share a batch without changing the result."""
+    groups: dict[int, list[int]] = {}
+    for i, features in enumerate(images):
+        groups.setdefault(len(features.regions), []).append(i)
+    return groups
+
+
+class InfoClipMetric(InfoFamilyMetric):
+    def compute(self, pairs, images) -> list[MetricResult]:
+        pieces, t_g, tokens, masks = self.text_inputs(pairs)
+        rows: list[MetricResult | None] = [None] * len(pairs)
+        for n, idx in group_by_region_count(images).items():
+            v_g = torch.stack([images[i].global_feat for i in idx])
+            regions = torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, v_g.shape[-1])
+            recall, precision, a_v, a_t = infoclip(v_g, regions, t_g[idx], tokens[idx], masks[idx], self.backbone.logit_scale)
+            scores = [
+                {"precision": float(p), "recall": float(r), "overall": float(p + r)} for p, r in zip(precision, recall)
+            ]
+            for i, row in zip(idx, self.rows([pairs[i] for i in idx], [pieces[i] for i in idx], scores, a_v, a_t)):
+                rows[i] = row
+        return rows
+
+
+class InfoMetICMetric(InfoFamilyMetric):
+    def __init__(self, model: InfoMetIC, backbone: ClipBackbone, **kwargs):
+        super().__init__("infometic", backbone, **kwargs)
+        self.model = model
+        self.max_len = model.config.text_len
+
+    @torch.inference_mode()
+    def compute(self, pairs, images) -> list[MetricResult]:
+        pieces, t_g, tokens, masks = self.text_inputs(pairs)
+        device = next(self.model.parameters()).device
+        rows: list[MetricResult | None] = [None] * len(pairs)
+        for n, idx in group_by_region_count(images).items():
+            v_g = torch.stack([images[i].global_feat for i in idx])
+            batch = [
+                v_g,
+                torch.stack([images[i].region_feats for i in idx]).reshape(len(idx), n, v_g.shape[-1]),
+                torch.stack([images[i].boxes for i in idx]).reshape(len(idx), n, 4),
+                torch.tensor([images[i].size for i in idx], dtype=torch.float32),
+                t_g[idx], tokens[idx], masks[idx],
+            ]
+            with few_threads(len(idx) * (n + 2 + self.max_len), device=device):
+                recall, precision, cos, a_v, a_t = self.model(*[x.to(device) for x in batch])
+            scores = [
+                {"precision": float(p), "recall": float(r), "overall": float(p + r),
+                 "overall_plus": float(p + r + 100.0 * c)}
+                for p, r, c in zip(precision, recall, cos)
+            ]
+            sub = self.rows([pairs[i] for i in idx], [pieces[i] for i in idx], scores, a_v.float().cpu(), a_t.float().cpu())
+            for i, row in zip(idx, sub):
+                rows[i] = row
+        return rows

@@ -1,0 +1,168 @@
+"""The output row of `capscope score` as types, built here and nowhere else.
+
+`ScoreRow.to_dict()` gives the JSON row that docs/formats.md describes ("score
+rows"): the same keys in the same order as always, with the `model` block
+extended by what makes a number reproducible (library versions, dtype, device,
+prompt, β and token rule, and the sha256 of every checkpoint file used).
+
+    ScoreRow(id="1", image="dog.jpg", caption="a dog", tokens=[...], regions=[...],
+             metrics={"clip-s": MetricResult.global_only({"clip_s": 0.71}, 2)},
+             model=ModelInfo(...)).to_dict()
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .checksums import file_sha256
+
+
+@dataclass
+class PieceScore:
+    """One BPE piece the InfoMetIC family saw; `token` indexes the row's tokens."""
+
+    text: str
+    token: int | None
+    score: float
+
+
+@dataclass
+class PhraseScore:
+    """One HICE-S caption phrase; `tokens` index the row's tokens."""
+
+    text: str
+    tokens: list[int]
+    score: float
+    correct: bool
+
+
+@dataclass
+class MetricResult:
+    """One metric's verdict on one pair: global `scores`, one value per token
+    and per region, and what only some families report (`pieces`, `phrases`,
+    `features`: left out of the JSON when None)."""
+
+    scores: dict[str, float]
+    token_scores: list[float | None]
+    token_correct: list[bool | None]
+    region_scores: list[float] = field(default_factory=list)
+    region_mentioned: list[bool] = field(default_factory=list)
+    null_score: float | None = None
+    pieces: list[PieceScore] | None = None
+    phrases: list[PhraseScore] | None = None
+    features: dict | None = None
+
+    @classmethod
+    def global_only(cls, scores: dict[str, float], n_tokens: int) -> MetricResult:
+        """A metric that judges the caption as a whole: no token or region verdicts."""
+        return cls(scores, [None] * n_tokens, [None] * n_tokens)
+
+    def to_dict(self) -> dict:
+        out = {
+            "scores": self.scores,
+            "token_scores": self.token_scores,
+            "token_correct": self.token_correct,
+            "region_scores": self.region_scores,
+            "region_mentioned": self.region_mentioned,
+            "null_score": self.null_score,
+        }
+        if self.pieces is not None:
+            out["pieces"] = [asdict(p) for p in self.pieces]
+        if self.phrases is not None:
+            out["phrases"] = [asdict(p) for p in self.phrases]
+        if self.features is not None:
+            out["features"] = self.features
+        return out
+
+
+@dataclass
+class ModelInfo:
+    """The row's `model` block: the four fields rows always had (`clip`, the
+    region source `regions`, `text`, `demo`), then what a number depends on."""
+
+    clip: str
+    regions: str
+    text: str
+    demo: bool
+    capscope: str = ""
+    torch: str = ""
+    open_clip: str = ""
+    pillow: str = ""
+    dtype: str = ""
+    device: str = ""
+    prompt: str = ""
+    beta: float | None = None
+    token_rule: str = ""
+    checkpoints: dict[str, dict] = field(default_factory=dict)  # role -> {"file", "sha256"}
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["checkpoints"] = {role: dict(entry) for role, entry in self.checkpoints.items()}  # rows share none
+        return out
+
+
+@dataclass
+class ScoreRow:
+    """One output row. `tokens` and `regions` hold objects with `to_dict()`
+    (`text.Token`, `regions.Region`); `model` is None on a row that failed
+    before any model saw it."""
+
+    id: Any
+    image: str | None
+    caption: Any
+    tokens: list = field(default_factory=list)
+    regions: list = field(default_factory=list)
+    metrics: dict[str, MetricResult] = field(default_factory=dict)
+    model: ModelInfo | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, row: dict | None, error: str) -> ScoreRow:
+        """The row for an input line that cannot be scored at all (bad JSON, no id)."""
+        row = row or {}
+        return cls(row.get("id"), row.get("image"), row.get("caption"), error=error)
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "image": self.image,
+            "caption": self.caption,
+            "tokens": [t.to_dict() for t in self.tokens],
+            "regions": [r.to_dict() for r in self.regions],
+            "metrics": {name: result.to_dict() for name, result in self.metrics.items()},
+            "model": None if self.model is None else self.model.to_dict(),
+            "error": self.error,
+        }
+
+
+# ---------------------------------------------------------------- reproducibility
+
+@functools.cache
+def library_versions() -> dict[str, str]:
+    """The versions a score depends on (Pillow's resizing and fp16 vs fp32 move it)."""
+    names = {"capscope": "capscope", "torch": "torch", "open_clip": "open_clip_torch", "pillow": "Pillow"}
+    return {key: _version(dist) for key, dist in names.items()}
+
+
+def _version(distribution: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def checkpoint_digest(path: str | Path) -> dict:
+    """{"file": name, "sha256": hex} of a checkpoint file, taken when it is loaded
+    (hashed once per file: `checksums.file_sha256` keeps the digests)."""
+    return {"file": Path(path).name, "sha256": file_sha256(path)}
+
+
+def reproducibility(*, dtype: str, device: str, prompt: str, beta: float, token_rule: str,
+                    checkpoints: dict[str, dict]) -> dict:
+    """The `ModelInfo` fields beyond the first four, as keyword arguments."""
+    return {**library_versions(), "dtype": dtype, "device": device, "prompt": prompt, "beta": beta,
+            "token_rule": token_rule, "checkpoints": dict(checkpoints)}
