@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from capscope.metrics.families import InfoFamilyMetric
+from capscope.metrics.loading import read_checkpoint
 from capscope.metrics.regions import given_regions
 from capscope.metrics.registry import PreparedPair
 from capscope.metrics.text import Token, load_spacy, tokenize
@@ -89,7 +90,7 @@ def encode_bank(backbone, images_and_regions, total: int, progress: bool = True,
 def _encode_chunk(backbone, pending, glob, regions, boxes, sizes) -> None:
     images = [im for im, _ in pending]
     feats = backbone.image_features(images, [rs for _, rs in pending])
-    backbone._images.clear()   # a bank is encoded once; the scorer's cache would only hold memory
+    backbone.clear_caches()   # a bank is encoded once; the scorer's cache would only hold memory
     for f in feats:
         glob.append(f.global_feat.clone())
         regions.append(f.region_feats.clone().reshape(len(f.regions), -1))
@@ -109,7 +110,7 @@ def cached_bank(path: Path, key: str, build) -> ImageBank:
     """The bank saved at `path` when it was made for `key`, else built and saved."""
     path = Path(path)
     if path.is_file():
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+        saved = read_checkpoint(path, "image feature bank")
         if saved.get("key") == key:
             log.info("image features from %s", path)
             return ImageBank(**saved["bank"])

@@ -1,5 +1,5 @@
 """Load once, score many: `Scorer` turns (image, caption) pairs into the output
-rows of docs/formats.md §2.
+rows of CONTRACTS §2.
 
     scorer = Scorer(metrics=["infometic", "clip-s"])
     row = scorer.score(Image.open("dog.jpg"), "a dog on a sofa")
@@ -11,10 +11,8 @@ feature file (`features`), or from the configured proposer.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -347,15 +345,11 @@ def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
 
 def create_clip_from_config(name: str, config: dict | None):
     """An open_clip architecture by name, registering `config` first for a
-    custom one (capscope's demo CLIP ships its config inside its checkpoint)
-    through open_clip's public `add_model_config`, which reads it from a file."""
-    import open_clip
+    custom one (capscope's demo CLIP ships its config inside its checkpoint)."""
+    from open_clip.factory import _MODEL_CONFIGS
 
     if config:
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / f"{name}.json"
-            path.write_text(json.dumps(config))
-            open_clip.add_model_config(path)
+        _MODEL_CONFIGS[name] = config
     return loading.empty_open_clip(name)
 
 
