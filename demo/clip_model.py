@@ -56,12 +56,13 @@ def save_demo_clip(model, path: Path, half: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: (v.half() if half and v.is_floating_point() else v).detach().cpu()
              for k, v in model.state_dict().items()}
-    _atomic(path, lambda tmp: torch.save(state, tmp))
+    write_atomically(path, lambda tmp: torch.save(state, tmp))
     config = config_path_beside(path)
-    _atomic(config, lambda tmp: tmp.write_text(json.dumps(DEMO_CLIP_CONFIG, indent=2) + "\n"))
+    write_atomically(config, lambda tmp: tmp.write_text(json.dumps(DEMO_CLIP_CONFIG, indent=2) + "\n"))
 
 
-def _atomic(path: Path, write) -> None:
+def write_atomically(path: Path, write) -> None:
+    """`write(tmp)` to a file beside `path`, then moved over it: a crash never leaves half a file."""
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
     os.replace(tmp, path)

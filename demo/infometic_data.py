@@ -188,7 +188,7 @@ class DemoSource:
     def images(self):
         for scene, regions in zip(self.scenes, self.regions):
             image = scene.image()
-            scene._render = None   # keep only the features, not every rendered image
+            scene.forget_render()   # keep only the features, not every rendered image
             yield image, given_regions([{"box": r.box} for r in regions], *image.size)
 
     def draw(self, image: int, rng: np.random.Generator) -> Draw:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .dataset import demo_scene
-from .scenes import Caption, Scene, _fix_articles, make_caption, pollution_options
+from .scenes import Caption, Scene, fix_articles, make_caption, pollution_options
 
 JUDGEMENTS_FILE = "judgements/flickr8k.json"
 MAX_WRONG = 3
@@ -60,7 +60,7 @@ def swap_wrong(graded: Graded, scene: Scene, rng: np.random.Generator) -> Graded
     words[w] = replace(word, text=value)
     phrases = list(graded.caption.phrases)
     phrases[word.phrase] = replace(phrases[word.phrase], **{word.role: value})
-    caption = replace(graded.caption, words=_fix_articles(words), phrases=tuple(phrases), wrong_word=w)
+    caption = replace(graded.caption, words=fix_articles(words), phrases=tuple(phrases), wrong_word=w)
     return Graded(caption, (*graded.wrong, w))
 
 

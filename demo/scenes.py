@@ -63,6 +63,10 @@ class Scene:
             self._render = _render(self)
         return self._render
 
+    def forget_render(self) -> None:
+        """Drop the cached pixels (they are drawn again when asked for)."""
+        self._render = None
+
     def image(self) -> Image.Image:
         return Image.fromarray(self.render()[0])
 
@@ -265,7 +269,7 @@ def _draw_caption(scene: Scene, rng: np.random.Generator) -> Caption:
         words += [Word(text, role, p) for text, role in phrase.words()]
     tail = "." if use_count else suffix
     words += [Word(w) for w in tail.rstrip(".").split()] + [Word(".")]
-    return Caption(_fix_articles(words), phrases, referents, n if use_count else None)
+    return Caption(fix_articles(words), phrases, referents, n if use_count else None)
 
 
 def _describe(scene: Scene, index: int, rng) -> Phrase:
@@ -276,7 +280,7 @@ def _describe(scene: Scene, index: int, rng) -> Phrase:
     return Phrase(shape.kind, colour, size)
 
 
-def _fix_articles(words: list[Word]) -> tuple[Word, ...]:
+def fix_articles(words: list[Word]) -> tuple[Word, ...]:
     fixed = list(words)
     for i, word in enumerate(fixed):
         if word.role == "article" and i + 1 < len(fixed):
@@ -314,7 +318,7 @@ def pollute(caption: Caption, scene: Scene, rng: np.random.Generator, binding_sh
     words[w] = replace(word, text=value)
     phrases = list(caption.phrases)
     phrases[word.phrase] = replace(phrases[word.phrase], **{word.role: value})
-    return replace(caption, words=_fix_articles(words), phrases=tuple(phrases), wrong_word=w)
+    return replace(caption, words=fix_articles(words), phrases=tuple(phrases), wrong_word=w)
 
 
 def pollution_options(caption: Caption, scene: Scene) -> tuple[list, list]:

@@ -318,12 +318,12 @@ def make_optimizer(model, config: ClipTrainConfig):
 def save_training(model, optimizer, state: TrainState, config: ClipTrainConfig) -> None:
     import torch
 
-    from .clip_model import _atomic, save_demo_clip
+    from .clip_model import save_demo_clip, write_atomically
 
     save_demo_clip(model, config.out)
     payload = {"optimizer": optimizer.state_dict(), "state": asdict(state),
                "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}}
-    _atomic(state_path(config.out), lambda tmp: torch.save(payload, tmp))
+    write_atomically(state_path(config.out), lambda tmp: torch.save(payload, tmp))
 
 
 def load_training(model, optimizer, config: ClipTrainConfig) -> TrainState:

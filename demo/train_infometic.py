@@ -405,7 +405,7 @@ def save_checkpoint(s: Session, path: Path, half: bool) -> None:
 
     from capscope.metrics.infometic import capscope_checkpoint
 
-    from .clip_model import _atomic
+    from .clip_model import write_atomically
 
     raw = capscope_checkpoint(s.model, s.clip_name, s.clip_config, crop=dict(s.crop),
                               training={"steps": s.state.step, "minutes": round(s.state.elapsed / 60, 2),
@@ -413,19 +413,19 @@ def save_checkpoint(s: Session, path: Path, half: bool) -> None:
     raw["state_dict"] = {k: (v.half() if half and v.is_floating_point() else v).detach().cpu().clone()
                          for k, v in raw["state_dict"].items()}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    _atomic(Path(path), lambda tmp: torch.save(raw, tmp))
+    write_atomically(Path(path), lambda tmp: torch.save(raw, tmp))
 
 
 def save_training(s: Session) -> None:
     import torch
 
-    from .clip_model import _atomic
+    from .clip_model import write_atomically
 
     save_checkpoint(s, s.config.out, s.config.half)
     payload = {"optimizer": s.optimizer.state_dict(), "state": asdict(s.state),
                "head": {k: v.detach().cpu() for k, v in s.model.state_dict().items() if not k.startswith("clip_backbone.")},
                "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(s.config).items()}}
-    _atomic(state_path(s.config.out), lambda tmp: torch.save(payload, tmp))
+    write_atomically(state_path(s.config.out), lambda tmp: torch.save(payload, tmp))
 
 
 def load_training(model, optimizer, config: InfoTrainConfig) -> TrainState:

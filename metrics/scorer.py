@@ -11,8 +11,10 @@ feature file (`features`), or from the configured proposer.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -345,11 +347,15 @@ def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
 
 def create_clip_from_config(name: str, config: dict | None):
     """An open_clip architecture by name, registering `config` first for a
-    custom one (capscope's demo CLIP ships its config inside its checkpoint)."""
-    from open_clip.factory import _MODEL_CONFIGS
+    custom one (capscope's demo CLIP ships its config inside its checkpoint)
+    through open_clip's public `add_model_config`, which reads it from a file."""
+    import open_clip
 
     if config:
-        _MODEL_CONFIGS[name] = config
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"{name}.json"
+            path.write_text(json.dumps(config))
+            open_clip.add_model_config(path)
     return loading.empty_open_clip(name)
 
 

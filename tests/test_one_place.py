@@ -365,6 +365,26 @@ def test_the_inventory_is_built_by_a_call_not_by_an_import():
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
 
 
+# ---------------------------------------------------------------- private names
+
+def test_no_module_uses_a_private_name_of_another():
+    """`from x import _name` and `obj._name` (other than self's and cls's)
+    nowhere in the packages: what another module needs is public."""
+    found = []
+    for path, tree in package_trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                found += [f"{path}:{node.lineno} import {a.name}" for a in node.names if _private(a.name)]
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    found.append(f"{path}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 # ---------------------------------------------------------------- helpers
 
 ROOT = Path(__file__).resolve().parent.parent
