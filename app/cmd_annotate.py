@@ -94,12 +94,6 @@ def open_store(args):
         raise CapscopeError(f"cannot open the database: {err.orig}") from None
 
 
-def _workflow_errors():
-    from capscope.annotation.errors import AnnotationError
-
-    return AnnotationError
-
-
 def run_import(args) -> int:
     from capscope.annotation import importer
 
@@ -107,17 +101,14 @@ def run_import(args) -> int:
     options = importer.ImportOptions(dataset=args.dataset, annotators_per_item=args.annotators_per_item,
                                      regions=args.regions, max_regions=args.max_regions,
                                      batch_size=max(1, args.batch_size), progress=not args.no_progress)
-    try:
-        if args.captions:
-            if args.images is None:
-                raise CapscopeError("--captions needs --images DIR")
-            report = importer.import_captions(store, args.captions, args.images, options)
-        elif args.captokeneval:
-            report = importer.import_captokeneval(store, args.captokeneval, options, args.images)
-        else:
-            report = importer.import_predictions(store, args.predictions, args.dataset)
-    except _workflow_errors() as err:
-        raise CapscopeError(str(err)) from None
+    if args.captions:
+        if args.images is None:
+            raise CapscopeError("--captions needs --images DIR")
+        report = importer.import_captions(store, args.captions, args.images, options)
+    elif args.captokeneval:
+        report = importer.import_captokeneval(store, args.captokeneval, options, args.images)
+    else:
+        report = importer.import_predictions(store, args.predictions, args.dataset)
     for error in report.errors:
         print(f"rejected {error}", file=sys.stderr)
     print(report.summary())
@@ -146,8 +137,6 @@ def run_export(args) -> int:
         with partial.open("w", encoding="utf-8", newline="") as handle:
             export_to_file(store, args.format, handle, args.dataset)
         partial.replace(out)  # a reader never sees half a file
-    except _workflow_errors() as err:
-        raise CapscopeError(str(err)) from None
     except OSError as err:
         raise CapscopeError(f"cannot write {args.out}: {err.strerror}") from None
     print(f"wrote {out}", file=sys.stderr)
@@ -160,10 +149,7 @@ def run_users_add(args) -> int:
     password = args.password or os.environ.get("CAPSCOPE_PASSWORD")
     if not password:
         password = getpass.getpass(f"password for {args.name}: ")
-    try:
-        user = add_user(open_store(args), args.name, password, args.role, replace=args.replace)
-    except _workflow_errors() as err:
-        raise CapscopeError(str(err)) from None
+    user = add_user(open_store(args), args.name, password, args.role, replace=args.replace)
     print(f"user {user.name} ({user.role}) saved")
     return 0
 

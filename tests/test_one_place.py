@@ -39,6 +39,15 @@ def test_the_cli_prints_any_user_error_as_one_line(monkeypatch, capsys, error):
     assert capsys.readouterr().err == f"capscope models: error: {error}\n"
 
 
+def test_an_annotation_error_reaches_the_cli_as_one_line(tmp_path, capsys):
+    db = ["--db", f"sqlite:///{tmp_path / 'capscope.db'}"]
+    assert main(["users", "add", "ann", "--password", "secret", *db]) == 0
+    assert main(["users", "add", "ann", "--password", "secret", *db]) == 2
+    assert capsys.readouterr().err.endswith("capscope users: error: user 'ann' already exists\n")
+    assert main(["users", "add", "bob", "--password", "abc", *db]) == 2
+    assert "password must have at least 4 characters" in capsys.readouterr().err
+
+
 def test_other_errors_still_show_their_traceback(monkeypatch):
     import capscope.cmd_score as cmd_score
 
