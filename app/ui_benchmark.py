@@ -17,7 +17,7 @@ from capscope.bench import correlate as C
 from capscope.bench.human import BENCHMARKS, load
 from capscope.db import data_dir
 from capscope.metrics.errors import CapscopeError
-from capscope.metrics.registry import BETA
+from capscope.metrics.registry import BETA, metric_names
 from capscope.ui_models import Models
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ def demo_judgements(folder: Path | None = None) -> str:
 # ---------------------------------------------------------------- Gradio wiring
 
 def outputs_of(view: AgreementView) -> tuple:
-    table = pd.DataFrame(view.rows, columns=view.header) if view.header else pd.DataFrame()
+    table = pd.DataFrame(view.rows, columns=view.header or ["score"])    # empty: a cleared table, not 1 2 3
     return view.message, table, view.notes, view.text, view.figure
 
 
@@ -193,7 +193,7 @@ def build_people_agreement(models: Models, guard) -> dict:
                               file_types=[".json", ".jsonl", ".csv"], height=130)
     with gr.Row():
         # every candidate until the page loads (API callers are checked against these), then those that loaded
-        c["metrics"] = gr.CheckboxGroup(label="Metrics", choices=list(models.wanted), scale=3,
+        c["metrics"] = gr.CheckboxGroup(label="Metrics", choices=list(models.wanted or metric_names()), scale=3,
                                         elem_id="cs-people-metrics")
         c["draws"] = gr.Number(label="Bootstrap draws (0: none)", value=DEFAULT_DRAWS, precision=0, minimum=0,
                                scale=1)
