@@ -21,6 +21,7 @@ from capscope.annotation.users import add_user, get_user, list_users
 from capscope.annotation.votes import iter_items, load_item
 from capscope.db import Store, data_dir
 from capscope.metrics.images import read_image
+from capscope.ui_benchmark import build_people_agreement
 from capscope.ui_inspect import METRIC_TITLES, shaded_tokens, token_segments
 from capscope.ui_models import TOKEN_METRICS, Models
 
@@ -485,6 +486,7 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
     c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold",
                                  elem_id="cs-bench-figures")
     c["plot"] = gr.Plot(label="Score distributions")
+    people = build_people_agreement(scores.models, lambda fn, outputs=None: admin_only(store, fn, outputs))
     gr.Markdown("### Agreement")
     c["agreement_button"] = gr.Button("Refresh agreement", size="sm")
     c["agreement"] = gr.Markdown()
@@ -504,7 +506,8 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
                    concurrency_id="bulk", concurrency_limit=1)
     c["agreement_button"].click(admin_only(store, lambda d: agreement_tables(store, d)), c["dataset"],
                                 [c["agreement"], c["annotators"], c["pairs"]], api_name="agreement")
-    c["load"] = [(admin_only(store, lambda: gr.update(choices=dataset_choices(store)), 1), None, c["dataset"])]
+    c["load"] = [(admin_only(store, lambda: gr.update(choices=dataset_choices(store)), 1), None, c["dataset"]),
+                 *people["load"]]
     return c
 
 

@@ -368,3 +368,33 @@ def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
     assert "ann3" in page.inner_text("#cs-admin-users")
     assert get_user(served.store, "ann3").role == "annotator"
     page.close()
+
+
+@browser
+def test_browser_benchmark_agreement_with_people(chromium, served, monkeypatch):
+    monkeypatch.setattr("capscope.ui_benchmark.DEMO_JUDGEMENT_SCENES", 4)  # the server runs in this process
+    page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
+    page.get_by_role("tab", name="Benchmark").click()
+    path = page.locator("#cs-people-path textarea, #cs-people-path input").first
+    path.fill("/no/such/folder")
+    page.wait_for_selector("#cs-people-metrics input[type=checkbox]:checked", timeout=30_000)
+    page.click("#cs-people-run")
+    message = "document.querySelector('#cs-people-message').innerText"
+    page.wait_for_function(f"{message}.includes('Not run')", timeout=60_000)
+    assert "does not exist" in page.inner_text("#cs-people-message")
+    assert "Traceback" not in page.inner_text("body")
+
+    page.click("#cs-people-demo")
+    page.wait_for_function("document.querySelector('#cs-people-path textarea, #cs-people-path input')"
+                           ".value.endsWith('flickr8k.json')", timeout=60_000)
+    page.click("#cs-people-run")
+    page.wait_for_function(f"{message}.includes('judgements scored')", timeout=180_000)
+    table = page.inner_text("#cs-people-table")
+    assert "tau_c*" in table and "infometic.overall" in table and "54.2 [1]" in table
+    figure = page.locator("#cs-people-figure img")
+    figure.wait_for(timeout=30_000)
+    assert page.evaluate("document.querySelector('#cs-people-figure img').naturalWidth") > 800
+    assert "Kendall tau_c" in page.inner_text("#cs-people-notes")
+    page.locator("#cs-people-table").scroll_into_view_if_needed()
+    shot(page, "benchmark-people.png")
+    page.close()
