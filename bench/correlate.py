@@ -88,15 +88,12 @@ def scoring_row(index: int, picture, candidate: Candidate) -> dict:
 
 def open_image(path: Path):
     """(RGB image, None) or (None, why it cannot be read)."""
-    from PIL import Image
+    from capscope.metrics.images import ImageError, read_image
 
     try:
-        with Image.open(path) as image:
-            return image.convert("RGB"), None
-    except FileNotFoundError:
-        return None, f"image not found: {path}"
-    except Exception as err:  # PIL raises many types for broken files
-        return None, f"cannot read image {path}: {type(err).__name__}"
+        return read_image(path), None
+    except ImageError as err:
+        return None, str(err)
 
 
 def _score_batch(scorer, batch, scored: dict, failed: dict) -> None:
