@@ -9,13 +9,16 @@ import time
 from pathlib import Path
 
 from capscope.metrics.jsonl import json_lines
+from capscope.metrics.regions import PROPOSERS
+from capscope.metrics.registry import METRIC_NAMES
+from capscope.metrics.result import ScoreRow
 
 from .cli import CapscopeError
 
 log = logging.getLogger("capscope")
 
-METRICS = ("clip-s", "pac-s", "infoclip", "infometic", "hice")
-REGION_SOURCES = ("sam", "yolo", "fastsam", "mobilesam", "classic", "given")
+METRICS = METRIC_NAMES  # live: a metric registered later is a valid choice
+REGION_SOURCES = (*PROPOSERS, "given")
 # `capscope models download NAME`: the released checkpoints come from their authors' Google Drive folders
 DOWNLOADS = ("infometic", "pacs", "clip", "spacy")
 
@@ -105,11 +108,7 @@ def done_ids(path: Path) -> set:
 
 
 def error_row(row: dict | None, error: str) -> dict:
-    row = row or {}
-    return {
-        "id": row.get("id"), "image": row.get("image"), "caption": row.get("caption"),
-        "tokens": [], "regions": [], "metrics": {}, "model": None, "error": error,
-    }
+    return ScoreRow.failed(row, error).to_dict()
 
 
 def run_score(args) -> int:

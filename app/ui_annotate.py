@@ -100,9 +100,9 @@ class Suggestions:
 
 def _decided(item: dict, token_scores: list, region_scores: list, metric: str):
     """Stored scores to (wrong tokens, mentioned regions) by the metric's own threshold."""
-    from capscope.ui_inspect import THRESHOLDS
+    from capscope.ui_inspect import decision_threshold
 
-    beta = THRESHOLDS.get(metric, 0.1)
+    beta = decision_threshold(metric)
     wrong = {i for i, (t, s) in enumerate(zip(item["tokens"], token_scores))
              if t["semantic"] and s is not None and s <= beta}
     mentioned = {i for i, s in enumerate(region_scores) if s is not None and s > beta}

@@ -22,15 +22,15 @@ from capscope.annotation.votes import iter_items, load_item
 from capscope.db import Store, data_dir
 from capscope.metrics.images import read_image
 from capscope.ui_benchmark import build_people_agreement
-from capscope.ui_inspect import METRIC_TITLES, shaded_tokens, token_segments
-from capscope.ui_models import TOKEN_METRICS, Models
+from capscope.metrics.registry import SPECS, metric_title
+from capscope.ui_inspect import shaded_tokens, token_metrics, token_segments
+from capscope.ui_models import Models
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 25
 TABLE_COLUMNS = ["item", "id", "dataset", "caption", "submitted", "needed", "in progress", "disagreement",
                  "uncertainty", "flags", "gold"]
-PRIMARY_KEYS = {"infometic": "overall", "infoclip": "overall", "clip-s": "clip_s", "pac-s": "pac_s", "hice": "hice"}
 FIGURES = ["text_accuracy", "vision_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "region_auroc"]
 
 
@@ -99,7 +99,7 @@ def evaluation_rows(pairs: list[tuple[dict, dict]]) -> list[list]:
         predictions = [_aligned_prediction(gold, row["metrics"].get(metric)) for gold, row in pairs]
         figures = evaluate(items, predictions, metric)
         trivial = figures["trivial"]
-        table.append([METRIC_TITLES.get(metric, metric), figures["n_items"], *[_round(figures[f]) for f in FIGURES]])
+        table.append([metric_title(metric), figures["n_items"], *[_round(figures[f]) for f in FIGURES]])
     if trivial:
         table.append(["trivial rule (all correct / none mentioned)", len(items),
                       *[_round(trivial[f]) for f in FIGURES]])
@@ -139,7 +139,7 @@ def distribution_plot(pairs: list[tuple[dict, dict]]):
     metrics = list(dict.fromkeys(m for _, row in pairs for m in row["metrics"]))
     fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 2.6), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        key = PRIMARY_KEYS.get(metric)
+        key = SPECS[metric].primary_key if metric in SPECS else None
         groups: dict[str, list[float]] = {}
         for gold, row in pairs:
             scores = (row["metrics"].get(metric) or {}).get("scores", {})
@@ -150,7 +150,7 @@ def distribution_plot(pairs: list[tuple[dict, dict]]):
             groups.setdefault(group, []).append(float(value))
         for group, values in sorted(groups.items()):
             ax.hist(values, bins=12, alpha=0.6, label=f"{group} ({len(values)})")
-        ax.set_title(f"{METRIC_TITLES.get(metric, metric)} {key or ''}", fontsize=9)
+        ax.set_title(f"{metric_title(metric)} {key or ''}", fontsize=9)
         ax.tick_params(labelsize=7)
         if groups:
             ax.legend(fontsize=7)
@@ -224,7 +224,7 @@ def dataset_choices(store: Store) -> list[tuple[str, str]]:
 
 def sort_choices(store: Store) -> list[tuple[str, str]]:
     choices = [(name, name) for name in browse.SORTS]
-    choices += [(f"score: {METRIC_TITLES.get(m, m)} {k}", f"score:{m}:{k}") for m, k in browse.score_keys(store)]
+    choices += [(f"score: {metric_title(m)} {k}", f"score:{m}:{k}") for m, k in browse.score_keys(store)]
     return choices
 
 
@@ -249,12 +249,12 @@ def gold_and_model(store: Store, scores: DatasetScores, item_id: int, metric: st
         return None, None, [], [], f"No item {item_id}."
     gold_overlay, gold_tokens, image = _gold_views(item)
     row = scores.score_item(item)
-    metric = metric if metric in row["metrics"] else next((m for m in TOKEN_METRICS if m in row["metrics"]),
+    metric = metric if metric in row["metrics"] else next((m for m in token_metrics() if m in row["metrics"]),
                                                           next(iter(row["metrics"]), None))
     boxes = [r["box"] for r in item.regions]
     model_overlay = ui_draw.score_overlay(image, boxes, (row["metrics"].get(metric) or {}).get("region_scores"),
                                           (row["metrics"].get(metric) or {}).get("region_mentioned"))
-    note = f"{_gold_note(store, item)} · model: {METRIC_TITLES.get(metric, metric)}"
+    note = f"{_gold_note(store, item)} · model: {metric_title(metric)}"
     return gold_overlay, model_overlay, gold_tokens, shaded_tokens(row, metric), note
 
 

@@ -13,17 +13,30 @@ from PIL import Image
 
 from capscope import ui_draw
 from capscope.metrics.images import read_image
-from capscope.ui_models import CANDIDATE_METRICS, TOKEN_METRICS, Models
+from capscope.metrics.registry import BETA, SPECS, metric_names, metric_title
+from capscope.ui_models import Models
 
-THRESHOLDS = {"infometic": 0.1, "infoclip": 0.1, "hice": 0.2}
-METRIC_TITLES = {"infometic": "InfoMetIC", "infoclip": "InfoCLIP", "clip-s": "CLIP-S", "pac-s": "PAC-S",
-                 "hice": "HICE-S"}
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
                "bundled demo model, which knows coloured shapes on plain backgrounds, not photos. "
                "See `capscope models` for what is missing.")
 
 
 # ---------------------------------------------------------------- row -> display
+
+def decision_threshold(metric: str, result: dict | None = None) -> float:
+    """The cut the metric decided with: the one its result reports (HICE-S's
+    `features.threshold`), else its registry default."""
+    reported = ((result or {}).get("features") or {}).get("threshold")
+    if reported is not None:
+        return float(reported)
+    spec = SPECS.get(metric)
+    return spec.threshold if spec and spec.threshold is not None else BETA
+
+
+def token_metrics() -> tuple[str, ...]:
+    """The metrics that judge words, in registry order (the first is shown by default)."""
+    return metric_names(kind="token")
+
 
 def token_shade(score: float | None, correct: bool | None, threshold: float) -> float | None:
     """HighlightedText score-mode value: red (> 0) for unsupported words, purple
@@ -55,7 +68,7 @@ def shaded_tokens(row: dict | None, metric: str) -> list[tuple[str, float | None
     segments = token_segments(row["caption"], row["tokens"])
     scores = result.get("token_scores") or [None] * len(segments)
     correct = result.get("token_correct") or [None] * len(segments)
-    threshold = THRESHOLDS.get(metric, 0.1)
+    threshold = decision_threshold(metric, result)
     return [(text, token_shade(s, c, threshold)) for text, s, c in zip(segments, scores, correct)]
 
 
@@ -93,8 +106,9 @@ def summary_markdown(row: dict | None, metric: str) -> str:
     result = row["metrics"].get(metric) or {}
     parts = []
     wrong = wrong_words(row, metric)
-    if metric in TOKEN_METRICS:
-        rule = " (β scaled to the caption's length)" if metric in ("infometic", "infoclip") else ""
+    if metric in token_metrics():
+        scaled = SPECS[metric].follows_token_rule and (row.get("model") or {}).get("token_rule") == "relative"
+        rule = " (β scaled to the caption's length)" if scaled else ""
         parts.append(f"**Wrong words{rule}:** " + (", ".join(f"~~{w}~~" for w in wrong) if wrong else "none found"))
     mentioned = result.get("region_mentioned") or []
     if mentioned:
@@ -128,7 +142,7 @@ def scores_rows(row_a: dict | None, row_b: dict | None) -> list[list]:
         score = ((row or {}).get("metrics", {}).get(name) or {}).get("scores", {}).get(key)
         return None if score is None else round(float(score), 4)
 
-    return [[METRIC_TITLES.get(n, n), k, value(row_a, n, k), value(row_b, n, k)] for n, k in keys]
+    return [[metric_title(n), k, value(row_a, n, k), value(row_b, n, k)] for n, k in keys]
 
 
 def region_report(row: dict | None, metric: str, region: int | None, matches: list[tuple[str, float]]) -> str:
@@ -139,7 +153,7 @@ def region_report(row: dict | None, metric: str, region: int | None, matches: li
     text = f"**Region {region + 1}**"
     if region < len(scores):
         state = "mentioned" if region < len(mentioned) and mentioned[region] else "**not mentioned**"
-        text += f" · {METRIC_TITLES.get(metric, metric)} score {scores[region]:.3f} ({state})"
+        text += f" · {metric_title(metric)} score {scores[region]:.3f} ({state})"
     if matches:
         best, cos = matches[0]
         text += f" · best match: **{html.escape(best)}** (cosine {cos:.3f})"
@@ -170,7 +184,7 @@ def shown_metric(row: dict | None, metric: str | None) -> str | None:
     present = list(((row or {}).get("metrics") or {}))
     if metric in present or not present:
         return metric
-    return next((m for m in TOKEN_METRICS if m in present), present[0])
+    return next((m for m in token_metrics() if m in present), present[0])
 
 
 def caption_view(image, row: dict | None, metric: str) -> tuple:
@@ -201,13 +215,13 @@ def banner(models: Models) -> tuple:
     except Exception as err:  # nothing loads: annotation still works, scoring cannot
         text = f"⚠ **No scoring model can be loaded here**, so Inspect cannot score: {html.escape(str(err))}"
         return gr.update(value=text, visible=True), gr.skip()
-    missing = ", ".join(METRIC_TITLES.get(k, k) for k in models.unavailable)  # reasons are in the server log
+    missing = ", ".join(metric_title(k) for k in models.unavailable)  # reasons are in the server log
     text = DEMO_BANNER if models.demo else ""
     if missing:
         text += ("\n\n" if text else "") + f"<small>Not available here: {html.escape(missing)} " \
                                               "(their weights are missing; `capscope models` lists what to get)</small>"
-    first = next((m for m in available if m in TOKEN_METRICS), available[0])
-    choices = [(METRIC_TITLES.get(m, m), m) for m in available]
+    first = next((m for m in available if m in token_metrics()), available[0])
+    choices = [(metric_title(m), m) for m in available]
     return gr.update(value=text, visible=bool(text)), gr.update(choices=choices, value=first)
 
 
@@ -228,7 +242,7 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
             c["caption_b"] = gr.Textbox(label="Caption B (optional, for comparison)", lines=2, elem_id="cs-caption-b")
             c["references"] = gr.Textbox(label="References (optional, one per line)", lines=2)
             with gr.Row():
-                c["metric"] = gr.Radio(choices=[(METRIC_TITLES[m], m) for m in CANDIDATE_METRICS], value="infometic",
+                c["metric"] = gr.Radio(choices=[(metric_title(m), m) for m in metric_names()], value=token_metrics()[0],
                                        label="Show tokens and regions by", scale=3)
                 c["score"] = gr.Button("Score", variant="primary", scale=1, elem_id="cs-score")
     c["regions"] = gr.State(None)  # given boxes for a demo scene; None = propose
