@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from capscope.metrics.registry import TOKEN_RULES
+
 from .cli import CapscopeError
 
 
@@ -74,7 +76,7 @@ def register(sub) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=7860)
     serve.add_argument("--lease-minutes", type=float, default=30.0, help="an unsaved item returns to the queue after this")
-    serve.add_argument("--token-rule", default="relative", choices=["paper", "relative"],
+    serve.add_argument("--token-rule", default="relative", choices=TOKEN_RULES,
                        help="how the API and the UI decide a wrong word: paper (share <= beta) or relative "
                             "(beta scaled by the number of semantic words; default)")
     _add_db(serve)

@@ -24,7 +24,8 @@ from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
-from capscope.ui_models import TOKEN_METRICS, Models
+from capscope.metrics.registry import metric_names
+from capscope.ui_models import Models
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class Suggestions:
     def _stored(self, user: UserInfo, item: dict):
         full = workflow.get_item(self.store, user, item["item_id"], include_predictions=True)
         stored = {p["metric"]: p for p in full.get("predictions") or [] if p.get("token_scores")}
-        metric = next((m for m in TOKEN_METRICS if m in stored), None)
+        metric = next((m for m in metric_names(kind="token") if m in stored), None)
         if metric is None:
             return None
         return _decided(item, stored[metric]["token_scores"], stored[metric].get("region_scores") or [], metric)
@@ -86,7 +87,7 @@ class Suggestions:
         except Exception as err:  # a missing model must not break annotation
             log.warning("pre-labels unavailable for item %s: %s", item["item_id"], err)
             return None
-        metric = next((m for m in TOKEN_METRICS if m in row["metrics"]), None)
+        metric = next((m for m in metric_names(kind="token") if m in row["metrics"]), None)
         if metric is None:
             return None
         result = row["metrics"][metric]

@@ -10,36 +10,14 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
+from capscope.metrics.errors import ModelUnavailable
+from capscope.metrics.registry import TOKEN_RULES, metric_names
 from capscope.metrics.threads import few_threads
 
 log = logging.getLogger(__name__)
 
-CANDIDATE_METRICS = ("infometic", "infoclip", "clip-s", "pac-s", "hice")
-TOKEN_METRICS = ("infometic", "infoclip", "hice")
-CLIP_METRICS = ("clip-s", "infoclip", "hice")
-_COMPONENT_OF = {"PAC-S": ("pac-s",), "InfoMetIC": ("infometic",), "HICE": ("hice",), "Alpha-CLIP": ("hice",)}
-
-
-def culprits(err: BaseException, metrics: list[str]) -> list[str]:
-    """The metrics a build error is about, judged from its one-line message."""
-    message = str(err)
-    if isinstance(err, ImportError) and "hice" in (getattr(err, "name", "") or message):
-        return [m for m in metrics if m == "hice"] or metrics[-1:]
-    for component, names in _COMPONENT_OF.items():
-        if message.startswith(component) or f"{component}:" in message:
-            found = [m for m in metrics if m in names]
-            if found:
-                return found
-    if "CLIP" in message or "open_clip" in message:
-        found = [m for m in metrics if m in CLIP_METRICS]
-        if found:
-            return found
-    return metrics[-1:]
-
-
-TOKEN_RULES = ("paper", "relative")
 # The page marks words with the length-aware rule by default: with more than ten
 # semantic words even a uniform attention share is under the paper's β = 0.1, and
 # every word of a long caption would be listed as wrong (`capscope score` keeps the
@@ -53,37 +31,43 @@ TOKEN_RULE_NOTES = {
 
 
 def default_factory(metrics: list[str], token_rule: str = DEFAULT_TOKEN_RULE):
+    """capscope's Scorer with the metrics whose models load (the others in its `unavailable`)."""
     from capscope.metrics.scorer import Scorer
 
-    return Scorer(metrics, device="auto", token_rule=token_rule)
+    return Scorer(metrics, device="auto", token_rule=token_rule, skip_unavailable=True)
 
 
-def _unavailable(message: str) -> Exception:
-    from capscope.metrics.loading import ModelUnavailable
-
-    return ModelUnavailable(message)
+def first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 class Models:
     """The server's one scorer, shared by the REST API and the web UI, so both
     give the same verdicts under one token rule and CLIP is loaded once.
-    Built on first use with the metrics that load; `score` is thread-safe.
+    Built on first use with the metrics that load (default: every registered
+    one); `score` is thread-safe.
 
-    `factory(metrics)` builds a scorer with `.metrics` and
-    `.score(image, caption, references=, regions=, tokens=, only=)`; the
-    default builds capscope's Scorer with `token_rule`."""
+    `factory(metrics)` builds a scorer with `.metrics`, `.unavailable`
+    (name -> why, optional) and `.score(image, caption, references=,
+    regions=, tokens=, only=)`; the default builds capscope's Scorer under
+    `token_rule`."""
 
     def __init__(self, factory: Callable[[list[str]], object] | None = None,
-                 metrics: tuple[str, ...] = CANDIDATE_METRICS, token_rule: str = DEFAULT_TOKEN_RULE):
+                 metrics: Sequence[str] | None = None, token_rule: str = DEFAULT_TOKEN_RULE):
         if token_rule not in TOKEN_RULES:
             raise ValueError(f"unknown token rule {token_rule!r}; choose from {', '.join(TOKEN_RULES)}")
         self.token_rule = token_rule
         self.factory = factory or functools.partial(default_factory, token_rule=token_rule)
-        self.wanted = list(metrics)
+        self._wanted = list(metrics) if metrics is not None else None
         self.unavailable: dict[str, str] = {}
         self._scorer = None
         self._build_lock = threading.Lock()
         self._score_lock = threading.Lock()
+
+    @property
+    def wanted(self) -> list[str]:
+        """The metrics this server tries to load: those it was given, else every registered one."""
+        return list(self._wanted) if self._wanted is not None else list(metric_names())
 
     @property
     def scorer(self):
@@ -93,17 +77,19 @@ class Models:
             return self._scorer
 
     def _build(self):
-        remaining = list(self.wanted)
-        while remaining:
-            try:
-                return self.factory(remaining)
-            except Exception as err:  # ModelUnavailable, a missing module, a bad file
-                for name in culprits(err, remaining):
-                    self.unavailable[name] = str(err).splitlines()[0] if str(err) else type(err).__name__
-                    remaining.remove(name)
-                    log.warning("metric %s unavailable: %s", name, self.unavailable[name])
-        raise _unavailable("no metric can be loaded: " +
-                           "; ".join(f"{k}: {v}" for k, v in self.unavailable.items()))
+        wanted = self.wanted
+        try:
+            scorer = self.factory(wanted)
+        except Exception as err:  # nothing could be built: a missing module, a bad file, no model
+            self.unavailable = {name: first_line(err) for name in wanted}
+            raise ModelUnavailable(f"no metric can be loaded: {first_line(err)}") from err
+        self.unavailable = dict(getattr(scorer, "unavailable", None) or {})
+        for name, reason in self.unavailable.items():
+            log.warning("metric %s unavailable: %s", name, reason)
+        if not scorer.metrics:
+            raise ModelUnavailable("no metric can be loaded: " +
+                               "; ".join(f"{k}: {v}" for k, v in self.unavailable.items()))
+        return scorer
 
     @property
     def available(self) -> list[str]:
@@ -120,9 +106,9 @@ class Models:
         loaded = self.available
         for name in metrics:
             if name in self.unavailable:
-                raise _unavailable(f"{name} is not available on this server: {self.unavailable[name]}")
+                raise ModelUnavailable(f"{name} is not available on this server: {self.unavailable[name]}")
             if name not in loaded:
-                raise _unavailable(f"{name} is not loaded on this server (loaded: {', '.join(loaded)})")
+                raise ModelUnavailable(f"{name} is not loaded on this server (loaded: {', '.join(loaded)})")
         return list(metrics)
 
     def score(self, image, caption: str, references=None, regions=None, tokens=None,

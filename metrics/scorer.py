@@ -74,7 +74,11 @@ class Scorer:
         beta: float = BETA,
         token_rule: str = "paper",
         spacy_model: str = "en_core_web_sm",
+        skip_unavailable: bool = False,
     ):
+        """`skip_unavailable`: a metric whose model cannot be had is left out and
+        its one-line reason kept in `self.unavailable` (the server's way, so that
+        the models that do load are loaded once); by default it raises."""
         self.specs = {name: get_spec(name) for name in metrics}
         if regions not in ("given", *PROPOSERS):
             raise ValueError(f"unknown region source {regions!r}; choose from given, {', '.join(PROPOSERS)}")
@@ -105,7 +109,15 @@ class Scorer:
             beta=beta, token_rule=token_rule, alpha_clip_checkpoint=alpha_clip_checkpoint,
             record_file=self._record_file,
         )
-        self.metrics = {name: spec.build(parts) for name, spec in self.specs.items()}
+        self.metrics, self.unavailable = {}, {}
+        for name, spec in self.specs.items():
+            try:
+                self.metrics[name] = spec.build(parts)
+            except (ModelUnavailable, ImportError) as err:
+                if not skip_unavailable:
+                    raise
+                self.unavailable[name] = str(err).splitlines()[0] if str(err) else type(err).__name__
+                log.warning("metric %s left out: %s", name, self.unavailable[name])
         backbones = [shared.get("clip")] + [getattr(m, "backbone", None) for m in self.metrics.values()]
         self.clip_name = next((b.name for b in backbones if b is not None), "none")
 

@@ -15,7 +15,7 @@ from capscope.annotation.votes import load_item
 from capscope.db import Store
 from capscope.ui import demo_examples, ensure_admin
 from capscope.ui_annotate import Annotator, progress_html, saved_text, token_values
-from capscope.ui_models import Models, culprits
+from capscope.ui_models import Models
 
 CAPTION = "a red circle and a blue square."
 TOKENS = [("a", 0, 1, False), ("red", 2, 5, True), ("circle", 6, 12, True), ("and", 13, 16, False),
@@ -160,25 +160,33 @@ def test_token_shade_bounds():
 
 # ---------------------------------------------------------------- models
 
-def test_models_leave_out_metrics_that_cannot_load():
-    class Unavailable(RuntimeError):
-        pass
+def test_models_build_once_and_leave_out_metrics_that_cannot_load():
+    from capscope.metrics.errors import ModelUnavailable
+    from capscope.metrics.registry import metric_names
 
     built = []
 
-    def factory(metrics):
-        built.append(list(metrics))
-        if "pac-s" in metrics:
-            raise Unavailable("PAC-S: checkpoint file x not found (set --pacs-checkpoint)")
-        if "hice" in metrics:
-            raise ModuleNotFoundError("No module named 'capscope.metrics.hice'", name="capscope.metrics.hice")
-        return type("FakeScorer", (), {"metrics": {m: None for m in metrics}, "demo": True})()
+    class FakeScorer:
+        demo = True
 
-    models = Models(factory)
-    assert models.available == ["infometic", "infoclip", "clip-s"]
-    assert set(models.unavailable) == {"pac-s", "hice"} and models.demo
-    assert culprits(RuntimeError("open_clip: ViT-B-32/openai not cached"), ["infometic", "clip-s", "hice"]) == \
-        ["clip-s", "hice"]
+        def __init__(self, metrics):
+            built.append(list(metrics))
+            missing = {"pac-s": "PAC-S: checkpoint file x not found (set --pacs-checkpoint)",
+                       "hice": "Alpha-CLIP: no checkpoint"}
+            self.metrics = {m: None for m in metrics if m not in missing}
+            self.unavailable = {m: why for m, why in missing.items() if m in metrics}
+
+    models = Models(FakeScorer)
+    assert models.available == ["infometic", "infoclip", "clip-s"] and models.demo
+    assert models.unavailable == {"pac-s": "PAC-S: checkpoint file x not found (set --pacs-checkpoint)",
+                                  "hice": "Alpha-CLIP: no checkpoint"}
+    assert built == [list(metric_names())]  # every registered metric, in one build
+    for asked, why in ((["clip-s", "pac-s"], "pac-s is not available on this server: PAC-S"),
+                       (["bleu"], "bleu is not loaded on this server")):
+        with pytest.raises(ModelUnavailable, match=why):
+            models.score(Image.new("RGB", (8, 8)), "a cat", metrics=asked)
+    with pytest.raises(ValueError, match="unknown token rule"):
+        Models(FakeScorer, token_rule="loose")
 
 
 # ---------------------------------------------------------------- annotate (real store)
