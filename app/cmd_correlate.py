@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from capscope.bench.human import BENCHMARKS
 
 from .cli import CapscopeError
-from .cmd_score import METRICS, REGION_SOURCES, add_model_options, build_scorer
+from .cmd_score import METRICS, REGION_SOURCES, ScorerOptions, add_engine_options, add_model_options, engine_cluster
 
 log = logging.getLogger("capscope")
 
@@ -31,6 +32,7 @@ def register(sub) -> None:
     cmd.add_argument("--regions", default="classic", choices=REGION_SOURCES)
     cmd.add_argument("--max-regions", type=int, default=20)
     add_model_options(cmd)
+    add_engine_options(cmd)
     cmd.set_defaults(func=run_correlate)
 
 
@@ -59,12 +61,9 @@ def run_correlate(args) -> int:
         raise CapscopeError(f"no usable rows in {args.data} ({len(loaded.problems)} problems, e.g. "
                             f"{loaded.problems[0] if loaded.problems else 'empty file'})")
     metrics = args.metrics or ["infometic"]
-    scorer = build_scorer(args, metrics)
-    if scorer.demo:
-        log.warning("DEMO MODEL: pretrained weights could not be had; scores come from capscope's "
-                    "tiny coloured-shapes model and mean nothing on photos")
-    outcome = correlate(loaded, scorer, metrics, batch_size=args.batch_size, bootstrap=args.bootstrap,
-                        seed=args.seed, token_rule=args.token_rule, beta=args.beta, progress=not args.json)
+    with scoring_engine(args, ScorerOptions.from_args(args, metrics)) as (scorer, batch_size):
+        outcome = correlate(loaded, scorer, metrics, batch_size=batch_size, bootstrap=args.bootstrap,
+                            seed=args.seed, token_rule=args.token_rule, beta=args.beta, progress=not args.json)
     report_problems(outcome.problems)
     if args.plot is not None and outcome.points:
         from capscope.bench.plot import correlation_plot
@@ -73,6 +72,24 @@ def run_correlate(args) -> int:
         log.info("figure written to %s", args.plot)
     print(json.dumps(outcome.result, ensure_ascii=False) if args.json else format_result(outcome.result))
     return 0
+
+
+@contextmanager
+def scoring_engine(args, options: ScorerOptions):
+    """(something with the Scorer's score_batch, the batch size to hand it): a
+    Scorer here, or a pool of Ray workers fed batches of one slice per worker
+    (their actors end with the block)."""
+    cluster = engine_cluster(args)
+    if cluster is None:
+        yield options.build(), args.batch_size
+        return
+    from .engine_ray import ScorerPool
+
+    pool = ScorerPool(options, cluster)
+    try:
+        yield pool, args.batch_size * pool.workers
+    finally:
+        pool.close()
 
 
 def report_problems(problems: list[str], shown: int = 5) -> None:

@@ -5,8 +5,12 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 import time
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 from capscope.metrics.jsonl import json_lines
 from capscope.metrics.regions import PROPOSERS
@@ -21,6 +25,9 @@ METRICS = METRIC_NAMES  # live: a metric registered later is a valid choice
 REGION_SOURCES = (*PROPOSERS, "given")
 # `capscope models download NAME`: the released checkpoints come from their authors' Google Drive folders
 DOWNLOADS = ("infometic", "pacs", "clip", "spacy")
+ENGINES = ("local", "ray")
+URL_TIMEOUT_S = 30   # one image or features file fetched over http(s)
+FEATURE_BATCH = 8    # rows per batch of `capscope features` (a worker's unit of work)
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +54,7 @@ def register(sub) -> None:
     score.add_argument("--regions", default="classic", choices=REGION_SOURCES)
     score.add_argument("--max-regions", type=int, default=20)
     add_model_options(score)
+    add_engine_options(score)
     score.set_defaults(func=run_score)
 
     features = sub.add_parser("features", help="write official-format InfoMetIC image features (.npz) for a JSONL of images")
@@ -55,6 +63,7 @@ def register(sub) -> None:
     features.add_argument("--regions", default="classic", choices=REGION_SOURCES)
     features.add_argument("--max-regions", type=int, default=20)
     add_model_options(features)
+    add_engine_options(features)
     features.set_defaults(func=run_features)
 
     models = sub.add_parser("models", help="list the model components, where they come from and whether they are here")
@@ -66,18 +75,163 @@ def register(sub) -> None:
     models.set_defaults(func=run_models)
 
 
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """Where the scoring runs: here, or on the workers of a Ray cluster."""
+    parser.add_argument("--engine", default="local", choices=ENGINES,
+                        help="local: this process; ray: the actors of a Ray cluster, one Scorer each "
+                             '(pip install -e ".[ray]")')
+    parser.add_argument("--address", default=None,
+                        help="with --engine ray: the cluster (auto, HOST:PORT, ray://HOST:PORT); default: RAY_ADDRESS, "
+                             "else the cluster started on this machine, else a new local one")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="with --engine ray: how many workers (default: one per GPU, else half the CPUs)")
+    parser.add_argument("--gpus-per-worker", type=float, default=None,
+                        help="with --engine ray: GPUs each worker holds (default 1 where the cluster has GPUs)")
+
+
+def engine_cluster(args):
+    """None for a local run, else where and how wide the Ray run is; bad combinations in one line."""
+    ray_only = {"--address": args.address, "--workers": args.workers, "--gpus-per-worker": args.gpus_per_worker}
+    if args.engine == "local":
+        given = [flag for flag, value in ray_only.items() if value is not None]
+        if given:
+            raise CapscopeError(f"{given[0]} goes with --engine ray")
+        return None
+    if args.workers is not None and args.workers < 1:
+        raise CapscopeError("--workers must be at least 1")
+    if args.gpus_per_worker is not None and args.gpus_per_worker < 0:
+        raise CapscopeError("--gpus-per-worker must be 0 or more")
+    from .engine_ray import Cluster
+
+    return Cluster(args.address, args.workers, args.gpus_per_worker, args.device)
+
+
+@dataclass(frozen=True)
+class ScorerOptions:
+    """What builds a Scorer, without the argparse namespace: it travels to
+    Ray workers, so files are absolute paths (a folder every worker can read)."""
+    metrics: tuple[str, ...]
+    device: str = "auto"
+    clip_model: str | None = None
+    clip_pretrained: str | None = None
+    regions: str = "classic"
+    max_regions: int = 20
+    infometic_checkpoint: str | None = None
+    pacs_checkpoint: str | None = None
+    alpha_clip_checkpoint: str | None = None
+    beta: float = 0.1
+    token_rule: str = "paper"
+
+    @classmethod
+    def from_args(cls, args, metrics) -> ScorerOptions:
+        return cls(
+            tuple(metrics), device=args.device, clip_model=args.clip_model,
+            clip_pretrained=_absolute_if_file(args.clip_pretrained),
+            regions=getattr(args, "regions", "classic"), max_regions=getattr(args, "max_regions", 20),
+            infometic_checkpoint=_absolute_if_file(args.infometic_checkpoint),
+            pacs_checkpoint=_absolute_if_file(args.pacs_checkpoint),
+            alpha_clip_checkpoint=_absolute_if_file(args.alpha_clip_checkpoint),
+            beta=args.beta, token_rule=args.token_rule,
+        )
+
+    def build(self):
+        from capscope.metrics.scorer import Scorer
+
+        try:
+            scorer = Scorer(list(self.metrics), **{k: v for k, v in vars(self).items() if k != "metrics"})
+        except ValueError as err:
+            raise CapscopeError(str(err)) from None
+        if scorer.demo:
+            log.warning("DEMO MODEL: pretrained weights could not be had; scores come from capscope's "
+                        "tiny coloured-shapes model and mean nothing on photos")
+        return scorer
+
+
+def _absolute_if_file(value: str | None) -> str | None:
+    """A local file as an absolute path; a tag (open_clip's "openai") as given."""
+    return str(Path(value).resolve()) if value and Path(value).is_file() else value
+
+
 def build_scorer(args, metrics):
-    from capscope.metrics.scorer import Scorer
+    return ScorerOptions.from_args(args, metrics).build()
+
+
+def engine_results(task, items: list, batch_size: int, cluster) -> Iterator:
+    """The task's results for `items`, in order: here, or on a Ray cluster
+    (then this is the only line that imports Ray)."""
+    if cluster is None:
+        return local_results(task.worker(), items, batch_size)
+    from . import engine_ray
+
+    return engine_ray.results(task, items, batch_size, cluster)
+
+
+def local_results(work, items: list, batch_size: int) -> Iterator:
+    for start in range(0, len(items), batch_size):
+        yield from work(items[start : start + batch_size])
+
+
+# ---------------------------------------------------------------- URLs
+
+def fetch_url(url: str, limit: int) -> bytes:
+    """At most `limit` + 1 bytes from an http(s) URL; RowError when it cannot be had."""
+    import urllib.error
+    import urllib.request
+
+    from capscope.metrics.scorer import RowError
 
     try:
-        return Scorer(
-            metrics, device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
-            regions=getattr(args, "regions", "classic"), max_regions=getattr(args, "max_regions", 20),
-            infometic_checkpoint=args.infometic_checkpoint, pacs_checkpoint=args.pacs_checkpoint,
-            alpha_clip_checkpoint=args.alpha_clip_checkpoint, beta=args.beta, token_rule=args.token_rule,
-        )
-    except ValueError as err:
-        raise CapscopeError(str(err)) from None
+        with urllib.request.urlopen(url, timeout=URL_TIMEOUT_S) as response:
+            return response.read(limit + 1)
+    except urllib.error.HTTPError as err:
+        raise RowError(f"cannot fetch {url}: HTTP {err.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise RowError(f"cannot fetch {url}: {getattr(err, 'reason', err)}") from None
+
+
+def is_url(value) -> bool:
+    return isinstance(value, str) and value.lower().startswith(("http://", "https://"))
+
+
+def with_fetched_urls(row: dict, scratch: Callable[[], Path]) -> dict:
+    """The row with an image URL replaced by the decoded image and a features URL
+    by a downloaded file in `scratch()`; RowError when one cannot be had."""
+    from capscope.metrics import limits
+    from capscope.metrics.images import ImageError, read_image
+    from capscope.metrics.scorer import RowError
+
+    row = dict(row)
+    if is_url(row.get("image")):
+        try:
+            row["image"] = read_image(fetch_url(row["image"], limits.MAX_IMAGE_BYTES), name=row["image"])
+        except ImageError as err:
+            raise RowError(str(err)) from None
+    if is_url(row.get("features")):
+        data = fetch_url(row["features"], limits.MAX_IMAGE_BYTES)
+        if len(data) > limits.MAX_IMAGE_BYTES:
+            raise RowError(f"features file {row['features']} is over {limits.MAX_IMAGE_BYTES} bytes")
+        folder = Path(tempfile.mkdtemp(dir=scratch()))
+        path = folder / (Path(urllib.parse.urlsplit(row["features"]).path).name or "features.npz")
+        path.write_bytes(data)
+        row["features"] = str(path)
+    return row
+
+
+class Scratch:
+    """A temporary folder made on first use, removed at the end of the block."""
+
+    def __enter__(self):
+        self._folder = None
+        return self
+
+    def __call__(self) -> Path:
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="capscope-")
+        return Path(self._folder.name)
+
+    def __exit__(self, *exc):
+        if self._folder is not None:
+            self._folder.cleanup()
 
 
 # ---------------------------------------------------------------- score
@@ -114,36 +268,66 @@ def error_row(row: dict | None, error: str) -> dict:
 def run_score(args) -> int:
     from tqdm import tqdm
 
-    metrics = args.metrics or ["infometic"]
+    if args.batch_size < 1:
+        raise CapscopeError("--batch-size must be at least 1")
+    cluster = engine_cluster(args)
     rows = list(read_pairs(args.input))
     skip = done_ids(args.output)
     todo = [(n, row, err) for n, row, err in rows if row is None or not _has_id(row) or row["id"] not in skip]
     if skip:
         log.info("resuming: %d rows already in %s", len(rows) - len(todo), args.output)
-    scorer = build_scorer(args, metrics)
-    if scorer.demo:
-        log.warning("DEMO MODEL: pretrained weights could not be had; scores come from capscope's "
-                    "tiny coloured-shapes model and mean nothing on photos")
+    task = ScoreTask(ScorerOptions.from_args(args, args.metrics or ["infometic"]), args.input.parent.resolve())
+    results = engine_results(task, todo, args.batch_size, cluster)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    base = args.input.parent
     started, errors = time.perf_counter(), 0
     with args.output.open("a", encoding="utf-8") as out, tqdm(total=len(todo), unit="pair", desc="scoring") as bar:
-        for start in range(0, len(todo), args.batch_size):
-            chunk = todo[start : start + args.batch_size]
-            valid = [row for _, row, err in chunk if err is None and _has_id(row)]
-            scored = iter(scorer.score_batch(valid, base_dir=base)) if valid else iter(())
-            for number, row, err in chunk:
-                if err is None and not _has_id(row):
-                    err = f"line {number}: row has no string \"id\""
-                result = error_row(row, err) if err else next(scored)
-                errors += result["error"] is not None
-                out.write(json.dumps(result, ensure_ascii=False) + "\n")
+        for result in results:
+            errors += result["error"] is not None
+            out.write(json.dumps(result, ensure_ascii=False) + "\n")
             out.flush()
-            bar.update(len(chunk))
+            bar.update(1)
     elapsed = time.perf_counter() - started
     log.info("%d pairs in %.1f s (%.1f pairs/s), %d with errors -> %s",
              len(todo), elapsed, len(todo) / max(elapsed, 1e-9), errors, args.output)
     return 0
+
+
+@dataclass(frozen=True)
+class ScoreTask:
+    """What one worker of `capscope score` does: build a Scorer once, then turn
+    batches of (line number, row, why not) into output rows."""
+    options: ScorerOptions
+    base_dir: Path
+
+    def worker(self) -> Callable[[list], list[dict]]:
+        scorer = self.options.build()
+        return lambda items: score_items(scorer, self.base_dir, items)
+
+
+def score_items(scorer, base_dir: Path, items: list) -> list[dict]:
+    """Output rows for one batch, in order; a row that cannot be read or fetched
+    is an error row and the batch goes on."""
+    from capscope.metrics.scorer import RowError
+
+    with Scratch() as scratch:
+        ready, problems = [], []
+        for number, row, err in items:
+            if err is None and not _has_id(row):
+                err = f"line {number}: row has no string \"id\""
+            if err is None:
+                try:
+                    ready.append(with_fetched_urls(row, scratch))
+                except RowError as problem:
+                    err = str(problem)
+            problems.append(err)
+        scored = iter(scorer.score_batch(ready, base_dir=base_dir) if ready else ())
+        out = []
+        for (_, row, _), err in zip(items, problems):
+            result = error_row(row, err) if err else next(scored)
+            if row and is_url(row.get("image")):
+                result["image"] = row["image"]  # scored from the fetched pixels: name the URL, as a path is named
+            out.append(result)
+    return out
 
 
 def _has_id(row: dict) -> bool:
@@ -155,27 +339,53 @@ def _has_id(row: dict) -> bool:
 def run_features(args) -> int:
     from tqdm import tqdm
 
-    from capscope.metrics.scorer import RowError
-
-    scorer = build_scorer(args, ["infometic"] if args.infometic_checkpoint else ["infoclip"])
-    metric = next(iter(scorer.metrics.values()))
+    cluster = engine_cluster(args)
+    options = ScorerOptions.from_args(args, ["infometic"] if args.infometic_checkpoint else ["infoclip"])
+    task = FeatureTask(options, args.input.parent.resolve(), args.out.resolve())
+    items = list(read_pairs(args.input))
+    results = engine_results(task, items, FEATURE_BATCH, cluster)
     args.out.mkdir(parents=True, exist_ok=True)
     index_path = args.out / "pairs.jsonl"
     written = failed = 0
     with index_path.open("w", encoding="utf-8") as index:
-        for number, row, err in tqdm(list(read_pairs(args.input)), unit="image", desc="features"):
-            try:
-                if err:
-                    raise RowError(err)
-                name = extract_features(scorer, metric.backbone, row, args.input.parent, args.out)
-                index.write(json.dumps({**row, "features": name}, ensure_ascii=False) + "\n")
-                written += 1
-            except RowError as problem:
+        for result in tqdm(results, total=len(items), unit="image", desc="features"):
+            if result["problem"]:
                 failed += 1
-                print(f"capscope features: line {number}: {problem}", file=sys.stderr)
+                print(f"capscope features: {result['problem']}", file=sys.stderr)
+            else:
+                index.write(json.dumps(result["row"], ensure_ascii=False) + "\n")
+                written += 1
     log.info("%d feature files in %s (%d rows failed); %s lists them for capscope score",
              written, args.out, failed, index_path)
     return 0 if written or not failed else 1
+
+
+@dataclass(frozen=True)
+class FeatureTask:
+    """What one worker of `capscope features` does: per row, write its .npz
+    into `out_dir` and give back the index row, or why not."""
+    options: ScorerOptions
+    base_dir: Path
+    out_dir: Path
+
+    def worker(self) -> Callable[[list], list[dict]]:
+        scorer = self.options.build()
+        backbone = next(iter(scorer.metrics.values())).backbone
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return lambda items: [self.one(scorer, backbone, item) for item in items]
+
+    def one(self, scorer, backbone, item) -> dict:
+        from capscope.metrics.scorer import RowError
+
+        number, row, err = item
+        if err:
+            return {"row": None, "problem": err}
+        try:
+            with Scratch() as scratch:
+                name = extract_features(scorer, backbone, with_fetched_urls(row, scratch), self.base_dir, self.out_dir)
+            return {"row": {**row, "features": name}, "problem": None}
+        except RowError as problem:
+            return {"row": None, "problem": f"line {number}: {problem}"}
 
 
 def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> str:

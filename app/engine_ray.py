@@ -1,0 +1,248 @@
+"""`--engine ray`: `capscope score`, `features` and `correlate` on a Ray cluster.
+
+The only module of capscope that imports Ray. The commands hand over a task
+(what one worker builds once and how it turns a batch of items into results)
+and get the results back in input order; reading, resuming and writing stay
+with the command, as in a local run.
+
+- `results` (score, features): the items become a Ray dataset, `map_batches`
+  runs them through a pool of actors, each holding one worker built from the
+  task (one `Scorer`, its image-feature cache kept between batches).
+- `ScorerPool` (correlate): persistent actors behind a `score_batch` that looks
+  like the Scorer's, because correlate calls it many times and a dataset per
+  call would build the models again each time.
+
+Actors restart when their process dies (killed, out of memory) and their
+unfinished batches run again; every item carries its position, so a result is
+written once and in order whatever Ray does underneath.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from capscope.metrics.errors import CapscopeError
+
+log = logging.getLogger("capscope")
+
+MISSING_RAY = 'the ray engine needs Ray: pip install -e ".[ray]"'
+FORWARDED_ENV_PREFIX = "CAPSCOPE_"  # model paths and switches the workers must see as the driver does
+# Ray Core actors (ScorerPool): restart a dead actor, run its unfinished calls again. Ray Data's actor
+# pools do the same by default (max_restarts=-1, max_task_retries=-1 in ActorPoolMapOperator, checked
+# on Ray 2.60, where passing them to map_batches is deprecated), so `results` leaves them alone.
+RETRY_FOREVER = {"max_restarts": -1, "max_task_retries": -1}
+MAX_BLOCKS = 2000  # one block per batch up to this many (finer progress and retries), then several per block
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where and how wide: `address` None means RAY_ADDRESS, else a cluster
+    started on this machine, else a new local one (ray.init's own rule)."""
+    address: str | None = None
+    workers: int | None = None             # None: one per GPU, else half the CPUs
+    gpus_per_worker: float | None = None   # None: 1 where the cluster has GPUs and the device allows
+    device: str = "auto"
+
+
+def import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401  (ray without the data extra lacks it)
+    except ImportError:
+        raise CapscopeError(MISSING_RAY) from None
+    return ray
+
+
+def connect(cluster: Cluster):
+    """Ray, connected (a driver that already called ray.init keeps its cluster)."""
+    ray = import_ray()
+    if not log.isEnabledFor(logging.DEBUG):
+        logging.getLogger("ray.data").setLevel(logging.WARNING)  # the command reports progress itself
+    if not ray.is_initialized():
+        try:
+            ray.init(address=cluster.address, log_to_driver=True)
+        except ConnectionError as err:
+            raise CapscopeError(f"cannot reach the Ray cluster at {cluster.address or 'auto'}: {err}") from None
+    return ray
+
+
+def pool_shape(ray, cluster: Cluster) -> tuple[int, float]:
+    """(number of workers, GPUs per worker) from the options and the cluster's resources."""
+    resources = ray.cluster_resources()
+    gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 1.0)
+    per_worker = cluster.gpus_per_worker
+    if per_worker is None:
+        per_worker = 1.0 if gpus >= 1 and cluster.device != "cpu" else 0.0
+    if cluster.workers is not None:
+        workers = cluster.workers
+    elif per_worker > 0:
+        workers = max(1, int(gpus // per_worker))
+    else:
+        workers = max(1, int(cpus) // 2)
+    if per_worker * workers > gpus:
+        raise CapscopeError(f"{workers} workers x {per_worker:g} GPUs need {per_worker * workers:g} GPUs; "
+                            f"the cluster has {gpus:g}")
+    log.info("ray: %d workers, %g GPUs each, on a cluster with %g CPUs and %g GPUs", workers, per_worker, cpus, gpus)
+    return workers, per_worker
+
+
+def actor_options(per_worker: float) -> dict:
+    """One CPU (Ray then gives torch one thread) and the GPU share of each worker."""
+    options = {"num_cpus": 1, "num_gpus": per_worker}
+    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIX)}
+    if env:
+        options["runtime_env"] = {"env_vars": env}
+    return options
+
+
+# ---------------------------------------------------------------- score, features: Ray Data
+
+class BatchWorker:
+    """One actor of the pool: the task's worker built once, fed whole batches
+    (JSON lists of items), so that a batch holds the same rows as in a local run.
+    The task rides on a subclass (`worker_class`), not in constructor
+    arguments, so a restarted actor never depends on an object-store copy."""
+    task = None
+
+    def __init__(self):
+        self.work = self.task.worker()
+
+    def __call__(self, batch: dict) -> dict:
+        results = [json.dumps(self.work(json.loads(text)), ensure_ascii=False) for text in batch["batch"]]
+        return {"position": batch["position"], "result": results}
+
+
+def results(task, items: list, batch_size: int, cluster: Cluster) -> Iterator:
+    """The task's results for `items`, one per item, in input order."""
+    if not items:
+        return iter(())
+    ray = connect(cluster)
+    workers, per_worker = pool_shape(ray, cluster)
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    context.enable_progress_bars = False  # the command's own bar counts rows for the whole run
+    batches = [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
+    dataset = ray.data.from_items(
+        [{"position": i, "batch": json.dumps(batch, ensure_ascii=False)} for i, batch in enumerate(batches)],
+        override_num_blocks=min(len(batches), MAX_BLOCKS),
+    )
+    scored = dataset.map_batches(
+        worker_class(task), batch_size=1, batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=workers), **actor_options(per_worker),
+    )
+    done = ({"position": int(r["position"]), "result": r["result"]} for r in scored.iter_rows())
+    return (result for text in in_order(user_errors(done), len(batches)) for result in json.loads(text))
+
+
+def worker_class(task) -> type:
+    """A BatchWorker bound to `task`, named after it (ScoreTaskWorker, ...), as Ray shows it."""
+    return type(f"{type(task).__name__}Worker", (BatchWorker,), {"task": task})
+
+
+def in_order(pairs: Iterable[dict], total: int) -> Iterator[str]:
+    """Results by position 0..total-1, each once: early ones wait in a buffer,
+    repeats (a batch run again after its worker died) are dropped."""
+    waiting: dict[int, str] = {}
+    expected = 0
+    for pair in pairs:
+        position = pair["position"]
+        if position < expected or position in waiting:
+            continue
+        waiting[position] = pair["result"]
+        while expected in waiting:
+            yield waiting.pop(expected)
+            expected += 1
+    if expected < total:
+        missing = total - expected - len(waiting)
+        raise CapscopeError(f"ray: {missing} of {total} batches never came back from the workers")
+
+
+@contextmanager
+def worker_errors():
+    """An error a user can fix raised in a worker (a checkpoint that cannot be
+    had, say) shown as its one line instead of a Ray traceback."""
+    try:
+        yield
+    except Exception as err:
+        cause = _capscope_cause(err)
+        if cause is None:
+            raise
+        raise CapscopeError(f"ray worker: {cause}") from None
+
+
+def user_errors(stream: Iterable) -> Iterator:
+    with worker_errors():
+        yield from stream
+
+
+def _capscope_cause(err: BaseException | None, depth: int = 0) -> CapscopeError | None:
+    """The innermost CapscopeError under `err` (Ray's task errors wear their
+    cause's class too, so look under them first)."""
+    if err is None or depth > 8:
+        return None
+    for inner in (getattr(err, "cause", None), err.__cause__, err.__context__):
+        if inner is not err:
+            found = _capscope_cause(inner, depth + 1)
+            if found is not None:
+                return found
+    return err if isinstance(err, CapscopeError) else None
+
+
+# ---------------------------------------------------------------- correlate: persistent actors
+
+class ScorerActor:
+    """One Scorer in an actor, for `ScorerPool`."""
+
+    def __init__(self, options):
+        self.scorer = options.build()
+
+    def demo(self) -> bool:
+        return bool(self.scorer.demo)
+
+    def score_batch(self, rows, base_dir=None, only=None) -> list[dict]:
+        return self.scorer.score_batch(rows, base_dir=base_dir, only=only)
+
+
+class ScorerPool:
+    """`score_batch` over a pool of actors: a batch is cut into one slice per
+    worker and the slices come back in order. Give it batches `workers` times
+    the size one Scorer takes, so that every worker has a slice."""
+
+    def __init__(self, options, cluster: Cluster):
+        from ray.util import ActorPool
+
+        ray = connect(cluster)
+        self._ray = ray
+        self.workers, per_worker = pool_shape(ray, cluster)
+        remote = ray.remote(**actor_options(per_worker), **RETRY_FOREVER)(ScorerActor)
+        self.actors = [remote.remote(options) for _ in range(self.workers)]
+        self.pool = ActorPool(self.actors)
+        with worker_errors():
+            self.demo = ray.get(self.actors[0].demo.remote())
+        self._nlp = None
+
+    @property
+    def nlp(self):
+        """spaCy on the driver, for what correlate does with tokens after scoring."""
+        if self._nlp is None:
+            from capscope.metrics.text import load_spacy
+
+            self._nlp = load_spacy("en_core_web_sm")
+        return self._nlp
+
+    def score_batch(self, rows: list[dict], base_dir=None, only=None) -> list[dict]:
+        if not rows:
+            return []
+        size = math.ceil(len(rows) / self.workers)
+        slices = [rows[start : start + size] for start in range(0, len(rows), size)]
+        scored = self.pool.map(lambda actor, part: actor.score_batch.remote(part, base_dir, only), slices)
+        return [row for part in user_errors(scored) for row in part]
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self._ray.kill(actor)
