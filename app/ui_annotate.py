@@ -24,10 +24,15 @@ from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
-from capscope.metrics.registry import metric_names
-from capscope.ui_models import Models
+from capscope.metrics.families import decide_words
+from capscope.metrics.lru import LRUCache
+from capscope.metrics.registry import get_spec, metric_names
+from capscope.ui_inspect import decision_threshold
+from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
 log = logging.getLogger(__name__)
+
+SUGGESTIONS_KEPT = 2048  # items whose pre-labels are kept in memory
 
 MAX_REGION_KEYS = 10
 KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
@@ -56,10 +61,10 @@ class Suggestions:
 
     def __init__(self, store: Store, models: Models | None):
         self.store, self.models = store, models
-        self._cache: dict[int, tuple[set[int], set[int], str]] = {}
+        self._cache = LRUCache(SUGGESTIONS_KEPT)
 
     def cached(self, item_id: int) -> tuple[set[int], set[int], str] | None:
-        return self._cache.get(item_id)
+        return self._cache[item_id] if item_id in self._cache else None
 
     def get(self, user: UserInfo, item: dict, compute: bool = True) -> tuple[set[int], set[int], str] | None:
         """Cached, else stored, else (with `compute`) scored now."""
@@ -76,7 +81,8 @@ class Suggestions:
         metric = next((m for m in metric_names(kind="token") if m in stored), None)
         if metric is None:
             return None
-        return _decided(item, stored[metric]["token_scores"], stored[metric].get("region_scores") or [], metric)
+        token_rule = self.models.token_rule if self.models is not None else DEFAULT_TOKEN_RULE
+        return _decided(item, stored[metric], metric, token_rule)
 
     def _computed(self, item: dict):
         if self.models is None:
@@ -99,14 +105,19 @@ class Suggestions:
         return item["_path"]
 
 
-def _decided(item: dict, token_scores: list, region_scores: list, metric: str):
-    """Stored scores to (wrong tokens, mentioned regions) by the metric's own threshold."""
-    from capscope.ui_inspect import decision_threshold
-
-    beta = decision_threshold(metric)
-    wrong = {i for i, (t, s) in enumerate(zip(item["tokens"], token_scores))
-             if t["semantic"] and s is not None and s <= beta}
-    mentioned = {i for i, s in enumerate(region_scores) if s is not None and s > beta}
+def _decided(item: dict, stored: dict, metric: str, token_rule: str):
+    """Stored scores to (wrong tokens, mentioned regions), decided as the server's
+    scorer decides: the InfoMetIC family under the server's token rule, other
+    metrics at their own threshold."""
+    threshold = decision_threshold(metric)
+    token_scores, region_scores = stored["token_scores"], stored.get("region_scores") or []
+    if get_spec(metric).follows_token_rule:
+        correct = decide_words(token_rule, threshold, [t["semantic"] for t in item["tokens"]], token_scores)
+    else:
+        correct = [(s > threshold) if (t["semantic"] and s is not None) else None
+                   for t, s in zip(item["tokens"], token_scores)]
+    wrong = {i for i, c in enumerate(correct) if c is False}
+    mentioned = {i for i, s in enumerate(region_scores) if s is not None and s > threshold}
     return wrong, mentioned, metric
 
 

@@ -59,18 +59,11 @@ def overall_key(metric: str) -> str | None:
 def decisions_under(rule: str, beta: float, item: dict, prediction: dict) -> list:
     """token_correct recomputed from the reported piece scores under a token rule
     (InfoMetIC family only; others keep their own decisions)."""
-    from capscope.metrics.families import InfoFamilyMetric
-    from capscope.metrics.text import Piece, Token
+    from capscope.metrics.families import decide_words
 
     if "pieces" not in prediction or prediction.get("token_scores") is None:
         return prediction.get("token_correct") or [None] * len(item["tokens"])
-    tokens = [Token(t["text"], t["start"], t["end"], bool(t.get("semantic"))) for t in item["tokens"]]
-    pieces = [Piece(0, p["text"], p["token"]) for p in prediction["pieces"]]
-    threshold = InfoFamilyMetric("infometic", None, beta, rule).word_threshold(tokens, pieces)
-    return [
-        (s > threshold) if (t.semantic and s is not None) else None
-        for t, s in zip(tokens, prediction["token_scores"])
-    ]
+    return decide_words(rule, beta, [bool(t.get("semantic")) for t in item["tokens"]], prediction["token_scores"])
 
 
 def rule_figures(items: list[dict], predictions: list[dict], beta: float) -> dict:

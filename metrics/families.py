@@ -79,30 +79,40 @@ class InfoFamilyMetric:
 
     def _row(self, tokens, pieces: list[Piece], piece_scores, region_scores, null_score, scores) -> MetricResult:
         word = word_scores(tokens, pieces, piece_scores)
-        threshold = self.word_threshold(tokens, pieces)
         return MetricResult(
             scores=scores,
             token_scores=word,
-            token_correct=[
-                (s > threshold) if (t.semantic and s is not None) else None for t, s in zip(tokens, word)
-            ],
+            token_correct=decide_words(self.token_rule, self.beta, [t.semantic for t in tokens], word),
             region_scores=region_scores,
             region_mentioned=[s > self.beta for s in region_scores],
             null_score=null_score,
             pieces=[PieceScore(p.text, p.token, s) for p, s in zip(pieces, piece_scores)],
         )
 
-    def word_threshold(self, tokens: list[Token], pieces: list[Piece]) -> float:
-        """`paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: half the share a
-        word would get if attention were uniform over the n semantic words seen
-        (β·5/n, so 0.05 for ten words), never above β. The paper's β flags every
-        word of a caption with more than ten semantic words, and a threshold at
-        the uniform share itself (1/n) splits a clean caption's words at random,
-        since training (eq. 9) drives their shares towards exactly 1/n."""
-        if self.token_rule == "paper":
-            return self.beta
-        seen = {p.token for p in pieces if p.token is not None and tokens[p.token].semantic}
-        return min(self.beta, self.beta * 5 / len(seen)) if seen else self.beta
+
+def decide_words(token_rule: str, beta: float, semantic: list[bool], scores: list[float | None]) -> list[bool | None]:
+    """token_correct from word scores: a semantic word with a score is correct
+    above the rule's threshold; other words are not judged (None). A word has a
+    score exactly when the model saw one of its pieces, so the words seen are
+    the semantic words with a score."""
+    seen = sum(1 for sem, s in zip(semantic, scores) if sem and s is not None)
+    threshold = word_threshold(token_rule, beta, seen)
+    return [(s > threshold) if (sem and s is not None) else None for sem, s in zip(semantic, scores)]
+
+
+def word_threshold(token_rule: str, beta: float, n_seen: int) -> float:
+    """The share a semantic word must exceed to be correct, given the number of
+    semantic words the model saw (those with a score).
+
+    `paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: half the share a word
+    would get if attention were uniform over the n semantic words seen (β·5/n,
+    so 0.05 for ten words), never above β. The paper's β flags every word of a
+    caption with more than ten semantic words, and a threshold at the uniform
+    share itself (1/n) splits a clean caption's words at random, since training
+    (eq. 9) drives their shares towards exactly 1/n."""
+    if token_rule == "paper" or n_seen == 0:
+        return beta
+    return min(beta, beta * 5 / n_seen)
 
 
 def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[float]) -> list[float | None]:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from capscope.metrics.clipscore import clip_s, harmonic_mean, ref_score
-from capscope.metrics.families import InfoFamilyMetric, word_scores
+from capscope.metrics.families import decide_words, word_scores, word_threshold
 from capscope.metrics.infometic import attention, cosine, infoclip
 from capscope.metrics.regions import Region, clip_box, select_regions
 from capscope.metrics.text import EOT_ID, SOT_ID, Piece, Token, model_ids
@@ -85,14 +85,20 @@ def test_word_score_is_sum_of_piece_shares():
 
 
 def test_relative_rule_scales_beta_with_semantic_words():
-    tokens = [Token(f"w{i}", 3 * i, 3 * i + 2, True) for i in range(20)]
-    pieces = [Piece(i, f"w{i}", i) for i in range(20)]
-    metric = InfoFamilyMetric.__new__(InfoFamilyMetric)
-    metric.beta, metric.token_rule = 0.1, "relative"
-    assert metric.word_threshold(tokens, pieces) == pytest.approx(0.025)   # half of 1/20
-    assert metric.word_threshold(tokens[:4], pieces[:4]) == 0.1                # never above beta
-    metric.token_rule = "paper"
-    assert metric.word_threshold(tokens, pieces) == 0.1
+    assert word_threshold("relative", 0.1, 20) == pytest.approx(0.025)   # half of 1/20
+    assert word_threshold("relative", 0.1, 4) == 0.1                    # never above beta
+    assert word_threshold("paper", 0.1, 20) == 0.1
+    assert word_threshold("relative", 0.1, 0) == 0.1
+
+
+def test_decide_words_counts_the_semantic_words_seen():
+    # 12 semantic words seen -> relative threshold 0.1 * 5 / 12 = 0.0417; the unseen and
+    # the function word are not judged and do not count
+    semantic = [True] * 13 + [False]
+    scores = [0.05] * 11 + [0.04, None, 0.3]
+    decided = decide_words("relative", 0.1, semantic, scores)
+    assert decided == [True] * 11 + [False, None, None]
+    assert decide_words("paper", 0.1, semantic, scores) == [False] * 12 + [None, None]
 
 
 def test_select_regions_keeps_most_confident_per_cluster():

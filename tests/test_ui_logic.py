@@ -409,6 +409,18 @@ def test_suggestions_prefer_infometic_predictions(dataset):
     assert metric == "infometic" and wrong == {1} and mentioned == {0, 2}
 
 
+def test_stored_predictions_are_decided_under_the_servers_token_rule():
+    from capscope.ui_annotate import _decided
+
+    item = {"tokens": [{"semantic": True}] * 12 + [{"semantic": False}]}
+    stored = {"token_scores": [0.06] * 11 + [0.03, 0.5], "region_scores": [0.2, 0.05]}
+    # 12 semantic words seen: relative threshold 0.1 * 5 / 12 = 0.042; the paper's 0.1
+    assert _decided(item, stored, "infometic", "relative") == ({11}, {0}, "infometic")
+    assert _decided(item, stored, "infometic", "paper") == (set(range(12)), {0}, "infometic")
+    hice = _decided(item, {"token_scores": [0.3] * 12 + [None], "region_scores": [0.1]}, "hice", "relative")
+    assert hice == (set(), set(), "hice")  # HICE-S keeps its own cut whatever the rule
+
+
 def test_label_clicks_never_run_the_model_for_suggestions(dataset):
     from capscope.ui_annotate import Suggestions
 
