@@ -1,6 +1,6 @@
 """Inspect: one image, one or two captions, every metric's verdict drawn on them.
 
-Plain functions turn a scorer row (CONTRACTS §2) into what the components
+Plain functions turn a scorer row (docs/formats.md §2) into what the components
 show; `build_inspect` wires them. Scoring goes through `Models`, whose scorer
 caches the image side, so an edited caption costs only its text."""
 from __future__ import annotations

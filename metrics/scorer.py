@@ -1,5 +1,5 @@
 """Load once, score many: `Scorer` turns (image, caption) pairs into the output
-rows of CONTRACTS §2.
+rows of docs/formats.md §2.
 
     scorer = Scorer(metrics=["infometic", "clip-s"])
     row = scorer.score(Image.open("dog.jpg"), "a dog on a sofa")
