@@ -52,6 +52,3 @@ def decode_image(image: ImageFile) -> None:
     image.width, image.height = image.pil.size
 
 
-def image_bytes_to_pil(data: bytes):
-    """Decode image bytes completely, in RGB."""
-    return read_image(data)

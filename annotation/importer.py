@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from capscope.annotation.errors import Invalid
 from capscope.annotation.import_images import (
-    ImageFile, decode_image, hash_image_file, image_bytes_to_pil, resolve_image_path,
+    ImageFile, decode_image, hash_image_file, resolve_image_path,
 )
 from capscope.annotation.import_predictions import import_predictions, token_uncertainty
 from capscope.annotation.import_regions import checked_regions, make_proposer, propose_regions
@@ -39,7 +39,7 @@ __all__ = [
     "ImportOptions", "ImportReport", "RowError", "RowProblem", "Invalid", "import_captions",
     "import_captokeneval", "import_predictions", "token_uncertainty", "read_jsonl", "prepare_row",
     "finish_row", "PreparedRow", "checked_tokens", "checked_regions", "tokenize", "mask_to_rle",
-    "ImageFile", "resolve_image_path", "hash_image_file", "decode_image", "image_bytes_to_pil",
+    "ImageFile", "resolve_image_path", "hash_image_file", "decode_image",
     "TOKEN_LABELS", "REGION_LABELS",
 ]
 
