@@ -1,7 +1,4 @@
 """Without pretrained weights the scorer falls back to the demo model, and says so."""
-import json
-
-import open_clip
 import pytest
 import torch
 from PIL import Image

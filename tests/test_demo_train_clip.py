@@ -6,7 +6,7 @@ import torch
 from capscope.demo.clip_model import load_demo_clip, new_demo_clip, save_demo_clip
 from capscope.demo.scenes import Phrase, Shape
 from capscope.demo.train_clip import (
-    ClipTrainConfig, Encoder, Text, View, batch_loss, encode_text_short, make_batch,
+    ClipTrainConfig, Encoder, Text, View, batch_loss, make_batch,
     make_optimizer, match_matrix, train_clip,
 )
 
