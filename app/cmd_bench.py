@@ -17,6 +17,10 @@ def register(sub) -> None:
     bench.add_argument("--metric", action="append", choices=["infometic", "hice"], help="default: both")
     bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam,mobilesam",
                        help="comma-separated region sources timed on a 640 px image ('' for none)")
+    bench.add_argument("--ray-workers", type=int, default=2,
+                       help="also time capscope score --engine ray with this many workers on this machine against "
+                            "the local run (details.ray; needs the ray extra; 0: skip)")
+    bench.add_argument("--ray-rows", type=int, default=100, help="rows of the file both runs score")
     bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
     bench.set_defaults(func=run_bench)
 
@@ -28,7 +32,7 @@ def run_bench(args: argparse.Namespace) -> int:
     result = speed.run(
         device=args.device, n_pairs=args.pairs, rescore_runs=args.rescore_runs, batch_size=args.batch_size,
         metrics=tuple(args.metric or speed.BENCH_METRICS), region_sources=sources,
-        captions_per_image=args.captions_per_image,
+        captions_per_image=args.captions_per_image, ray_workers=args.ray_workers, ray_rows=args.ray_rows,
     )
     if args.plot:
         from capscope.bench.plot import rescore_plot

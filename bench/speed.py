@@ -18,12 +18,19 @@ Baselines, as the contract defines them:
 
 Beside the contract's figures (`details`): the share of the naive loop spent in
 the image tower (both paths encode the same images, so it bounds the ratio on a
-CPU), and pairs/s on files in which each image carries several captions.
+CPU), pairs/s on files in which each image carries several captions, and, when
+Ray is installed, `capscope score --engine ray` against the local run on one
+file (`ray`: the Ray path's overhead on one machine).
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import platform
+import re
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -116,24 +123,31 @@ def recolour(caption: str, rng: np.random.Generator) -> str:
 
 def build_models(workdir: Path, device: str, metrics=BENCH_METRICS) -> dict:
     """Random-weight checkpoints saved to `workdir`, loaded back through Scorer."""
+    from capscope.metrics.scorer import Scorer
+
+    return {name: Scorer([name], device=device, regions="given", **files)
+            for name, files in model_files(workdir, metrics).items()}
+
+
+def model_files(workdir: Path, metrics=BENCH_METRICS) -> dict[str, dict]:
+    """Per metric, the Scorer options naming its random-weight checkpoints in `workdir`."""
     import open_clip
 
     from capscope.metrics.infometic import HeadConfig, InfoMetIC
-    from capscope.metrics.scorer import Scorer
 
     torch.manual_seed(0)
-    scorers = {}
+    files = {}
     if "hice" in metrics:
         clip_file = workdir / "vit-b-32.pt"
         torch.save(open_clip.create_model(CLIP_MODEL, pretrained=None).state_dict(), clip_file)
-        scorers["hice"] = Scorer(["hice"], device=device, clip_model=CLIP_MODEL, clip_pretrained=str(clip_file), regions="given")
+        files["hice"] = {"clip_model": CLIP_MODEL, "clip_pretrained": str(clip_file)}
     if "infometic" in metrics:
         infometic_file = workdir / "best_model.pth"
         model = InfoMetIC(open_clip.create_model("ViT-B-32-quickgelu", pretrained=None), HeadConfig())
         torch.save({k: v for k, v in model.state_dict().items() if not k.endswith("attn_mask")}, infometic_file)
         del model
-        scorers["infometic"] = Scorer(["infometic"], device=device, infometic_checkpoint=str(infometic_file), regions="given")
-    return scorers
+        files["infometic"] = {"infometic_checkpoint": str(infometic_file)}
+    return files
 
 
 def text_backbone(metric):
@@ -397,6 +411,55 @@ def rescore_breakdown(scorer, metric: str, pair: dict, runs: int = 20) -> dict:
     return out
 
 
+# ---------------------------------------------------------------- the Ray engine
+
+SCORE_LOG = re.compile(r"(\d+) pairs in ([\d.]+) s \(([\d.]+) pairs/s\), (\d+) with errors")
+
+
+def ray_speed(device: str, metric: str, rows: int, captions_per_image: int, batch_size: int, workers: int) -> dict | None:
+    """`capscope score` on one file, run here and with `--engine ray` on this
+    machine (RAY_ADDRESS, else a cluster started here, else a new one): what the
+    Ray path costs where it has nothing to spread over. None without Ray."""
+    if importlib.util.find_spec("ray") is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="capscope-bench-ray-") as tmp:
+        folder = Path(tmp)
+        files = model_files(folder, (metric,))[metric]
+        write_pairs_file(make_shared_pairs(rows, captions_per_image), folder / "pairs.jsonl")
+        command = [sys.executable, "-m", "capscope.cli", "score", "--input", str(folder / "pairs.jsonl"),
+                   "--metric", metric, "--regions", "given", "--device", device, "--batch-size", str(batch_size)]
+        command += [arg for key, value in files.items() for arg in (f"--{key.replace('_', '-')}", value)]
+        local = timed_score(command + ["--output", str(folder / "local.jsonl")])
+        ray = timed_score(command + ["--output", str(folder / "ray.jsonl"), "--engine", "ray", "--workers", str(workers)])
+    return {"metric": metric, "rows": rows, "captions_per_image": captions_per_image, "workers": workers,
+            "local": local, "ray": ray, "ratio": ray["rows_per_s"] / local["rows_per_s"]}
+
+
+def write_pairs_file(pairs: list[dict], path: Path) -> None:
+    """`capscope score` input: each distinct image saved once as PNG beside the file."""
+    names: dict[int, str] = {}
+    with path.open("w", encoding="utf-8") as out:
+        for pair in pairs:
+            image = pair["image"]
+            if id(image) not in names:
+                names[id(image)] = f"image{len(names)}.png"
+                image.save(path.parent / names[id(image)])
+            out.write(json.dumps({**pair, "image": names[id(image)]}) + "\n")
+
+
+def timed_score(command: list[str]) -> dict:
+    """Rows/s of the scoring loop as the command logs it (the Ray one includes
+    starting its workers and their models) and the wall time of the whole command."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    found = SCORE_LOG.search(done.stderr)
+    if done.returncode != 0 or found is None or int(found.group(4)):
+        raise RuntimeError(f"bench: capscope score failed: {done.stderr.strip()[-500:]}")
+    rows, seconds = int(found.group(1)), float(found.group(2))
+    return {"rows_per_s": float(found.group(3)), "loop_s": seconds, "wall_s": wall, "wall_rows_per_s": rows / wall}
+
+
 def peak_rss_mb() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if platform.system() == "Darwin" else peak / 1024
@@ -416,7 +479,7 @@ def machine() -> str:
 
 def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_size: int = 16,
         metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), breakdown: bool = True,
-        captions_per_image: int = 5) -> dict:
+        captions_per_image: int = 5, ray_workers: int = 2, ray_rows: int = 100) -> dict:
     from capscope.metrics.loading import resolve_device
 
     dev = resolve_device(device)
@@ -454,6 +517,10 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
         extra["rescore_breakdown_ms"] = {name: rescore_breakdown(s, name, pairs[0]) for name, s in scorers.items()}
     if region_sources:
         extra["region_source_s_640px"] = region_source_seconds(region_sources, device=str(dev))
+    if ray_workers:
+        ray = ray_speed(dev.type, metrics[0], ray_rows, captions_per_image, batch_size, ray_workers)
+        if ray is not None:
+            extra["ray"] = ray
     result["peak_rss_mb"] = peak_rss_mb()
     result["details"] = extra
     return result
@@ -478,5 +545,10 @@ def summary(result: dict) -> str:
     for name, info in result["details"].get("region_source_s_640px", {}).items():
         took = "unavailable" if info["seconds"] is None else f"{info['seconds']:.2f} s, {info['regions']} regions"
         lines.append(f"regions {name} (640 px): {took}")
+    ray = result["details"].get("ray")
+    if ray:
+        lines.append(f"{ray['metric']} with --engine ray, {ray['workers']} workers on this machine: "
+                     f"{ray['ray']['rows_per_s']:.2f} rows/s against {ray['local']['rows_per_s']:.2f} here "
+                     f"({ray['ratio']:.2f}x); whole command {ray['ray']['wall_s']:.0f} s against {ray['local']['wall_s']:.0f} s")
     lines.append(f"peak RSS: {result['peak_rss_mb']:.0f} MB")
     return "\n".join(lines)

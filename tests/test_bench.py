@@ -7,7 +7,7 @@ from capscope.cli import main
 def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     plot = tmp_path / "rescore.png"
     code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "3", "--batch-size", "2", "--metric", "hice",
-                 "--region-sources", "", "--plot", str(plot)])
+                 "--region-sources", "", "--ray-workers", "0", "--plot", str(plot)])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"device", "clip_model", "word_encoding_speedup", "pairs_per_s", "naive_pairs_per_s",

@@ -363,3 +363,21 @@ def test_correlate_on_ray_same_figures(cluster, tmp_path, capsys):
     assert ray["n"] == local["n"] == 4
     _assert_close(local["metrics"], ray["metrics"], 1e-4, "metrics")
     assert ray["foil_word"] == local["foil_word"]
+
+
+def test_bench_ray_figure_against_the_local_run(cluster, monkeypatch):
+    from capscope.bench import speed
+
+    monkeypatch.setenv("RAY_ADDRESS", cluster)  # the bench's `capscope score --engine ray` joins this cluster
+    figure = speed.ray_speed("cpu", "infometic", rows=10, captions_per_image=5, batch_size=5, workers=1)
+    assert figure["rows"] == 10 and figure["workers"] == 1 and figure["metric"] == "infometic"
+    for engine in ("local", "ray"):
+        assert figure[engine]["rows_per_s"] > 0 and figure[engine]["wall_s"] > figure[engine]["loop_s"] > 0
+    assert figure["ratio"] == pytest.approx(figure["ray"]["rows_per_s"] / figure["local"]["rows_per_s"])
+
+
+def test_bench_ray_figure_skipped_without_ray(monkeypatch):
+    from capscope.bench import speed
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert speed.ray_speed("cpu", "infometic", rows=10, captions_per_image=5, batch_size=5, workers=1) is None
