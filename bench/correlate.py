@@ -30,6 +30,7 @@ import numpy as np
 from . import published as pub
 
 CATEGORIES = ("HC", "HI", "HM", "MM")
+BASELINE_KEY = "baseline.words"  # rating benchmarks: caption length in words, a trivial rule
 LISTED_PROBLEMS = 5
 
 
@@ -198,7 +199,18 @@ def correlate_ratings(loaded, scored, failed, draws: int, seed: int) -> tuple[di
         figures = rating_figures(values, human, [row.group for row, _ in kept], statistic, draws, seed)
         metrics[key] = with_published(figures, loaded.benchmark, statistic, key)
         points[key] = (human, values)
+    if len(used) >= 2:
+        metrics[BASELINE_KEY] = baseline_figures([row for row, _ in used], statistic, draws, seed)
     return metrics, points, problems, len(used)
+
+
+def baseline_figures(rows, statistic: str, draws: int, seed: int) -> dict:
+    """A trivial rule on the same judgements, so that a metric's figure can be
+    read against it: the caption's length in words."""
+    words = [len(row.caption.split()) for row in rows]
+    figures = rating_figures(words, [row.rating for row in rows], [row.group for row in rows], statistic, draws, seed)
+    return dict(figures, published=None, published_source=None, published_all=[], reproduced=None,
+                difference=None, baseline=True)
 
 
 def rating_candidate(row) -> Candidate:
@@ -502,6 +514,8 @@ def interval_text(ci) -> str:
 
 
 def verdict(figures: dict) -> str:
+    if figures.get("baseline"):
+        return "trivial baseline"
     if figures.get("published") is None:
         return ""
     if figures.get("reproduced"):

@@ -109,6 +109,8 @@ def test_rating_rows_scored_once_per_caption_failures_reported(pictures):
     expected = scipy.stats.kendalltau([3, 3, 2, 5], [3, 4, 1, 2], variant="c").statistic
     assert words["n"] == 4 and abs(words["tau_c"] - expected) < 1e-9 and words["statistic"] == "tau_c"
     assert words["published"] is None and words["reproduced"] is None
+    baseline = result["metrics"]["baseline.words"]  # caption length in words, beside every metric
+    assert baseline["baseline"] and baseline["n"] == 4 and abs(baseline["tau_c"] - expected) < 1e-9
 
 
 # ---------------------------------------------------------------- pairwise
