@@ -28,6 +28,7 @@ DOWNLOADS = ("infometic", "pacs", "clip", "spacy")
 ENGINES = ("local", "ray")
 URL_TIMEOUT_S = 30   # one image or features file fetched over http(s)
 FEATURE_BATCH = 8    # rows per batch of `capscope features` (a worker's unit of work)
+NO_IMAGE = "row has neither an image nor a features file"  # the scorer's error for such a row
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -305,29 +306,37 @@ class ScoreTask:
 
 
 def score_items(scorer, base_dir: Path, items: list) -> list[dict]:
-    """Output rows for one batch, in order; a row that cannot be read or fetched
-    is an error row and the batch goes on."""
-    from capscope.metrics.scorer import RowError
-
+    """Output rows for one batch, in order. A line that is no row is an error
+    row here; a URL that cannot be fetched fails its pair as a missing file does
+    (the scorer still gives tokens and the model block)."""
     with Scratch() as scratch:
-        ready, problems = [], []
-        for number, row, err in items:
-            if err is None and not _has_id(row):
-                err = f"line {number}: row has no string \"id\""
-            if err is None:
-                try:
-                    ready.append(with_fetched_urls(row, scratch))
-                except RowError as problem:
-                    err = str(problem)
-            problems.append(err)
+        prepared = [prepare_item(item, scratch) for item in items]
+        ready = [sent for sent, _, _ in prepared if sent is not None]
         scored = iter(scorer.score_batch(ready, base_dir=base_dir) if ready else ())
         out = []
-        for (_, row, _), err in zip(items, problems):
-            result = error_row(row, err) if err else next(scored)
+        for (_, row, _), (sent, line_error, fetch_error) in zip(items, prepared):
+            result = next(scored) if sent is not None else error_row(row, line_error)
+            if fetch_error and result["error"] == NO_IMAGE:
+                result["error"] = fetch_error
             if row and is_url(row.get("image")):
-                result["image"] = row["image"]  # scored from the fetched pixels: name the URL, as a path is named
+                result["image"] = row["image"]  # scored from fetched pixels: named by its URL, as a path is
             out.append(result)
     return out
+
+
+def prepare_item(item, scratch: Scratch) -> tuple[dict | None, str | None, str | None]:
+    """(the row the scorer gets or None, why the line is no row, why a URL could not be fetched)."""
+    from capscope.metrics.scorer import RowError
+
+    number, row, err = item
+    if err is None and not _has_id(row):
+        err = f"line {number}: row has no string \"id\""
+    if err:
+        return None, err, None
+    try:
+        return with_fetched_urls(row, scratch), None, None
+    except RowError as problem:
+        return {**row, "image": None, "features": None}, None, str(problem)
 
 
 def _has_id(row: dict) -> bool:

@@ -5,15 +5,16 @@ The only module of capscope that imports Ray. The commands hand over a task
 and get the results back in input order; reading, resuming and writing stay
 with the command, as in a local run.
 
-- `results` (score, features): the items become a Ray dataset, `map_batches`
-  runs them through a pool of actors, each holding one worker built from the
-  task (one `Scorer`, its image-feature cache kept between batches).
+- `results` (score, features): the items, cut into the batches a local run
+  would score, become a Ray dataset; `map_batches` runs them through a pool of
+  actors, each holding one worker built from the task (one `Scorer`, its
+  image-feature cache kept between batches).
 - `ScorerPool` (correlate): persistent actors behind a `score_batch` that looks
   like the Scorer's, because correlate calls it many times and a dataset per
   call would build the models again each time.
 
 Actors restart when their process dies (killed, out of memory) and their
-unfinished batches run again; every item carries its position, so a result is
+unfinished batches run again; every batch carries its position, so a result is
 written once and in order whatever Ray does underneath.
 """
 from __future__ import annotations

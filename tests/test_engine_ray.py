@@ -200,7 +200,7 @@ def cluster():
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    ray.init(num_cpus=2, include_dashboard=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
@@ -266,6 +266,9 @@ def test_ray_rows_identical_to_local_run(cluster, world, local_rows):
     # the same pixels and caption, by URL or by path (scored in other batches: float32 noise)
     _assert_close(by_id["s1-0"]["metrics"], by_id["url"]["metrics"], 1e-4, "url")
     assert "HTTP 404" in by_id["url-404"]["error"] and "cannot fetch" in by_id["url-down"]["error"]
+    for failed in (by_id["url-404"], by_id["url-down"]):  # a pair error, as a missing file gives
+        assert failed["metrics"] == {} and failed["tokens"] and failed["model"] is not None
+        assert failed["image"].startswith("http://127.0.0.1:")
     assert by_id["missing"]["error"] == "image not found: nope.png"
     assert sum(r["error"] is not None for r in rows) == 7
 
@@ -305,9 +308,9 @@ def test_killed_worker_every_id_written_once(cluster, world, local_rows):
                     os.kill(pids[0], signal.SIGKILL)
                     killed = pids[0]
             time.sleep(0.05)
-        assert killed is not None, "no worker was seen running before the run ended"
-        assert written < len(local_rows), "the run had finished before the kill"
         _, err = driver.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        assert killed is not None, f"no worker was seen running before the run ended: {err[-2000:]}"
+        assert written < len(local_rows), "the run had finished before the kill"
     finally:
         if driver.poll() is None:
             driver.kill()
