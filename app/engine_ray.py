@@ -25,6 +25,7 @@ import math
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Iterator
 
 from capscope.metrics.errors import CapscopeError
@@ -88,6 +89,9 @@ def pool_shape(ray, cluster: Cluster) -> tuple[int, float]:
     if per_worker * workers > gpus:
         raise CapscopeError(f"{workers} workers x {per_worker:g} GPUs need {per_worker * workers:g} GPUs; "
                             f"the cluster has {gpus:g}")
+    if workers > cpus:
+        log.warning("ray: %d workers take one CPU each; the cluster has %g CPUs now, so some wait for more",
+                    workers, cpus)
     log.info("ray: %d workers, %g GPUs each, on a cluster with %g CPUs and %g GPUs", workers, per_worker, cpus, gpus)
     return workers, per_worker
 
@@ -239,6 +243,7 @@ class ScorerPool:
     def score_batch(self, rows: list[dict], base_dir=None, only=None) -> list[dict]:
         if not rows:
             return []
+        base_dir = None if base_dir is None else Path(base_dir).resolve()  # workers need not share our cwd
         size = math.ceil(len(rows) / self.workers)
         slices = [rows[start : start + size] for start in range(0, len(rows), size)]
         scored = self.pool.map(lambda actor, part: actor.score_batch.remote(part, base_dir, only), slices)

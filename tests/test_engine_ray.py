@@ -31,10 +31,31 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def assert_same_rows(expected: list[dict], got: list[dict], tolerance: float) -> None:
-    """Same rows in the same order; floats within `tolerance` x max(1, |value|)."""
+    """Same rows in the same order; floats within `tolerance` x max(1, |value|),
+    and so verdicts too, but for scores within `tolerance` of the threshold."""
     assert [r["id"] for r in got] == [r["id"] for r in expected]
     for want, have in zip(expected, got):
+        if tolerance > 1e-6:
+            want, have = without_knife_edges(want, have, tolerance)
         _assert_close(want, have, tolerance, want["id"] or "?")
+
+
+VERDICTS = {"token_scores": "token_correct", "region_scores": "region_mentioned"}
+
+
+def without_knife_edges(want: dict, have: dict, tolerance: float, beta: float = 0.1) -> tuple[dict, dict]:
+    """Both rows with the verdicts on scores this close to beta blanked: the
+    demo model puts some word scores within 1e-6 of 0.1, where float noise
+    decides the verdict."""
+    want, have = json.loads(json.dumps(want)), json.loads(json.dumps(have))
+    for name, metric in want["metrics"].items():
+        for scores, verdicts in VERDICTS.items():
+            if not isinstance(metric.get(verdicts), list):
+                continue
+            for i, score in enumerate(metric[scores]):
+                if score is not None and abs(score - beta) <= 2 * tolerance:
+                    metric[verdicts][i] = have["metrics"][name][verdicts][i] = None
+    return want, have
 
 
 def _assert_close(want, have, tolerance: float, where: str) -> None:
@@ -365,7 +386,8 @@ def test_correlate_on_ray_same_figures(cluster, tmp_path, capsys):
     local, ray = results
     assert ray["n"] == local["n"] == 4
     _assert_close(local["metrics"], ray["metrics"], 1e-4, "metrics")
-    assert ray["foil_word"] == local["foil_word"]
+    # which word scores lowest can turn on float noise: the demo model ties words near 0.1
+    assert {k: v["n"] for k, v in ray["foil_word"].items()} == {k: v["n"] for k, v in local["foil_word"].items()}
 
 
 def test_bench_ray_figure_against_the_local_run(cluster, monkeypatch):
