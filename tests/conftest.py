@@ -7,6 +7,9 @@ import pytest
 TESTS = Path(__file__).parent
 os.environ.setdefault("YOLO_AUTOINSTALL", "false")  # ultralytics must never pip-install during tests
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test reaches the network
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # Ray reports usage online unless told not to
+# Ray binds a node to the machine's own network address; the tests' clusters stay on loopback
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(TESTS))
 
 
