@@ -1,4 +1,4 @@
-"""`capscope bench`: speed figures of CONTRACTS §6, measured in one run.
+"""`capscope bench`: speed figures of docs/formats.md §7, measured in one run.
 
 Everything is built offline: open_clip ViT-B-32 with random weights (speed does
 not depend on the weights), an InfoMetIC checkpoint with random weights in the
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import platform
 import re
 import resource
@@ -451,7 +452,9 @@ def timed_score(command: list[str]) -> dict:
     """Rows/s of the scoring loop as the command logs it (the Ray one includes
     starting its workers and their models) and the wall time of the whole command."""
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    # the Ray run's instance serves this machine alone: keep it on loopback (Ray binds the machine's address otherwise)
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     found = SCORE_LOG.search(done.stderr)
     if done.returncode != 0 or found is None or int(found.group(4)):
