@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscope.cli import CapscopeError
+from capscope.metrics.registry import TOKEN_RULES
 
 
 def register(sub) -> None:
@@ -91,7 +92,7 @@ def register_evaluate(sub) -> None:
     ev.add_argument("--clip-model", default=None)
     ev.add_argument("--clip-pretrained", default=None)
     ev.add_argument("--infometic-checkpoint", default=None)
-    ev.add_argument("--token-rule", choices=["paper", "relative"], default="paper")
+    ev.add_argument("--token-rule", choices=TOKEN_RULES, default="paper")
     ev.add_argument("--beta", type=float, default=0.1)
     ev.add_argument("--batch-size", type=int, default=32)
     ev.set_defaults(func=run_evaluate)

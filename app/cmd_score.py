@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from capscope.metrics.jsonl import json_lines
 from capscope.metrics.regions import PROPOSERS
-from capscope.metrics.registry import METRIC_NAMES
+from capscope.metrics.registry import METRIC_NAMES, TOKEN_RULES
 from capscope.metrics.result import ScoreRow
 
 from .cli import CapscopeError
@@ -41,7 +41,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha-clip-checkpoint", default=None,
                         help="Alpha-CLIP visual checkpoint for HICE-S region features (else masked crops)")
     parser.add_argument("--beta", type=float, default=0.1, help="threshold for correct tokens / mentioned regions (paper: 0.1)")
-    parser.add_argument("--token-rule", default="paper", choices=["paper", "relative"],
+    parser.add_argument("--token-rule", default="paper", choices=TOKEN_RULES,
                         help="paper: share > beta; relative: beta scaled by the number of semantic words")
 
 
@@ -401,14 +401,14 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
     """Every candidate region's raw CLIP feature, the kept (clustered) ones indexed."""
     import re
 
-    from capscope.metrics.regions import given_regions, select_regions
-    from capscope.metrics.scorer import RowError, row_image, write_features
+    from capscope.metrics.regions import select_regions
+    from capscope.metrics.scorer import RowError, row_image, row_regions, write_features
 
     if not _has_id(row) or row.get("image") is None:
         raise RowError("row needs a string id and an image")
     image, _ = row_image(row["image"], base)
     if row.get("regions") is not None:
-        candidates = given_regions(row["regions"], *image.size)
+        candidates = row_regions(row["regions"], image.size)
     else:
         candidates = scorer.proposer().propose(image) if scorer.region_source != "given" else []
     kept = select_regions(candidates, scorer.max_regions)

@@ -283,10 +283,7 @@ class Scorer:
 
     def _regions(self, image: Image.Image, given) -> list[Region]:
         if given is not None:
-            try:
-                return given_regions(given, *image.size)
-            except (ValueError, AttributeError) as err:
-                raise RowError(f"bad regions: {err}") from None
+            return row_regions(given, image.size)
         if self.region_source == "given":
             return []
         return self._regions_cache.get_or_compute(
@@ -334,6 +331,14 @@ class Scorer:
 
 
 # ---------------------------------------------------------------- helpers
+
+def row_regions(given, size: tuple[int, int]) -> list[Region]:
+    """A row's own regions, checked against the image size; RowError says what is wrong."""
+    try:
+        return given_regions(given, *size)
+    except (ValueError, AttributeError) as err:
+        raise RowError(f"bad regions: {err}") from None
+
 
 def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
     """An InfoMetIC model from the released flat state dict or a capscope checkpoint."""

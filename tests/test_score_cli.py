@@ -134,6 +134,21 @@ def test_features_round_trip_equals_scoring_from_pixels(workdir):
         assert a["overall"] == pytest.approx(b["overall"], abs=1e-4)
 
 
+def test_features_report_unusable_regions_per_row_and_go_on(workdir, capsys):
+    root = workdir[0]
+    image = json.loads((root / "pairs.jsonl").read_text().splitlines()[0])["image"]
+    rows = [{"id": "flat", "image": image, "regions": [{"box": [5, 5, 5, 5]}]},
+            {"id": "junk", "image": image, "regions": "everywhere"},
+            {"id": "fine", "image": image, "regions": [{"box": [0, 0, 50, 40]}]}]
+    (root / "odd_regions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    feats = root / "feats_odd"
+    assert main(["features", "--input", str(root / "odd_regions.jsonl"), "--out", str(feats),
+                 *model_args(workdir)]) == 0
+    assert [json.loads(line)["id"] for line in (feats / "pairs.jsonl").read_text().splitlines()] == ["fine"]
+    errors = capsys.readouterr().err
+    assert "line 1: bad regions" in errors and "line 2: bad regions" in errors
+
+
 def test_features_rows_refuse_pixel_metrics(workdir):
     root = workdir[0]
     feats = root / "feats2"
