@@ -320,11 +320,11 @@ def lowest_semantic_word(scored: Scored, metric: str) -> str | None:
 
 def correlate_tokens(loaded, scorer, metrics: list[str], *, batch_size: int, token_rule: str, beta: float,
                      progress: bool, draws: int = 1000, seed: int = 0) -> tuple[dict, list[str]]:
-    from .evaluate import figures_of, predict
+    from .evaluate import figures_of, predict_many
 
     out, problems = {}, []
-    for metric in metrics:
-        predictions, errors = predict(scorer, metric, loaded.rows, Path(loaded.base_dir), batch_size, progress)
+    predicted = predict_many(scorer, metrics, loaded.rows, Path(loaded.base_dir), batch_size, progress)
+    for metric, (predictions, errors) in predicted.items():
         figures = figures_of(loaded.rows, predictions, errors, metric, token_rule=token_rule, beta=beta)
         figures["average_precision"], figures["average_precision_ci95"] = incorrect_average_precision(
             loaded.rows, predictions, draws, seed)

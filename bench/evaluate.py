@@ -34,20 +34,28 @@ def scorer_row(item: dict) -> dict:
 def predict(scorer, metric: str, items: list[dict], base_dir: Path, batch_size: int = 32,
             progress: bool = False) -> tuple[list[dict], list[str]]:
     """Per item the metric's output (empty dict when the row failed) and the errors met."""
+    return predict_many(scorer, [metric], items, base_dir, batch_size, progress)[metric]
+
+
+def predict_many(scorer, metrics: list[str], items: list[dict], base_dir: Path, batch_size: int = 32,
+                 progress: bool = False) -> dict[str, tuple[list[dict], list[str]]]:
+    """`predict` for several metrics from one scoring pass over the items."""
     from tqdm import tqdm
 
-    predictions, errors = [], []
-    bar = tqdm(total=len(items), desc=f"evaluate {metric}", unit="item", disable=not progress, mininterval=5.0)
+    out: dict[str, tuple[list[dict], list[str]]] = {metric: ([], []) for metric in metrics}
+    bar = tqdm(total=len(items), desc=f"evaluate {', '.join(metrics)}", unit="item", disable=not progress,
+               mininterval=5.0)
     for start in range(0, len(items), batch_size):
         chunk = items[start : start + batch_size]
         for item, row in zip(chunk, scorer.score_batch([scorer_row(i) for i in chunk], base_dir=base_dir)):
-            out = row["metrics"].get(metric)
-            if out is None:
-                errors.append(f"{item['id']}: {row.get('error')}")
-            predictions.append(out or {})
+            for metric, (predictions, errors) in out.items():
+                result = row["metrics"].get(metric)
+                if result is None:
+                    errors.append(f"{item['id']}: {row.get('error')}")
+                predictions.append(result or {})
         bar.update(len(chunk))
     bar.close()
-    return predictions, errors
+    return out
 
 
 def overall_key(metric: str) -> str | None:

@@ -124,3 +124,21 @@ def test_hice_on_the_demo_clip_ranks_regions_and_words(fresh_scenes, capsys, mon
     figures = json.loads(capsys.readouterr().out)
     assert figures["region_auroc"] >= 0.97 and figures["incorrect_token_auroc"] >= 0.85
     assert figures["vision_accuracy"] >= 0.85 and figures["foil"]["foil_accuracy"] >= 0.75
+
+
+def test_several_metrics_are_predicted_from_one_scoring_pass(tmp_path):
+    from capscope.bench.evaluate import predict_many
+
+    class CountingScorer:
+        batches = 0
+
+        def score_batch(self, rows, base_dir=None):
+            CountingScorer.batches += 1
+            return [{"metrics": {"a": {"scores": {"x": 1.0}}} if row["id"] != "bad" else {}, "error": "no image"}
+                    for row in rows]
+
+    items = [{"id": i, "image": "x.png", "caption": "a cat", "tokens": [], "regions": []} for i in ("1", "bad", "3")]
+    out = predict_many(CountingScorer(), ["a", "b"], items, tmp_path, batch_size=2)
+    assert CountingScorer.batches == 2  # 3 items in batches of 2, once for both metrics
+    assert out["a"][0] == [{"scores": {"x": 1.0}}, {}, {"scores": {"x": 1.0}}] and out["a"][1] == ["bad: no image"]
+    assert out["b"][0] == [{}, {}, {}] and len(out["b"][1]) == 3
