@@ -14,6 +14,7 @@ from capscope.bench import correlate as C
 from capscope.bench import published
 from capscope.bench.human import Loaded, Pair, Rated
 from capscope.cli import main
+from human_support import write_foil_file
 
 
 # ---------------------------------------------------------------- a scorer that counts words
@@ -311,20 +312,7 @@ def test_token_benchmark_reports_evaluate_figures_ap_and_pos(tmp_path, capsys):
 def test_foil_file_end_to_end_with_the_demo_model(tmp_path, capsys):
     """FOIL-COCO layout (clean and foil caption of one caption id, foil word named)
     through the real loader, the demo model and the printed table."""
-    from capscope.demo.dataset import demo_scene
-
-    (tmp_path / "images").mkdir()
-    images, annotations = [], []
-    for i in range(4):
-        scene, clean, polluted, _ = demo_scene(9, i)
-        name = f"COCO_val2014_{i:012d}.jpg"
-        scene.image().save(tmp_path / "images" / name)
-        images.append({"id": i, "file_name": name})
-        foil_word = polluted.words[polluted.wrong_word].text
-        annotations += [{"id": 100 + i, "image_id": i, "caption": clean.text, "foil": False},
-                        {"id": 100 + i, "image_id": i, "caption": polluted.text, "foil": True,
-                         "foil_word": foil_word, "target_word": clean.words[polluted.wrong_word].text}]
-    (tmp_path / "foilv1.0_test_2017.json").write_text(json.dumps({"images": images, "annotations": annotations}))
+    write_foil_file(tmp_path)
     code = main(["correlate", "--benchmark", "foil", "--data", str(tmp_path), "--metric", "clip-s", "infometic",
                  "--device", "cpu", "--bootstrap", "50", "--json"])
     assert code == 0

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from capscope.cli import main
+from human_support import write_foil_file
 
 SCORE = ["--metric", "clip-s", "infometic", "--regions", "classic", "--device", "cpu"]
 EXTRA_CAPTIONS = ("a red circle.", "a large blue square and a green star.", "two yellow triangles.")
@@ -364,19 +365,7 @@ def test_features_on_ray_same_files_and_index(cluster, world, one_torch_thread):
 
 def test_correlate_on_ray_same_figures(cluster, tmp_path, capsys):
     """FOIL layout from demo scenes: the same accuracy and figures from a pool of two workers."""
-    from capscope.demo.dataset import demo_scene
-
-    (tmp_path / "images").mkdir()
-    images, annotations = [], []
-    for i in range(4):
-        scene, clean, polluted, _ = demo_scene(9, i)
-        name = f"COCO_val2014_{i:012d}.jpg"
-        scene.image().save(tmp_path / "images" / name)
-        images.append({"id": i, "file_name": name})
-        annotations += [{"id": 100 + i, "image_id": i, "caption": clean.text, "foil": False},
-                        {"id": 100 + i, "image_id": i, "caption": polluted.text, "foil": True,
-                         "foil_word": polluted.words[polluted.wrong_word].text}]
-    (tmp_path / "foilv1.0_test_2017.json").write_text(json.dumps({"images": images, "annotations": annotations}))
+    write_foil_file(tmp_path)
     base = ["correlate", "--benchmark", "foil", "--data", str(tmp_path), "--metric", "clip-s", "infometic",
             "--device", "cpu", "--bootstrap", "20", "--json", "--batch-size", "2"]
     results = []

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 from annotation_support import sqlite_url
 from capscope.annotation.users import add_user
 from capscope.db import Store
-from ui_support import make_demo_checkpoint
+from ui_support import use_demo_checkpoint
 
 USER = ("ann", "ann-pw")
 # twelve content words: under the paper's β = 0.1 a uniform share (1/12) already
@@ -27,9 +27,7 @@ LONG_CAPTION = ("a small red circle, a large blue square, a green star and a pur
 def demo_env(tmp_path_factory):
     root = tmp_path_factory.mktemp("one-scorer")
     patch = pytest.MonkeyPatch()
-    patch.setenv("CAPSCOPE_DEMO_MODEL", str(make_demo_checkpoint(root / "demo.pt")))
-    patch.setenv("CAPSCOPE_CACHE", str(root / "cache"))
-    patch.delenv("CAPSCOPE_NO_DEMO", raising=False)
+    use_demo_checkpoint(patch, root)
     yield root
     patch.undo()
 

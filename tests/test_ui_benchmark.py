@@ -18,7 +18,7 @@ from capscope.ui_benchmark import (
     AgreementView, SharedScorer, agreement_with_people, demo_judgements, outputs_of,
 )
 from capscope.ui_models import Models, default_factory
-from ui_support import make_demo_checkpoint
+from ui_support import use_demo_checkpoint
 
 METRICS = ["infometic", "clip-s"]
 
@@ -28,9 +28,7 @@ def models(tmp_path_factory):
     """The server's Models, counting how often a scorer is built."""
     root = tmp_path_factory.mktemp("people")
     patch = pytest.MonkeyPatch()
-    patch.setenv("CAPSCOPE_DEMO_MODEL", str(make_demo_checkpoint(root / "demo.pt")))
-    patch.setenv("CAPSCOPE_CACHE", str(root / "cache"))
-    patch.delenv("CAPSCOPE_NO_DEMO", raising=False)
+    use_demo_checkpoint(patch, root)
     built = []
 
     def factory(metrics):

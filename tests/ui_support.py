@@ -40,6 +40,13 @@ def make_demo_checkpoint(path: Path, full_size: bool = False) -> Path:
     return path
 
 
+def use_demo_checkpoint(patch, root: Path) -> None:
+    """Point the scorer's demo fallback at a checkpoint made here, with its own cache folder."""
+    patch.setenv("CAPSCOPE_DEMO_MODEL", str(make_demo_checkpoint(root / "demo.pt")))
+    patch.setenv("CAPSCOPE_CACHE", str(root / "cache"))
+    patch.delenv("CAPSCOPE_NO_DEMO", raising=False)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
