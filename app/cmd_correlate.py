@@ -11,7 +11,9 @@ from pathlib import Path
 from capscope.bench.human import BENCHMARKS
 
 from .cli import CapscopeError
-from .cmd_score import METRICS, REGION_SOURCES, ScorerOptions, add_engine_options, add_model_options, engine_cluster
+from .cmd_score import (
+    METRICS, ScorerOptions, add_engine_options, add_model_options, add_region_options, engine_cluster,
+)
 
 log = logging.getLogger("capscope")
 
@@ -29,8 +31,7 @@ def register(sub) -> None:
     cmd.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of reference draws")
     cmd.add_argument("--plot", type=Path, default=None, help="write the score-vs-human figure to this PNG")
     cmd.add_argument("--batch-size", type=int, default=32)
-    cmd.add_argument("--regions", default="classic", choices=REGION_SOURCES)
-    cmd.add_argument("--max-regions", type=int, default=20)
+    add_region_options(cmd)
     add_model_options(cmd)
     add_engine_options(cmd)
     cmd.set_defaults(func=run_correlate)

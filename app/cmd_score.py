@@ -52,8 +52,7 @@ def register(sub) -> None:
     score.add_argument("--metric", nargs="+", action="extend", choices=METRICS, dest="metrics",
                        help="one or more metrics (default infometic)")
     score.add_argument("--batch-size", type=int, default=32)
-    score.add_argument("--regions", default="classic", choices=REGION_SOURCES)
-    score.add_argument("--max-regions", type=int, default=20)
+    add_region_options(score)
     add_model_options(score)
     add_engine_options(score)
     score.set_defaults(func=run_score)
@@ -61,8 +60,7 @@ def register(sub) -> None:
     features = sub.add_parser("features", help="write official-format InfoMetIC image features (.npz) for a JSONL of images")
     features.add_argument("--input", required=True, type=Path)
     features.add_argument("--out", required=True, type=Path)
-    features.add_argument("--regions", default="classic", choices=REGION_SOURCES)
-    features.add_argument("--max-regions", type=int, default=20)
+    add_region_options(features)
     add_model_options(features)
     add_engine_options(features)
     features.set_defaults(func=run_features)
@@ -74,6 +72,12 @@ def register(sub) -> None:
                              "released InfoMetIC and PAC-S checkpoints")
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=run_models)
+
+
+def add_region_options(parser: argparse.ArgumentParser) -> None:
+    """Where regions come from, for every command that scores or encodes images."""
+    parser.add_argument("--regions", default="classic", choices=REGION_SOURCES)
+    parser.add_argument("--max-regions", type=int, default=20)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
