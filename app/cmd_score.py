@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from capscope.metrics.jsonl import json_lines
 from capscope.metrics.regions import PROPOSERS
-from capscope.metrics.registry import METRIC_NAMES, TOKEN_RULES
+from capscope.metrics.registry import CLIP4DM_EPSILON, CLIP4DM_LAYERS, METRIC_NAMES, TOKEN_RULES
 from capscope.metrics.result import ScoreRow
 
 from .cli import CapscopeError
@@ -43,6 +43,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beta", type=float, default=0.1, help="threshold for correct tokens / mentioned regions (paper: 0.1)")
     parser.add_argument("--token-rule", default="paper", choices=TOKEN_RULES,
                         help="paper: share > beta; relative: beta scaled by the number of semantic words")
+    add_clip4dm_options(parser)
+
+
+def add_clip4dm_options(parser: argparse.ArgumentParser) -> None:
+    """CLIP4DM's two settings, named as in its released main.py (--epsilon, --start_layer_text)."""
+    parser.add_argument("--clip4dm-epsilon", type=float, default=CLIP4DM_EPSILON,
+                        help="clip4dm: a word whose attribution is below this is wrong (released default -5e-5)")
+    parser.add_argument("--clip4dm-layers", type=int, default=CLIP4DM_LAYERS,
+                        help="clip4dm: relevance from the last N text blocks (released default 3)")
 
 
 def register(sub) -> None:
@@ -126,6 +135,8 @@ class ScorerOptions:
     alpha_clip_checkpoint: str | None = None
     beta: float = 0.1
     token_rule: str = "paper"
+    clip4dm_epsilon: float = CLIP4DM_EPSILON
+    clip4dm_layers: int = CLIP4DM_LAYERS
 
     @classmethod
     def from_args(cls, args, metrics) -> ScorerOptions:
@@ -137,6 +148,7 @@ class ScorerOptions:
             pacs_checkpoint=_absolute_if_file(args.pacs_checkpoint),
             alpha_clip_checkpoint=_absolute_if_file(args.alpha_clip_checkpoint),
             beta=args.beta, token_rule=args.token_rule,
+            clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
         )
 
     def build(self):

@@ -43,7 +43,7 @@ def token_shade(score: float | None, correct: bool | None, threshold: float) -> 
     (< 0) for supported ones, None for words the metric does not judge."""
     if score is None or correct is None:
         return None
-    value = max(-1.0, min(1.0, (threshold - score) / threshold))
+    value = max(-1.0, min(1.0, (threshold - score) / (abs(threshold) or 1.0)))  # CLIP4DM's cut is negative
     if correct is False:
         return max(value, 0.6)
     return min(value * 0.7, -0.1)

@@ -64,22 +64,24 @@ def overall_key(metric: str) -> str | None:
     return spec.primary_key if spec else None
 
 
-def decisions_under(rule: str, beta: float, item: dict, prediction: dict) -> list:
-    """token_correct recomputed from the reported piece scores under a token rule
-    (InfoMetIC family only; others keep their own decisions)."""
+def decisions_under(rule: str, beta: float, item: dict, prediction: dict, metric: str = "infometic") -> list:
+    """token_correct recomputed from the reported word scores under a token rule
+    (metrics that follow the token rule only; others keep their own decisions)."""
     from capscope.metrics.families import decide_words
 
-    if "pieces" not in prediction or prediction.get("token_scores") is None:
+    spec = SPECS.get(metric)
+    if spec is None or not spec.follows_token_rule or prediction.get("token_scores") is None:
         return prediction.get("token_correct") or [None] * len(item["tokens"])
     return decide_words(rule, beta, [bool(t.get("semantic")) for t in item["tokens"]], prediction["token_scores"])
 
 
-def rule_figures(items: list[dict], predictions: list[dict], beta: float) -> dict:
+def rule_figures(items: list[dict], predictions: list[dict], beta: float, metric: str = "infometic") -> dict:
     from .gold import collect_tokens
 
     out = {}
     for rule in RULES:
-        redecided = [dict(p, token_correct=decisions_under(rule, beta, item, p)) for item, p in zip(items, predictions)]
+        redecided = [dict(p, token_correct=decisions_under(rule, beta, item, p, metric))
+                     for item, p in zip(items, predictions)]
         judged = collect_tokens(items, redecided)
         out[rule] = {"text_accuracy": accuracy(judged.gold, judged.decided),
                      "incorrect_token_f1": f1(judged.gold, judged.decided)}
@@ -96,11 +98,11 @@ def figures_of(items: list[dict], predictions: list[dict], errors: list[str], me
                token_rule: str = "paper", beta: float = BETA) -> dict:
     """`evaluate_gold`'s figures from predictions already made (see `predict`)."""
     if token_rule in RULES:
-        predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p)) if p else p
+        predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p, metric)) if p else p
                        for item, p in zip(items, predictions)]
     figures = evaluate(items, predictions, metric)
     figures["token_rule"], figures["beta"] = token_rule, beta
-    figures["token_rules"] = rule_figures(items, predictions, beta)
+    figures["token_rules"] = rule_figures(items, predictions, beta, metric)
     key = overall_key(metric)
     overall = {item["id"]: p["scores"][key] for item, p in zip(items, predictions)
                if p and key in p.get("scores", {})}

@@ -45,8 +45,9 @@ def collect_regions(items: list[dict], predictions: list[dict]) -> Judged:
     judged = Judged()
     for item, pred in zip(items, predictions, strict=True):
         regions = item["regions"]
-        scores = _aligned(pred.get("region_scores"), len(regions), item["id"], "region_scores")
-        mentioned = _aligned(pred.get("region_mentioned"), len(regions), item["id"], "region_mentioned")
+        # a metric that judges no regions (CLIP4DM) reports empty lists: every region undecided
+        scores = _aligned(pred.get("region_scores") or None, len(regions), item["id"], "region_scores")
+        mentioned = _aligned(pred.get("region_mentioned") or None, len(regions), item["id"], "region_mentioned")
         for region, score, is_mentioned in zip(regions, scores, mentioned):
             if region.get("label") is None:
                 continue

@@ -89,6 +89,12 @@ class ClipBackbone:
         return cls(model, tokenizer, preprocess, name, device, crop=crop or CropStyle())
 
     @property
+    def text_tower(self):
+        """The open_clip module holding the text transformer (the model itself for
+        `CLIP`, `model.text` for `CustomTextCLIP`)."""
+        return self._tower
+
+    @property
     def dim(self) -> int:
         proj = self._tower.text_projection
         return proj.out_features if isinstance(proj, torch.nn.Linear) else proj.shape[1]

@@ -44,6 +44,8 @@ KINDS = ("global", "token", "region")
 BETA = 0.1                 # InfoMetIC sec. 3.3: a word is correct, a region mentioned, above this share
 TOKEN_RULES = ("paper", "relative")
 HICE_THRESHOLD = 0.2       # HICE-S's phrase/region cosine cut (hice.py says why)
+CLIP4DM_EPSILON = -5e-5    # CLIP4DM main.py --epsilon: a word whose attribution is below it is misaligned
+CLIP4DM_LAYERS = 3         # CLIP4DM main.py --start_layer_text -3: relevance from the last three text blocks
 
 
 @dataclass
@@ -95,6 +97,8 @@ class MetricParts:
     beta: float = BETA
     token_rule: str = "paper"
     alpha_clip_checkpoint: str | None = None
+    clip4dm_epsilon: float = CLIP4DM_EPSILON
+    clip4dm_layers: int = CLIP4DM_LAYERS
     record_file: Callable[[str, str | Path], None] = _ignore_file
 
 
@@ -223,6 +227,12 @@ def _build_hice(parts: MetricParts) -> Metric:
     return metric
 
 
+def _build_clip4dm(parts: MetricParts) -> Metric:
+    from .clip4dm import Clip4DMMetric
+
+    return Clip4DMMetric(parts.main_clip(), epsilon=parts.clip4dm_epsilon, layers=parts.clip4dm_layers)
+
+
 _INFO_TOKENS = ("a semantic word is correct when the sum of its BPE pieces' attention shares exceeds β "
                 "(--token-rule relative: β·5/n for n semantic words seen, at most β)")
 _INFO_REGIONS = "a region is mentioned when its attention share exceeds β"
@@ -257,4 +267,12 @@ register(MetricSpec(
                    "threshold (0.2, or a sigmoid-loss CLIP's own decision boundary)",
     region_decision="a region is mentioned when its best phrase cosine is above the same threshold",
     threshold=HICE_THRESHOLD,
+))
+register(MetricSpec(
+    name="clip4dm", title="CLIP4DM", kind="token",
+    score_keys=("clip_s", "f_clip_s", "negative_attribution"), primary_key="f_clip_s",
+    build=_build_clip4dm,
+    token_decision="a semantic word is wrong when its gradient x attention attribution (the mean of its BPE "
+                   "pieces', last 3 text layers) is below epsilon (-5e-5)",
+    threshold=CLIP4DM_EPSILON,
 ))

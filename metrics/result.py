@@ -39,6 +39,17 @@ class PhraseScore:
 
 
 @dataclass
+class WordScore:
+    """One word of a CLIP4DM caption as its released code splits words; the
+    span indexes the caption."""
+
+    text: str
+    start: int
+    end: int
+    score: float
+
+
+@dataclass
 class MetricResult:
     """One metric's verdict on one pair: global `scores`, one value per token
     and per region, and what only some families report (`pieces`, `phrases`,
@@ -53,6 +64,7 @@ class MetricResult:
     pieces: list[PieceScore] | None = None
     phrases: list[PhraseScore] | None = None
     features: dict | None = None
+    words: list[WordScore] | None = None
 
     @classmethod
     def global_only(cls, scores: dict[str, float], n_tokens: int) -> MetricResult:
@@ -74,6 +86,8 @@ class MetricResult:
             out["phrases"] = [asdict(p) for p in self.phrases]
         if self.features is not None:
             out["features"] = self.features
+        if self.words is not None:
+            out["words"] = [asdict(w) for w in self.words]
         return out
 
 
@@ -96,10 +110,12 @@ class ModelInfo:
     beta: float | None = None
     token_rule: str = ""
     checkpoints: dict[str, dict] = field(default_factory=dict)  # role -> {"file", "sha256"}
+    metric_options: dict[str, dict] = field(default_factory=dict)  # metric -> its own settings (clip4dm's epsilon, layers)
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["checkpoints"] = {role: dict(entry) for role, entry in self.checkpoints.items()}  # rows share none
+        out["metric_options"] = {name: dict(entry) for name, entry in self.metric_options.items()}
         return out
 
 
@@ -162,7 +178,7 @@ def checkpoint_digest(path: str | Path) -> dict:
 
 
 def reproducibility(*, dtype: str, device: str, prompt: str, beta: float, token_rule: str,
-                    checkpoints: dict[str, dict]) -> dict:
+                    checkpoints: dict[str, dict], metric_options: dict[str, dict] | None = None) -> dict:
     """The `ModelInfo` fields beyond the first four, as keyword arguments."""
     return {**library_versions(), "dtype": dtype, "device": device, "prompt": prompt, "beta": beta,
-            "token_rule": token_rule, "checkpoints": dict(checkpoints)}
+            "token_rule": token_rule, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}

@@ -30,7 +30,7 @@ from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_nam
 from .loading import ModelUnavailable
 from .lru import LRUCache
 from .regions import PROPOSERS, Region, given_regions, select_regions
-from .registry import BETA, MetricParts, Needs, PreparedPair, get_spec
+from .registry import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, MetricParts, Needs, PreparedPair, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, checkpoint_digest, reproducibility
 from .images import ImageError, read_image
 from .text import Token, check_caption, check_references, load_spacy, tokenize
@@ -71,6 +71,8 @@ class Scorer:
         pacs_checkpoint: str | None = None,
         pacs_model: str = "ViT-B-32-quickgelu",
         alpha_clip_checkpoint: str | None = None,
+        clip4dm_epsilon: float = CLIP4DM_EPSILON,
+        clip4dm_layers: int = CLIP4DM_LAYERS,
         beta: float = BETA,
         token_rule: str = "paper",
         spacy_model: str = "en_core_web_sm",
@@ -107,6 +109,7 @@ class Scorer:
             pacs_clip=once("pac-s", lambda: self._pacs_clip(pacs_checkpoint, pacs_model)),
             infometic=once("infometic", lambda: self._infometic(infometic_checkpoint)),
             beta=beta, token_rule=token_rule, alpha_clip_checkpoint=alpha_clip_checkpoint,
+            clip4dm_epsilon=clip4dm_epsilon, clip4dm_layers=clip4dm_layers,
             record_file=self._record_file,
         )
         self.metrics, self.unavailable = {}, {}
@@ -310,7 +313,8 @@ class Scorer:
         if self._provenance is None:
             self._provenance = reproducibility(
                 dtype=self._compute_dtype(), device=self._device_kind(), prompt=PROMPT, beta=self.beta,
-                token_rule=self.token_rule, checkpoints=self.checkpoints)
+                token_rule=self.token_rule, checkpoints=self.checkpoints,
+                metric_options={name: m.options for name, m in self.metrics.items() if getattr(m, "options", None)})
         return self._provenance
 
     def _compute_dtype(self) -> str:

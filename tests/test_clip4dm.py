@@ -1,0 +1,209 @@
+"""clip4dm against the released CLIP4DM computation, re-done here the way its
+code does it (naver-ai/clip4dm `src/clip4dm.py`, `src/utils.py`): one image
+and one caption per pass, the full 77-token context, the image encoded afresh,
+attention probabilities taken from open_clip's own blocks (their `attention`
+replaced by one that keeps the probabilities), the words aggregated by its
+loop. capscope's metric batches captions, cuts them to their real length and
+reads the image from its cache; the numbers must not move."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capscope.metrics.clip4dm import CHUNK, split_words
+from capscope.metrics.scorer import Scorer
+
+TEMPLATE = "A photo depicts "
+CAPTIONS = [
+    "a man's dog, running on the grass.",
+    "A photo of a skateboarder doing a kickflip, with zebras behind him.",
+    "two giraffes depicts a photo. a t-shirt, 3.5 bananas",
+    "Unicyclists juggle pineapples near the lighthouse",
+    "a cat",
+    "a red bus , parked ,near a stop sign .",
+]
+
+
+def released_computation(model, preprocess, tokenizer, image, caption, epsilon, layers=3):
+    """CLIP4DM for one pair as its released code computes it (threshold reading)."""
+    text = TEMPLATE + caption
+    ids = tokenizer([text])
+    probs = []
+    blocks = list(model.transformer.resblocks)[-layers:]
+    for block in blocks:
+        block.attention = _keeping(block, probs)
+    try:
+        image_emb = model.encode_image(preprocess(image).unsqueeze(0))
+        text_emb = model.encode_text(ids)
+        logit = (image_emb / image_emb.norm(dim=-1, keepdim=True) * text_emb / text_emb.norm(dim=-1, keepdim=True)).sum()
+        grads = torch.autograd.grad(logit, probs)
+    finally:
+        for block in blocks:
+            del block.attention
+    relevance = torch.zeros(77, 77)
+    for grad, prob in zip(grads, probs):
+        relevance = relevance + (grad * prob.detach()).mean(dim=1)[0]
+    relevance = relevance / len(probs)
+    eot = int(ids[0].argmax())
+    piece_scores = relevance[eot, 1:eot].flatten().tolist()
+    scored = list(zip(tokenizer.encode(text), piece_scores))  # zip drops pieces past the context
+    aggregated, used = [], 0
+    for word in _space_tokenize(text):
+        n = len(tokenizer.encode(word))
+        chunk = [s for _, s in scored[used : used + n]]
+        used += n
+        if chunk:
+            aggregated.append((word, sum(chunk) / len(chunk)))
+    words = aggregated[len(TEMPLATE.split()):]
+    kept = [(w, s) for w, s in words if w not in '.,!"?;:" ' and w.strip()]
+    negative = [s for _, s in kept if s < epsilon]
+    return {"clip_score": max(logit.item(), 0) * 2.5, "words": words, "kept": kept,
+            "sum_negative_attribution": sum(negative) if negative else 0}
+
+
+def _keeping(block, probs):
+    attn = block.attn
+
+    def attention(q_x, k_x=None, v_x=None, attn_mask=None):
+        batch, length, width = q_x.shape
+        heads = attn.num_heads
+        q, k, v = (q_x @ attn.in_proj_weight.T + attn.in_proj_bias).split(width, dim=-1)
+        q, k, v = (t.view(batch, length, heads, -1).permute(0, 2, 1, 3) for t in (q, k, v))
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(width // heads) + attn_mask
+        prob = torch.softmax(scores, dim=-1)
+        probs.append(prob)
+        out = torch.einsum("bhqk,bhkd->bhqd", prob, v).permute(0, 2, 1, 3).reshape(batch, length, width)
+        return attn.out_proj(out)
+
+    return attention
+
+
+def _space_tokenize(text):
+    tokens, token = [], ""
+    for char in text:
+        if char == " ":
+            if token:
+                tokens.append(token)
+                token = ""
+        elif char in [".", ","]:
+            if token:
+                tokens.append(token)
+                token = ""
+            tokens.append(char)
+        else:
+            token += char
+    if token:
+        tokens.append(token)
+    return tokens
+
+
+@pytest.fixture(scope="module")
+def images():
+    rng = np.random.RandomState(3)
+    noise = Image.fromarray((rng.rand(240, 320, 3) * 255).astype("uint8"))
+    blocks = np.zeros((200, 200, 3), dtype="uint8")
+    blocks[:100] = (220, 30, 30)
+    blocks[100:, 50:150] = (40, 70, 220)
+    return [noise, Image.fromarray(blocks)]
+
+
+@pytest.fixture(scope="module")
+def epsilon_scorer(clip_checkpoint):
+    """clip4dm at epsilon 0: a random CLIP's attributions (about 1e-5) then split into both verdicts."""
+    return Scorer(["clip4dm", "clip-s"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
+                  clip4dm_epsilon=0.0)
+
+
+@pytest.fixture(scope="module")
+def reference_model(epsilon_scorer):
+    backbone = epsilon_scorer.metrics["clip4dm"].backbone
+    return backbone.model, backbone.preprocess, backbone.tokenizer
+
+
+def _close(ours, theirs, scale):
+    return abs(ours - theirs) <= 1e-3 * abs(theirs) + 1e-3 * scale
+
+
+def test_split_words_follows_the_released_code():
+    text = "A photo depicts a man's dog,running. 3.5 t-shirts!  end"
+    assert [w.text for w in split_words(text)] == _space_tokenize(text)
+    assert all(text[w.start : w.end] == w.text for w in split_words(text))
+
+
+def test_clip4dm_equals_the_released_computation(epsilon_scorer, reference_model, images):
+    rows = [{"id": f"{i}-{j}", "image": image, "caption": caption}
+            for i, image in enumerate(images) for j, caption in enumerate(CAPTIONS)]
+    scored = epsilon_scorer.score_batch(rows)
+    verdicts = {True: 0, False: 0}
+    for row, given in zip(scored, rows):
+        ours = row["metrics"]["clip4dm"]
+        ref = released_computation(*reference_model, given["image"], given["caption"], epsilon=0.0)
+        scale = max(abs(s) for _, s in ref["words"])
+        assert [w["text"] for w in ours["words"]] == [w for w, _ in ref["words"]]
+        for word, (_, theirs) in zip(ours["words"], ref["words"]):
+            assert _close(word["score"], theirs, scale), (given["caption"], word, theirs)
+        assert abs(ours["scores"]["clip_s"] - ref["clip_score"]) <= 1e-4
+        assert abs(ours["scores"]["clip_s"] - row["metrics"]["clip-s"]["scores"]["clip_s"]) <= 1e-4
+        assert _close(ours["scores"]["negative_attribution"], ref["sum_negative_attribution"], scale * 10)
+        f_clip_s = ref["sum_negative_attribution"] * (1 - ref["clip_score"] / 2.5)
+        assert _close(ours["scores"]["f_clip_s"], f_clip_s, scale * 10)
+        # every verdict given is the released one: a semantic token inside one word is wrong iff that word is
+        by_span = {(w["start"], w["end"]): theirs for w, (_, theirs) in zip(ours["words"], ref["words"])}
+        for token, correct in zip(row["tokens"], ours["token_correct"]):
+            if correct is None:
+                continue
+            theirs = by_span.get((token["start"], token["end"]))
+            if theirs is None or abs(theirs) < 1e-3 * scale:
+                continue  # a token spanning several words, or a score within float noise of epsilon
+            assert correct == (theirs >= 0.0), (given["caption"], token["text"], theirs)
+            verdicts[correct] += 1
+        assert len(ours["token_scores"]) == len(row["tokens"])
+        assert all(p["token"] is None or 0 <= p["token"] < len(row["tokens"]) for p in ours["pieces"])
+    assert verdicts[True] >= 5 and verdicts[False] >= 5, verdicts  # both verdicts were compared
+
+
+def test_words_past_the_context_get_no_score(epsilon_scorer, reference_model, images):
+    caption = " ".join(["a small red circle beside a large blue square,"] * 10)
+    row = epsilon_scorer.score(images[1], caption)
+    ours = row["metrics"]["clip4dm"]
+    ref = released_computation(*reference_model, images[1], caption, epsilon=0.0)
+    assert [w["text"] for w in ours["words"]] == [w for w, _ in ref["words"]]
+    assert len(ours["words"]) < len(split_words(caption))
+    assert ours["token_scores"][0] is not None and ours["token_scores"][-1] is None
+    assert ours["token_correct"][-1] is None
+    last_seen = ours["words"][-1]["end"]
+    assert all(s is None for t, s in zip(row["tokens"], ours["token_scores"]) if t["start"] >= last_seen)
+
+
+def test_a_caption_scores_the_same_alone_and_in_any_batch(epsilon_scorer, images):
+    captions = CAPTIONS * 4  # more than one chunk of captions per pass
+    assert len(captions) > CHUNK
+    alone = {}
+    for caption in CAPTIONS:
+        alone[caption] = epsilon_scorer.score(images[0], caption)["metrics"]["clip4dm"]
+    for size in (3, len(captions)):
+        rows = [{"id": str(i), "image": images[i % 2 if size == 3 else 0], "caption": c}
+                for i, c in enumerate(captions[:size])]
+        for given, row in zip(rows, epsilon_scorer.score_batch(rows)):
+            if given["image"] is not images[0]:
+                continue
+            ours, single = row["metrics"]["clip4dm"], alone[given["caption"]]
+            for key, value in single["scores"].items():
+                assert abs(ours["scores"][key] - value) <= 1e-6
+            for a, b in zip(ours["token_scores"], single["token_scores"]):
+                assert (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-4 * abs(b) + 1e-12)
+            assert ours["token_correct"] == single["token_correct"]
+
+
+def test_options_land_in_the_model_block_and_bad_layers_are_one_line(clip_checkpoint, images):
+    scorer = Scorer(["clip4dm"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
+                    clip4dm_layers=2, clip4dm_epsilon=-1e-4)
+    row = scorer.score(images[1], "a red square")
+    assert row["model"]["metric_options"] == {"clip4dm": {"epsilon": -1e-4, "layers": 2}}
+    with pytest.raises(ValueError, match="clip4dm-layers must be between 1 and 12"):
+        Scorer(["clip4dm"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
+               clip4dm_layers=13)
