@@ -14,7 +14,7 @@ def register(sub) -> None:
     bench.add_argument("--batch-size", type=int, default=16)
     bench.add_argument("--captions-per-image", type=int, default=5,
                        help="also time files where each image carries this many captions (details.shared_images; 1: skip)")
-    bench.add_argument("--metric", action="append", choices=["infometic", "hice"], help="default: both")
+    bench.add_argument("--metric", action="append", choices=["infometic", "hice", "clip4dm"], help="default: all three")
     bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam,mobilesam",
                        help="comma-separated region sources timed on a 640 px image ('' for none)")
     bench.add_argument("--ray-workers", type=int, default=2,

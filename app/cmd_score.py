@@ -24,7 +24,7 @@ log = logging.getLogger("capscope")
 METRICS = METRIC_NAMES  # live: a metric registered later is a valid choice
 REGION_SOURCES = (*PROPOSERS, "given")
 # `capscope models download NAME`: the released checkpoints come from their authors' Google Drive folders
-DOWNLOADS = ("infometic", "pacs", "clip", "spacy")
+DOWNLOADS = ("infometic", "pacs", "clip", "clip4dm", "spacy")
 ENGINES = ("local", "ray")
 URL_TIMEOUT_S = 30   # one image or features file fetched over http(s)
 FEATURE_BATCH = 8    # rows per batch of `capscope features` (a worker's unit of work)
@@ -469,6 +469,10 @@ def download_named(names: list[str]) -> int:
         elif name == "clip":
             loading.create_open_clip("ViT-B-32", "openai", loading.resolve_device("cpu"))
             print("CLIP ViT-B-32/openai: ready")
+        elif name == "clip4dm":
+            for model_name, tag in loading.CLIP4DM_BACKBONES:
+                loading.create_open_clip(model_name, tag, loading.resolve_device("cpu"), component="CLIP4DM")
+                print(f"CLIP4DM {model_name}/{tag}: ready")
         elif not _download_spacy():
             raise CapscopeError("models download: spaCy en_core_web_sm download failed (python -m spacy download en_core_web_sm)")
     return 0

@@ -45,7 +45,7 @@ CLIP_MODEL = "ViT-B-32"
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 70, 220),
            "yellow": (235, 200, 20), "purple": (140, 50, 190), "orange": (245, 130, 20)}
 SHAPES = ("circle", "square", "triangle")
-BENCH_METRICS = ("infometic", "hice")  # registry names with a naive baseline here (NaiveRunner)
+BENCH_METRICS = ("infometic", "hice", "clip4dm")  # registry names with a naive baseline here (NaiveRunner)
 
 
 # ---------------------------------------------------------------- data
@@ -138,10 +138,12 @@ def model_files(workdir: Path, metrics=BENCH_METRICS) -> dict[str, dict]:
 
     torch.manual_seed(0)
     files = {}
-    if "hice" in metrics:
+    on_clip = [name for name in ("hice", "clip4dm") if name in metrics]  # metrics on the plain CLIP
+    if on_clip:
         clip_file = workdir / "vit-b-32.pt"
         torch.save(open_clip.create_model(CLIP_MODEL, pretrained=None).state_dict(), clip_file)
-        files["hice"] = {"clip_model": CLIP_MODEL, "clip_pretrained": str(clip_file)}
+        for name in on_clip:
+            files[name] = {"clip_model": CLIP_MODEL, "clip_pretrained": str(clip_file)}
     if "infometic" in metrics:
         infometic_file = workdir / "best_model.pth"
         model = InfoMetIC(open_clip.create_model("ViT-B-32-quickgelu", pretrained=None), HeadConfig())
@@ -193,9 +195,20 @@ class NaiveRunner:
         from capscope.metrics.text import tokenize
 
         image = pair["image"]
+        if self.name == "clip4dm":
+            return self._clip4dm(pair, image)
         regions = given_regions(pair["regions"], *image.size)
         tokens = tokenize(pair["caption"], nlp)
         return self._infometic(pair, image, regions, tokens) if self.name == "infometic" else self._hice(pair, image, regions, tokens)
+
+    def _clip4dm(self, pair, image) -> dict:
+        """The released loop: one pair per forward and backward pass, the image
+        encoded again, 77 tokens, float32 (image_seconds is not split out: the
+        image and text run in one graph there)."""
+        from .clip4dm_released import released_clip4dm
+
+        return released_clip4dm(self.model, self.preprocess, self.tokenizer, image, pair["caption"],
+                                self.metric.epsilon, self.metric.layers)
 
     def _hice(self, pair, image, regions, tokens) -> dict:
         from capscope.metrics.hice import hice_scores, masked_crop
@@ -279,7 +292,7 @@ def naive_pairs_per_second(scorer, metric: str, pairs: list[dict], timing: dict 
     for pair in pairs:
         runner.score(pair, scorer.nlp)
     elapsed = time.perf_counter() - start
-    if timing is not None:
+    if timing is not None and runner.image_seconds:
         timing["image_tower_share"] = runner.image_seconds / elapsed
     return len(pairs) / elapsed
 
@@ -369,6 +382,9 @@ def timed_sections(scorer, metric: str):
     if metric == "hice":
         targets.append((hice, "caption_phrases", "phrases"))
         targets.append((hice, "hice_scores", "HICE-S formulas"))
+    elif metric == "clip4dm":
+        targets.append((metric_obj.relevance, "attribute_chunk", "text tower forward and backward"))
+        targets.append((metric_obj, "word_scores", "word aggregation"))
     else:
         targets.append((metric_obj.model, "forward", "InfoMetIC head"))
         targets.append((families, "bpe_pieces", "BPE pieces"))
@@ -513,7 +529,7 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
             shared["naive_pairs_per_s"][name] = naive_pairs_per_second(scorer, name, shared_pairs)
     extra = {"word_encoding": speed, "n_pairs": n_pairs, "batch_size": batch_size,
              "regions_per_pair": float(np.mean([len(p["regions"]) for p in pairs])),
-             "naive_image_tower_share": {k: v["image_tower_share"] for k, v in naive_timing.items()}}
+             "naive_image_tower_share": {k: v["image_tower_share"] for k, v in naive_timing.items() if v}}
     if shared_pairs:
         extra["shared_images"] = shared
     if breakdown:

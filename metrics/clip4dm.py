@@ -120,10 +120,10 @@ class TextRelevance:
         """Attributions of each id sequence against the image embedding of its row."""
         out: list[Attribution] = []
         for start in range(0, len(sequences), CHUNK):
-            out += self._chunk(image_embeddings[start : start + CHUNK], sequences[start : start + CHUNK])
+            out += self.attribute_chunk(image_embeddings[start : start + CHUNK], sequences[start : start + CHUNK])
         return out
 
-    def _chunk(self, images: torch.Tensor, sequences: list[list[int]]) -> list[Attribution]:
+    def attribute_chunk(self, images: torch.Tensor, sequences: list[list[int]]) -> list[Attribution]:
         device = self.backbone.device
         length = max(len(s) for s in sequences)
         ids = torch.zeros(len(sequences), length, dtype=torch.long)

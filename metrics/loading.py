@@ -74,6 +74,10 @@ def verify_checkpoint(path: str | Path, component: str) -> None:
         raise ModelUnavailable(f"{component}: {err}") from None
 
 
+# the CLIPs the CLIP4DM paper used (any open_clip model works; these reproduce its tables)
+CLIP4DM_BACKBONES = (("ViT-B-32", "openai"), ("ViT-L-14", "openai"), ("ViT-H-14", "laion2b_s32b_b79k"))
+
+
 def strip_prefix(state: dict, prefix: str) -> dict:
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
@@ -237,6 +241,14 @@ def components() -> list[dict]:
             "from": str(demo_model_path()), "present": demo_model_path().is_file(),
             "get": "capscope train clip && capscope train infometic (see README)",
         },
+    ]
+    rows += [
+        {
+            "component": "CLIP4DM", "loads": f"open_clip {name} / {tag} (a backbone of the CLIP4DM paper)",
+            "from": "open_clip's Hugging Face cache", "present": clip_tag_cached(name, tag),
+            "get": f"capscope models download clip4dm, then --metric clip4dm --clip-model {name} --clip-pretrained {tag}",
+        }
+        for name, tag in CLIP4DM_BACKBONES
     ]
     return rows + segmenters.component_rows()
 

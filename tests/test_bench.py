@@ -20,3 +20,13 @@ def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     assert 0 < result["details"]["naive_image_tower_share"]["hice"] < 1
     assert result["word_encoding_speedup"] > 0 and result["peak_rss_mb"] > 0
     assert plot.stat().st_size > 1000
+
+
+def test_bench_measures_clip4dm_against_the_released_loop(capsys):
+    code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "2", "--batch-size", "2",
+                 "--metric", "clip4dm", "--captions-per-image", "1", "--region-sources", "", "--ray-workers", "0"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["pairs_per_s"]["clip4dm"] > 0 and result["naive_pairs_per_s"]["clip4dm"] > 0
+    assert "clip4dm" not in result["details"]["naive_image_tower_share"]  # one graph there: not split out
+    assert result["details"]["rescore_breakdown_ms"]["clip4dm"]["text tower forward and backward"] > 0

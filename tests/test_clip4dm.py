@@ -1,23 +1,19 @@
-"""clip4dm against the released CLIP4DM computation, re-done here the way its
-code does it (naver-ai/clip4dm `src/clip4dm.py`, `src/utils.py`): one image
-and one caption per pass, the full 77-token context, the image encoded afresh,
-attention probabilities taken from open_clip's own blocks (their `attention`
-replaced by one that keeps the probabilities), the words aggregated by its
-loop. capscope's metric batches captions, cuts them to their real length and
-reads the image from its cache; the numbers must not move."""
+"""clip4dm against the released CLIP4DM computation, re-done the way its code
+does it (`capscope.bench.clip4dm_released`: one image and one caption per pass,
+the full 77-token context, the image encoded afresh, attention probabilities
+taken from open_clip's own blocks, the words aggregated by its loop).
+capscope's metric batches captions, cuts them to their real length and reads
+the image from its cache; the numbers must not move."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
+from capscope.bench.clip4dm_released import released_clip4dm, space_tokenize
 from capscope.metrics.clip4dm import CHUNK, split_words
 from capscope.metrics.scorer import Scorer
 
-TEMPLATE = "A photo depicts "
 CAPTIONS = [
     "a man's dog, running on the grass.",
     "A photo of a skateboarder doing a kickflip, with zebras behind him.",
@@ -26,79 +22,6 @@ CAPTIONS = [
     "a cat",
     "a red bus , parked ,near a stop sign .",
 ]
-
-
-def released_computation(model, preprocess, tokenizer, image, caption, epsilon, layers=3):
-    """CLIP4DM for one pair as its released code computes it (threshold reading)."""
-    text = TEMPLATE + caption
-    ids = tokenizer([text])
-    probs = []
-    blocks = list(model.transformer.resblocks)[-layers:]
-    for block in blocks:
-        block.attention = _keeping(block, probs)
-    try:
-        image_emb = model.encode_image(preprocess(image).unsqueeze(0))
-        text_emb = model.encode_text(ids)
-        logit = (image_emb / image_emb.norm(dim=-1, keepdim=True) * text_emb / text_emb.norm(dim=-1, keepdim=True)).sum()
-        grads = torch.autograd.grad(logit, probs)
-    finally:
-        for block in blocks:
-            del block.attention
-    relevance = torch.zeros(77, 77)
-    for grad, prob in zip(grads, probs):
-        relevance = relevance + (grad * prob.detach()).mean(dim=1)[0]
-    relevance = relevance / len(probs)
-    eot = int(ids[0].argmax())
-    piece_scores = relevance[eot, 1:eot].flatten().tolist()
-    scored = list(zip(tokenizer.encode(text), piece_scores))  # zip drops pieces past the context
-    aggregated, used = [], 0
-    for word in _space_tokenize(text):
-        n = len(tokenizer.encode(word))
-        chunk = [s for _, s in scored[used : used + n]]
-        used += n
-        if chunk:
-            aggregated.append((word, sum(chunk) / len(chunk)))
-    words = aggregated[len(TEMPLATE.split()):]
-    kept = [(w, s) for w, s in words if w not in '.,!"?;:" ' and w.strip()]
-    negative = [s for _, s in kept if s < epsilon]
-    return {"clip_score": max(logit.item(), 0) * 2.5, "words": words, "kept": kept,
-            "sum_negative_attribution": sum(negative) if negative else 0}
-
-
-def _keeping(block, probs):
-    attn = block.attn
-
-    def attention(q_x, k_x=None, v_x=None, attn_mask=None):
-        batch, length, width = q_x.shape
-        heads = attn.num_heads
-        q, k, v = (q_x @ attn.in_proj_weight.T + attn.in_proj_bias).split(width, dim=-1)
-        q, k, v = (t.view(batch, length, heads, -1).permute(0, 2, 1, 3) for t in (q, k, v))
-        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(width // heads) + attn_mask
-        prob = torch.softmax(scores, dim=-1)
-        probs.append(prob)
-        out = torch.einsum("bhqk,bhkd->bhqd", prob, v).permute(0, 2, 1, 3).reshape(batch, length, width)
-        return attn.out_proj(out)
-
-    return attention
-
-
-def _space_tokenize(text):
-    tokens, token = [], ""
-    for char in text:
-        if char == " ":
-            if token:
-                tokens.append(token)
-                token = ""
-        elif char in [".", ","]:
-            if token:
-                tokens.append(token)
-                token = ""
-            tokens.append(char)
-        else:
-            token += char
-    if token:
-        tokens.append(token)
-    return tokens
 
 
 @pytest.fixture(scope="module")
@@ -130,18 +53,18 @@ def _close(ours, theirs, scale):
 
 def test_split_words_follows_the_released_code():
     text = "A photo depicts a man's dog,running. 3.5 t-shirts!  end"
-    assert [w.text for w in split_words(text)] == _space_tokenize(text)
+    assert [w.text for w in split_words(text)] == space_tokenize(text)
     assert all(text[w.start : w.end] == w.text for w in split_words(text))
 
 
-def test_clip4dm_equals_the_released_computation(epsilon_scorer, reference_model, images):
+def test_clip4dm_equals_the_released_clip4dm(epsilon_scorer, reference_model, images):
     rows = [{"id": f"{i}-{j}", "image": image, "caption": caption}
             for i, image in enumerate(images) for j, caption in enumerate(CAPTIONS)]
     scored = epsilon_scorer.score_batch(rows)
     verdicts = {True: 0, False: 0}
     for row, given in zip(scored, rows):
         ours = row["metrics"]["clip4dm"]
-        ref = released_computation(*reference_model, given["image"], given["caption"], epsilon=0.0)
+        ref = released_clip4dm(*reference_model, given["image"], given["caption"], epsilon=0.0)
         scale = max(abs(s) for _, s in ref["words"])
         assert [w["text"] for w in ours["words"]] == [w for w, _ in ref["words"]]
         for word, (_, theirs) in zip(ours["words"], ref["words"]):
@@ -170,7 +93,7 @@ def test_words_past_the_context_get_no_score(epsilon_scorer, reference_model, im
     caption = " ".join(["a small red circle beside a large blue square,"] * 10)
     row = epsilon_scorer.score(images[1], caption)
     ours = row["metrics"]["clip4dm"]
-    ref = released_computation(*reference_model, images[1], caption, epsilon=0.0)
+    ref = released_clip4dm(*reference_model, images[1], caption, epsilon=0.0)
     assert [w["text"] for w in ours["words"]] == [w for w, _ in ref["words"]]
     assert len(ours["words"]) < len(split_words(caption))
     assert ours["token_scores"][0] is not None and ours["token_scores"][-1] is None

@@ -87,6 +87,21 @@ def test_offline_download_fails_in_one_line(cache, capsys, monkeypatch, name, fo
     assert flag in lines[0] and variable in lines[0]
 
 
+def test_clip4dm_backbones_are_listed_and_fail_offline_in_one_line(capsys):
+    assert main(["models", "--json"]) == 0
+    import json
+
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["component"] == "CLIP4DM"]
+    assert [r["loads"].split(" (")[0] for r in rows] == [
+        "open_clip ViT-B-32 / openai", "open_clip ViT-L-14 / openai", "open_clip ViT-H-14 / laion2b_s32b_b79k"]
+    assert all("capscope models download clip4dm" in r["get"] for r in rows)
+    assert main(["models", "download", "clip4dm"]) == 2  # HF_HUB_OFFLINE is set for every test
+    out = capsys.readouterr()
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.err
+    assert "CLIP4DM: ViT-B-32/openai is not in the Hugging Face cache" in lines[0] and "--clip-pretrained FILE" in lines[0]
+
+
 def test_unreachable_drive_is_detected_fast(cache, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("CAPSCOPE_OFFLINE", raising=False)
