@@ -244,7 +244,7 @@ def components() -> list[dict]:
     ]
     rows += [
         {
-            "component": "CLIP4DM", "loads": f"open_clip {name} / {tag} (a backbone of the CLIP4DM paper)",
+            "component": f"CLIP4DM {name}", "loads": f"open_clip {name} / {tag} (a backbone of the CLIP4DM paper)",
             "from": "open_clip's Hugging Face cache", "present": clip_tag_cached(name, tag),
             "get": f"capscope models download clip4dm, then --metric clip4dm --clip-model {name} --clip-pretrained {tag}",
         }

@@ -56,8 +56,10 @@ def png(path=None, size=(40, 30)):
 
 def test_builtin_specs():
     assert {n: get_spec(n).primary_key for n in metric_names()} == {
-        "infometic": "overall", "infoclip": "overall", "clip-s": "clip_s", "pac-s": "pac_s", "hice": "hice"}
-    assert metric_names(kind="token") == ("infometic", "infoclip", "hice")
+        "infometic": "overall", "infoclip": "overall", "clip-s": "clip_s", "pac-s": "pac_s", "hice": "hice",
+        "clip4dm": "f_clip_s"}
+    assert metric_names(kind="token") == ("infometic", "infoclip", "hice", "clip4dm")
+    assert get_spec("clip4dm").threshold == -5e-5 and not get_spec("clip4dm").follows_token_rule
     assert metric_names(kind="global") == ("clip-s", "pac-s")
     assert get_spec("hice").threshold == 0.2 and get_spec("infometic").threshold == 0.1
     assert get_spec("infometic").follows_token_rule and not get_spec("hice").follows_token_rule

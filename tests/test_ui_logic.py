@@ -177,7 +177,7 @@ def test_models_build_once_and_leave_out_metrics_that_cannot_load():
             self.unavailable = {m: why for m, why in missing.items() if m in metrics}
 
     models = Models(FakeScorer)
-    assert models.available == ["infometic", "infoclip", "clip-s"] and models.demo
+    assert models.available == ["infometic", "infoclip", "clip-s", "clip4dm"] and models.demo
     assert models.unavailable == {"pac-s": "PAC-S: checkpoint file x not found (set --pacs-checkpoint)",
                                   "hice": "Alpha-CLIP: no checkpoint"}
     assert built == [list(metric_names())]  # every registered metric, in one build
