@@ -54,3 +54,6 @@ def test_token_uncertainty_by_hand():
     # exp(-10·|0.1 - 0.1|) = 1 and exp(-10·|0.2 - 0.1|) = e^-1; non-numbers are left out
     assert import_predictions.token_uncertainty([0.1, 0.2, None]) == pytest.approx((1 + math.exp(-1)) / 2)
     assert import_predictions.token_uncertainty([None]) is None
+    # CLIP4DM's negative threshold, on its own scale: on it 1, 1e-4 above it exp(-2)
+    assert import_predictions.token_uncertainty([-5e-5, 5e-5], -5e-5) == pytest.approx((1 + math.exp(-2)) / 2)
+    assert import_predictions.metric_threshold("clip4dm") == -5e-5 and import_predictions.metric_threshold("x") == 0.1
