@@ -308,6 +308,23 @@ def test_browser_inspect_shades_tokens_and_regions_and_rescores_fast(chromium, s
     page.close()
 
 
+@browser
+def test_browser_inspect_shows_clip4dm_like_any_word_metric(chromium, served):
+    page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
+    page.wait_for_selector("#cs-banner", timeout=30_000)
+    page.get_by_label("CLIP4DM").check()
+    page.get_by_label("…or pick a demo scene (clean and polluted caption)").click()
+    page.get_by_role("option").first.click()
+    shaded = "#cs-tokens-a .token"
+    page.wait_for_function(f"[...document.querySelectorAll('{shaded}')].some(t => t.style.backgroundColor)",
+                           timeout=30_000)
+    page.wait_for_function("document.body.innerText.includes('F-CLIPScore') || document.body.innerText.includes('f_clip_s')",
+                           timeout=20_000)
+    assert "Wrong words" in page.inner_text("body")
+    shot(page, "inspect-clip4dm.png")
+    page.close()
+
+
 def _rescore_ms(page, caption: str) -> float:
     """Edit caption A (the last keystroke typed, as a user does) and time it
     until the shaded tokens show the new caption."""
