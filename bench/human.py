@@ -4,7 +4,7 @@ plain rows, built the way the reference code of the papers builds them:
 
 - rating benchmarks (Flickr8k-Expert, Flickr8k-CF, Composite, THumB 1.0): one
   `Rated` row per human judgement;
-- pairwise benchmarks (PASCAL-50S, FOIL): one `Pair` per caption pair;
+- pairwise benchmarks (PASCAL-50S, FOIL, nocaps-FOIL): one `Pair` per caption pair;
 - token benchmarks (HAT, CapTokenEval files): CapTokenEval items (dicts).
 
 A row that cannot be used (image or caption missing, bad rating) is skipped and
@@ -28,7 +28,8 @@ from capscope.metrics.text import load_spacy, tokenize
 
 from .evaluate import read_gold
 
-BENCHMARKS = ("flickr8k-expert", "flickr8k-cf", "composite", "pascal-50s", "foil", "thumb", "hat", "captokeneval")
+BENCHMARKS = ("flickr8k-expert", "flickr8k-cf", "composite", "pascal-50s", "foil", "nocaps-foil", "thumb", "hat",
+              "captokeneval")
 
 PASCAL_CATEGORIES = {1: "HC", 2: "HI", 3: "HM", 4: "MM"}
 PASCAL_JUDGEMENTS = 48      # triplets (one reference and one vote each) per caption pair
@@ -56,10 +57,10 @@ class Pair:
     captions: tuple[str, str]
     preferred: int                              # 0 or 1 (FOIL: the clean caption, 0)
     reference_draws: list[list[str]]            # one reference set per draw ([[]] when none)
-    category: str                               # PASCAL-50S: HC | HI | HM | MM; FOIL: "foil"
+    category: str                               # PASCAL-50S: HC | HI | HM | MM; FOIL: "foil"; nocaps-FOIL: the domain
     group: str
-    foil_word: str | None = None                # FOIL: the word of captions[1] that makes it wrong
-    target_word: str | None = None              # FOIL: the word it replaced
+    foil_word: str | None = None                # FOIL, nocaps-FOIL: the word of captions[1] that makes it wrong
+    target_word: str | None = None              # FOIL, nocaps-FOIL: the word it replaced
 
 
 @dataclass
@@ -108,6 +109,10 @@ _HINTS = {
     "foil": "FOIL: get foilv1.0_test_2017.json from https://foilunitn.github.io/, the COCO val2014 images "
             "(and captions_val2014.json for references) from https://cocodataset.org; put them in one "
             "folder with the images in images/ and pass --data FOLDER",
+    "nocaps-foil": "nocaps-FOIL: get data/nocaps-val-foil.json from https://github.com/DavidMChan/aloha and the "
+                   "nocaps validation images it names (their URLs are in "
+                   "https://nocaps.s3.amazonaws.com/nocaps_val_4500_captions.json); put the images in images/ "
+                   "beside the file and pass --data FOLDER",
     "thumb": "THumB 1.0: get mscoco/mscoco_THumB-1.0.jsonl and mscoco/mscoco_references.json from "
              "https://github.com/jungokasai/THumB and the Karpathy test images it links; put the images "
              "in images/ beside the two files and pass --data FOLDER",
@@ -442,6 +447,49 @@ def _load_foil(data: Path, seed: int) -> Loaded:
     return Loaded("foil", "pairwise", protocol, rows, problems, root, None, "accuracy")
 
 
+# ---------------------------------------------------------------- nocaps-FOIL
+
+def _nocaps_pair(entry, folders: list[Path]) -> Pair | str:
+    """One entry of ALOHa's nocaps-FOIL file as a (baseline, foil) pair, or why it cannot be one."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    baseline, foil = _normalise(entry.get("baseline")), _normalise(entry.get("foil"))
+    replacement = entry.get("replacement")
+    image = _find_image(entry.get("image_path"), folders)
+    if not (baseline and foil):
+        return "baseline or foil caption missing or empty"
+    if not (isinstance(replacement, list) and len(replacement) == 2 and all(isinstance(w, str) for w in replacement)):
+        return "replacement is not [original word, foil word]"
+    if replacement[0] == replacement[1]:
+        return "replacement names the same word twice: no foil"
+    if image is None:
+        return f"image {entry.get('image_path')!r} not found in {folders[0]}"
+    references = [_normalise(r) for r in entry.get("references") or [] if isinstance(r, str)]
+    return Pair(image, (baseline, foil), 0, [references], str(entry.get("domain") or ""), str(entry["image_path"]),
+                replacement[1], replacement[0])
+
+
+def _load_nocaps_foil(data: Path, seed: int) -> Loaded:
+    path = _find_file(data, ("nocaps-val-foil.json",), "nocaps-foil")
+    entries = _read_json(path)
+    if not isinstance(entries, list):
+        raise ValueError(f"{path.name}: expected a list of entries with baseline, foil and replacement, "
+                         "as ALOHa's nocaps-FOIL file")
+    root = path.parent
+    folders = [root / "images", root / "nocaps", root]
+    rows, problems = [], []
+    for index, entry in enumerate(entries):
+        pair = _nocaps_pair(entry, folders)
+        if isinstance(pair, str):
+            problems.append(f"{path.name}: entry {index}: {pair}")
+        else:
+            rows.append(pair)
+    protocol = (f"nocaps-foil: every entry of {path.name} (ALOHa) as a (baseline, foil) pair, the baseline "
+                "preferred; foil word = replacement[1]; references: the entry's nocaps captions; category = "
+                "domain (in-, near-, out-domain); the captions of CLIP4DM's NoCapsDataset")
+    return Loaded("nocaps-foil", "pairwise", protocol, rows, problems, root, None, "accuracy")
+
+
 # ---------------------------------------------------------------- THumB 1.0
 
 THUMB_ASPECTS = ("P", "R", "Fl", "Con", "Inc")
@@ -536,9 +584,11 @@ def _load_hat(data: Path, seed: int) -> Loaded:
         rows.append({"id": str(key), "image": str(image), "caption": caption,
                      "references": [_normalise(r) for r in sample.get("references") or []],
                      "tokens": tokens, "regions": [],
-                     "contains_hallucination": bool(sample.get("contains_hallucination"))})
+                     "contains_hallucination": bool(sample.get("contains_hallucination")),
+                     "hallucinated_words": [entry[0] for entry in sample["grounding"] if len(entry) > 1 and entry[1]]})
     protocol = (f"hat: the {len(samples)} captions of {path.name} (ALOHa), each spaCy token labelled from the "
-                "per-word hallucination flag of the whitespace word it lies in (punctuation unjudged); no regions")
+                "per-word hallucination flag of the whitespace word it lies in (punctuation unjudged), the flagged "
+                "words kept as hallucinated_words; no regions")
     return Loaded("hat", "token", protocol, rows, problems, root, None, "token")
 
 
@@ -570,6 +620,7 @@ _LOADERS = {
     "composite": _load_composite,
     "pascal-50s": _load_pascal,
     "foil": _load_foil,
+    "nocaps-foil": _load_nocaps_foil,
     "thumb": _load_thumb,
     "hat": _load_hat,
     "captokeneval": _load_captokeneval,

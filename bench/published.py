@@ -8,6 +8,9 @@ Statistics: "tau_b", "tau_c" and "pearson" (rating benchmarks); "accuracy"
 (PASCAL-50S mean of HC/HI/HM/MM, FOIL) and "HC", "HI", "HM", "MM" (PASCAL-50S
 categories). FOIL numbers carry a setting, "1 ref" or "4 refs" (references
 given to the reference-based metrics; reference-free ones print the same).
+"LA" and "AP" are the CLIP4DM protocols' figures on FOIL, nocaps-FOIL and HAT
+(`bench.correlate`'s dense-misalignment section); those values carry the CLIP
+backbone they were measured with, printed as fractions.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class Published:
     row: str                 # the paper's row label
     source: Source
     setting: str = ""
+    backbone: str = ""       # the paper's CLIP, as it prints it ("ViT-B/32"), where the value depends on it
 
     @property
     def value(self) -> float:
@@ -43,6 +47,7 @@ class Published:
 INFOMETIC_PAPER = "Hu et al., InfoMetIC: An Informative Metric for Reference-free Image Caption Evaluation (ACL 2023)"
 PACS_PAPER = "Sarto et al., Positive-Augmented Contrastive Learning for Image and Video Captioning Evaluation (CVPR 2023)"
 HICE_PAPER = "Zeng et al., HICEScore: A Hierarchical Metric for Image Captioning Evaluation (ACM MM 2024)"
+CLIP4DM_PAPER = "Nam et al., Extract Free Dense Misalignment from CLIP (AAAI 2025)"
 
 INFOMETIC_T1 = Source("InfoMetIC T1", INFOMETIC_PAPER, "Table 1")
 INFOMETIC_T3 = Source("InfoMetIC T3", INFOMETIC_PAPER, "Table 3 (THumB 1.0, w/ Human, Total)")
@@ -53,6 +58,18 @@ PACS_T6 = Source("PAC-S T6", PACS_PAPER, "Table 6")
 HICE_T1 = Source("HICE-S T1", HICE_PAPER, "Table 1")
 HICE_T2 = Source("HICE-S T2", HICE_PAPER, "Table 2")
 HICE_T4 = Source("HICE-S T4", HICE_PAPER, "Table 4")
+# read from the authors' AAAI poster (misc/CLIP4DM_poster.pdf of naver-ai/clip4dm), which reprints the
+# paper's FOIL / nocaps-FOIL and HAT tables without their table numbers; the paper could not be checked here
+CLIP4DM_FOIL = Source("CLIP4DM FOIL", CLIP4DM_PAPER,
+                      "FOIL / nocaps-FOIL table (as reprinted on the AAAI 2025 poster)")
+CLIP4DM_HAT = Source("CLIP4DM HAT", CLIP4DM_PAPER, "HAT table (as reprinted on the AAAI 2025 poster)")
+
+# the open_clip models (a row's model.clip, "name/weights") behind a paper's backbone label: CLIP4DM's
+# src/clip4dm.py loads OpenAI's ViT-B-32 and ViT-H-14 laion2b_s32b_b79k
+BACKBONES = {
+    "ViT-B/32": ("ViT-B-32/openai", "ViT-B-32-quickgelu/openai"),
+    "ViT-H/14": ("ViT-H-14/laion2b_s32b_b79k",),
+}
 
 # the papers' row names -> capscope's score keys
 ROWS = {
@@ -92,6 +109,14 @@ def _table(source: Source, columns: tuple, rows: dict, scale: float = 100.0) -> 
             if printed is not None:
                 out.append(Published(benchmark, statistic, ROWS[row], printed, scale, row, source, setting))
     return out
+
+
+def _backbone_table(source: Source, columns: tuple, rows: dict) -> list[Published]:
+    """A table whose rows name their CLIP: `rows` maps (paper row label, capscope key,
+    backbone) to the values, printed as fractions."""
+    return [Published(benchmark, statistic, key, printed, 1.0, label, source, setting, backbone)
+            for (label, key, backbone), values in rows.items()
+            for (benchmark, statistic, setting), printed in zip(columns, values, strict=True) if printed is not None]
 
 
 def _entries() -> list[Published]:
@@ -145,6 +170,22 @@ def _entries() -> list[Published]:
         }),
         # HICE-S Table 4: FOIL with 1 and 4 references
         *_table(HICE_T4, foil, {"HICE-S": (93.1, 93.1), "RefHICE-S": (96.4, 97.0)}),
+        # CLIP4DM, FOIL and nocaps-FOIL: LA and AP ("Ours" = clip4dm's word reading and F-CLIPScore).
+        # Its Table 14 (backbones, also on the poster) prints other nocaps-FOIL values for ViT-B/32 openai
+        # (LA 0.602, AP 0.723) and ViT-H/14 (0.716, 0.806); the results table's are kept here.
+        *_backbone_table(CLIP4DM_FOIL, (("foil", "LA", ""), ("foil", "AP", ""), ("nocaps-foil", "LA", ""),
+                                        ("nocaps-foil", "AP", "")), {
+            ("CLIPScore (ViT-B/32)", "clip-s.clip_s", "ViT-B/32"): (None, 0.71, None, 0.69),
+            ("CLIPScore (ViT-H/14)", "clip-s.clip_s", "ViT-H/14"): (None, 0.76, None, 0.72),
+            ("Ours (ViT-B/32)", "clip4dm.f_clip_s", "ViT-B/32"): (0.73, 0.71, 0.60, 0.69),
+            ("Ours (ViT-H/14)", "clip4dm.f_clip_s", "ViT-H/14"): (0.84, 0.81, 0.72, 0.80),
+        }),
+        # CLIP4DM, HAT: its CLIPScore row names no backbone
+        *_backbone_table(CLIP4DM_HAT, (("hat", "LA", ""), ("hat", "AP", "")), {
+            ("CLIPScore", "clip-s.clip_s", ""): (None, 0.39),
+            ("Ours (ViT-B/32)", "clip4dm.f_clip_s", "ViT-B/32"): (0.19, 0.36),
+            ("Ours (ViT-H/14)", "clip4dm.f_clip_s", "ViT-H/14"): (0.35, 0.36),
+        }),
     ]
 
 
@@ -158,6 +199,11 @@ def lookup(benchmark: str, statistic: str, metric_key: str, setting: str = "") -
     order = PREFERENCE.get(metric_key.split(".")[0], ())
     rank = lambda p: next((i for i, name in enumerate(order) if p.source.tag.startswith(name + " ")), len(order))
     return sorted(found, key=rank)
+
+
+def same_backbone(entry: Published, clip: str) -> bool:
+    """Whether `clip` (a row's model.clip) is the CLIP the published value was measured with."""
+    return clip in BACKBONES.get(entry.backbone, ())
 
 
 def sources(entries) -> list[Source]:
