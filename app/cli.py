@@ -12,7 +12,8 @@ from capscope.metrics.errors import CapscopeError
 
 # module (inside capscope) -> it registers one or more subcommands
 COMMAND_MODULES = [
-    "capscope.cmd_score",      # score, features, models
+    "capscope.cmd_score",      # score, features
+    "capscope.cmd_models",     # models
     "capscope.cmd_demo",       # demo-data, train, evaluate
     "capscope.cmd_bench",      # bench
     "capscope.cmd_annotate",   # import, export, users, serve

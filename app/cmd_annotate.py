@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from capscope.metrics.registry import TOKEN_RULES
+from capscope.metrics.constants import TOKEN_RULES
 
 from .cli import CapscopeError
 
@@ -79,6 +79,9 @@ def register(sub) -> None:
     serve.add_argument("--token-rule", default="relative", choices=TOKEN_RULES,
                        help="how the API and the UI decide a wrong word: paper (share <= beta) or relative "
                             "(beta scaled by the number of semantic words; default)")
+    serve.add_argument("--data-root", action="append", type=Path, dest="data_roots", metavar="DIR",
+                       help="a folder whose files the web UI may read when a user names them (the Benchmark tab's "
+                            "judgement files and their images); repeatable; default: the data folder")
     _add_db(serve)
     serve.set_defaults(func=run_serve)
 
@@ -184,10 +187,12 @@ def run_gold(args) -> int:
 def run_serve(args) -> int:
     import uvicorn
 
+    from capscope.data_roots import check_folders
     from capscope.server import create_app
 
+    roots = check_folders(args.data_roots)
     app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
-                     token_rule=args.token_rule)
+                     token_rule=args.token_rule, data_roots=roots)
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app
         from capscope.ui import mount_ui
     except ModuleNotFoundError as err:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from capscope.cli import CapscopeError
 from capscope.cmd_score import add_clip4dm_options
-from capscope.metrics.registry import TOKEN_RULES
+from capscope.metrics.constants import TOKEN_RULES
 
 
 def register(sub) -> None:

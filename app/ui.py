@@ -26,6 +26,7 @@ from capscope.annotation import browse, importer
 from capscope.annotation.errors import Invalid
 from capscope.annotation.users import add_user, authenticate, get_user, list_users
 from capscope.cli import CapscopeError
+from capscope.data_roots import DataRoots
 from capscope.db import Store, data_dir
 from capscope.metrics.jsonl import read_json_lines
 from capscope.ui_annotate import Annotator, build_annotate
@@ -107,7 +108,8 @@ def token_rule_note(rule: str) -> str:
 
 
 def build_ui(store: Store, models: Models | None = None, examples: list[dict] | None = None,
-             lease_seconds: int | None = None) -> gr.Blocks:
+             lease_seconds: int | None = None, data_roots: DataRoots | None = None) -> gr.Blocks:
+    """The page; `data_roots`: the folders whose files a user may name (default the data folder)."""
     models = models or Models()
     annotator = Annotator(store, models, **({"lease_seconds": lease_seconds} if lease_seconds else {}))
     scores = DatasetScores(store, models)
@@ -125,7 +127,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
             with gr.Tab("Explore", id="explore", visible=False) as explore_tab:
                 explore = build_explore(store, scores)
             with gr.Tab("Benchmark", id="benchmark", visible=False) as bench_tab:
-                bench = build_benchmark(store, scores)
+                bench = build_benchmark(store, scores, data_roots)
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
                 admin = build_admin(store)
 
@@ -165,7 +167,8 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
             seed_demo(store, folder, demo_scenes)
         except Exception as err:  # the UI still works on an empty store
             log.warning("demo dataset not seeded: %s", err)
-    demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None))
+    demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None),
+                    getattr(app.state, "data_roots", None))
     demo.queue(default_concurrency_limit=1)
 
     def login(name: str, password: str) -> bool:

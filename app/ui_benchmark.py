@@ -1,7 +1,11 @@
 """The Benchmark tab's "Agreement with people": `capscope correlate` on a
 human-judgement file (a path on the server, or an uploaded file whose images it
 names by absolute path), scored by the server's one scorer. The table has the
-command line's rows (bench.correlate.table) and the figure is its `--plot`."""
+command line's rows (bench.correlate.table) and the figure is its `--plot`.
+
+The server path and every image the file names must lie inside the server's
+data roots (`capscope serve --data-root`, capscope.data_roots): else the run
+is refused with one line."""
 from __future__ import annotations
 
 import logging
@@ -14,10 +18,12 @@ import gradio as gr
 import pandas as pd
 
 from capscope.bench import correlate as C
-from capscope.bench.human import BENCHMARKS, load
+from capscope.bench.human import BENCHMARKS, Loaded, load
+from capscope.data_roots import DataRoots
 from capscope.db import data_dir
 from capscope.metrics.errors import CapscopeError
-from capscope.metrics.registry import BETA, metric_names
+from capscope.metrics.constants import BETA
+from capscope.metrics.registry import metric_names
 from capscope.ui_models import Models
 
 log = logging.getLogger(__name__)
@@ -33,10 +39,12 @@ class SharedScorer:
     """The server's scorer as `bench.correlate` calls it: `score_batch` row by
     row through `Models.score` (its lock: API and Inspect calls get in between
     two rows), limited to the chosen metrics; a row that cannot be scored gets
-    its error, as the Scorer's own rows do."""
+    its error, as the Scorer's own rows do. An image named by path must lie
+    inside the data roots (else the row's error says so)."""
 
-    def __init__(self, models: Models, metrics: list[str]):
+    def __init__(self, models: Models, metrics: list[str], roots: DataRoots | None = None):
         self.models, self.chosen = models, list(metrics)
+        self.roots = roots or DataRoots()
 
     @property
     def demo(self) -> bool:
@@ -51,9 +59,11 @@ class SharedScorer:
 
     def _one(self, row: dict, base_dir: Path | None) -> dict:
         image = row["image"]
-        if isinstance(image, (str, Path)) and base_dir is not None and not Path(image).is_absolute():
-            image = Path(base_dir) / image
         try:
+            if isinstance(image, (str, Path)):
+                if base_dir is not None and not Path(image).is_absolute():
+                    image = Path(base_dir) / image
+                image = self.roots.check(image, "image")
             return self.models.score(image, row["caption"], row.get("references"), regions=row.get("regions"),
                                      tokens=row.get("tokens"), metrics=self.chosen)
         except CapscopeError as err:
@@ -72,14 +82,25 @@ class AgreementView:
     figure: str | None = None
 
 
-def chosen_data(server_path: str | None, upload: str | None) -> Path:
-    """The judgement file or folder: the upload when there is one, else the server path."""
+def chosen_data(server_path: str | None, upload: str | None, roots: DataRoots | None = None) -> Path:
+    """The judgement file or folder: the upload when there is one, else the
+    server path, which must lie inside the data roots (OutsideDataRoots)."""
     if upload:
         return Path(upload)
     text = (server_path or "").strip().strip("'\"")
     if not text:
         raise ValueError("give the path of a judgement file or folder on the server, or upload a file")
-    return Path(text).expanduser()
+    return (roots or DataRoots()).check(text, "path")
+
+
+def check_images(loaded: Loaded, roots: DataRoots, source: str) -> None:
+    """Every image the judgement file names lies inside the data roots; else
+    OutsideDataRoots names the first that does not (before anything is read)."""
+    for row in loaded.rows:
+        image = row.get("image") if isinstance(row, dict) else getattr(row, "image", None)
+        if isinstance(image, (str, Path)):
+            path = Path(image) if Path(image).is_absolute() else Path(loaded.base_dir) / image
+            roots.check(path, f"image named in {source}:")
 
 
 def check_choices(models: Models, benchmark: str | None, metrics: list[str] | None, draws) -> int:
@@ -111,14 +132,19 @@ def load_judgements(benchmark: str, data: Path, uploaded: bool, seed: int):
 
 
 def agreement_with_people(models: Models, benchmark: str | None, server_path: str | None, upload: str | None,
-                          metrics: list[str] | None, draws=DEFAULT_DRAWS, seed: int = 0) -> AgreementView:
-    """`capscope correlate` for the page; a bad choice, file or layout gives a
+                          metrics: list[str] | None, draws=DEFAULT_DRAWS, seed: int = 0,
+                          roots: DataRoots | None = None) -> AgreementView:
+    """`capscope correlate` for the page; a bad choice, file or layout, or a
+    path outside the data roots (`roots`, default the data folder), gives a
     one-line message and nothing else."""
     started = time.perf_counter()
+    roots = roots or DataRoots()
     try:
         draws = check_choices(models, benchmark, metrics, draws)
-        loaded = load_judgements(benchmark, chosen_data(server_path, upload), bool(upload), seed)
-        outcome = C.correlate(loaded, SharedScorer(models, metrics), list(metrics),
+        data = chosen_data(server_path, upload, roots)
+        loaded = load_judgements(benchmark, data, bool(upload), seed)
+        check_images(loaded, roots, "the upload" if upload else data.name if data.is_file() else f"{data.name}/")
+        outcome = C.correlate(loaded, SharedScorer(models, metrics, roots), list(metrics),
                               batch_size=ROWS_PER_PROGRESS_STEP, bootstrap=draws, seed=seed,
                               token_rule=models.token_rule, beta=getattr(models.scorer, "beta", BETA), progress=True)
     except (ValueError, OSError, CapscopeError) as err:
@@ -157,11 +183,24 @@ def figure_file(result: dict, points: dict) -> str | None:
     return str(path)
 
 
+def demo_folder() -> Path:
+    """Where the server writes the demo world's files (capscope.ui seeds it too)."""
+    return data_dir() / "demo-data"
+
+
+def tab_roots(data_roots: DataRoots | None) -> DataRoots:
+    """The folders the tab reads: the server's data roots and the demo world's
+    folder, which holds only files the server wrote itself (so that "Use the
+    demo world's judgements" works whatever --data-root says)."""
+    roots = data_roots or DataRoots()
+    return DataRoots([*roots.folders, demo_folder()])
+
+
 def demo_judgements(folder: Path | None = None) -> str:
     """The demo world's judgement file (Flickr8k-Expert layout), written on first use."""
     from capscope.demo.judgements import JUDGEMENTS_FILE, write_judgements
 
-    folder = folder or data_dir() / "demo-data"
+    folder = folder or demo_folder()
     path = folder / JUDGEMENTS_FILE
     if not path.is_file():
         write_judgements(folder, DEMO_JUDGEMENT_SCENES, DEMO_JUDGEMENT_SEED, progress=False)
@@ -175,15 +214,18 @@ def outputs_of(view: AgreementView) -> tuple:
     return view.message, table, view.notes, view.text, view.figure
 
 
-def build_people_agreement(models: Models, guard) -> dict:
+def build_people_agreement(models: Models, guard, data_roots: DataRoots | None = None) -> dict:
     """The section's components and events; `guard(fn, outputs=None)` lets
-    admins only call `fn` (see ui_explore.admin_only)."""
+    admins only call `fn` (see ui_explore.admin_only). Paths and images must
+    lie inside `data_roots` (default the data folder)."""
     c: dict = {}
+    roots = tab_roots(data_roots)
     gr.Markdown("### Agreement with people\nHow each metric's scores agree with human judgements on a public "
                 "benchmark (`capscope correlate`: Kendall τ, Pearson or accuracy with a bootstrap 95% interval, "
                 "the papers' published values beside). The file's layouts are in docs/benchmarks.md; images are "
                 "looked up beside the file, so give its path on the server (an uploaded file must name its "
-                "images by absolute path).")
+                "images by absolute path). The file and its images must lie inside the server's data roots "
+                "(`capscope serve --data-root DIR`).")
     with gr.Row():
         c["benchmark"] = gr.Dropdown(list(BENCHMARKS), value=DEFAULT_BENCHMARK, label="Benchmark", scale=1,
                                      elem_id="cs-people-benchmark")
@@ -210,7 +252,7 @@ def build_people_agreement(models: Models, guard) -> dict:
         c["text"] = gr.Code(language=None, interactive=False, elem_id="cs-people-text")
 
     def run(benchmark, path, upload, metrics, draws, progress=gr.Progress(track_tqdm=True)):
-        return outputs_of(agreement_with_people(models, benchmark, path, upload, metrics, draws))
+        return outputs_of(agreement_with_people(models, benchmark, path, upload, metrics, draws, roots=roots))
 
     # the "bulk" queue of the tab's other scoring run: one at a time, Inspect calls get in between rows
     c["run"].click(guard(run), [c["benchmark"], c["path"], c["upload"], c["metrics"], c["draws"]],

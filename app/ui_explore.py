@@ -19,6 +19,7 @@ from capscope.annotation.errors import AnnotationError
 from capscope.annotation.gold import gold_history
 from capscope.annotation.users import add_user, get_user, list_users
 from capscope.annotation.votes import iter_items, load_item
+from capscope.data_roots import DataRoots
 from capscope.db import Store, data_dir
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_title
@@ -50,7 +51,7 @@ class DatasetScores:
             image = read_image(item.image_path)
             self.rows[item.caption_id] = self.models.score(
                 image, item.text, item.references or None,
-                regions=[{"box": r["box"]} for r in item.regions],
+                regions=[{"box": r["box"], "mask": r.get("mask")} for r in item.regions],  # as `capscope evaluate`
                 tokens=[{k: t[k] for k in ("text", "start", "end", "semantic")} for t in item.tokens])
         return self.rows[item.caption_id]
 
@@ -474,7 +475,7 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
     return c
 
 
-def build_benchmark(store: Store, scores: DatasetScores) -> dict:
+def build_benchmark(store: Store, scores: DatasetScores, data_roots: DataRoots | None = None) -> dict:
     c: dict = {}
     gr.Markdown("Each metric against the gold labels (the `capscope evaluate` figures, on the items' own tokens "
                 "and regions), with the trivial rule beside it. Scoring stores the model's predictions, so that "
@@ -486,7 +487,8 @@ def build_benchmark(store: Store, scores: DatasetScores) -> dict:
     c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold",
                                  elem_id="cs-bench-figures")
     c["plot"] = gr.Plot(label="Score distributions")
-    people = build_people_agreement(scores.models, lambda fn, outputs=None: admin_only(store, fn, outputs))
+    people = build_people_agreement(scores.models, lambda fn, outputs=None: admin_only(store, fn, outputs),
+                                    data_roots)
     gr.Markdown("### Agreement")
     c["agreement_button"] = gr.Button("Refresh agreement", size="sm")
     c["agreement"] = gr.Markdown()

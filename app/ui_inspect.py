@@ -12,8 +12,9 @@ import gradio as gr
 from PIL import Image
 
 from capscope import ui_draw
+from capscope.metrics.constants import BETA
 from capscope.metrics.images import read_image
-from capscope.metrics.registry import BETA, SPECS, metric_names, metric_title
+from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.ui_models import Models
 
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "

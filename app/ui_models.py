@@ -13,7 +13,8 @@ import threading
 from typing import Callable, Sequence
 
 from capscope.metrics.errors import ModelUnavailable
-from capscope.metrics.registry import TOKEN_RULES, metric_names
+from capscope.metrics.constants import TOKEN_RULES
+from capscope.metrics.registry import metric_names
 from capscope.metrics.threads import few_threads
 
 log = logging.getLogger(__name__)

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from capscope.metrics.constants import BETA, TOKEN_RULES
 from capscope.metrics.jsonl import read_json_lines
-from capscope.metrics.registry import BETA, SPECS, TOKEN_RULES
+from capscope.metrics.registry import SPECS
 
 from .gold import accuracy, evaluate, f1, foil_accuracy
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
                  "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")
 RULES = TOKEN_RULES
+REGIONS_TEXT = {  # figures["regions_from"] -> the printed line
+    "masks": "the gold masks",
+    "boxes": "the gold boxes",
+    "masks and boxes": "the gold masks where the gold file has them, boxes otherwise",
+    None: "nothing (the metric reads no regions, or the items have none)",
+}
 
 
 def read_gold(path) -> list[dict]:
@@ -22,13 +29,29 @@ def read_gold(path) -> list[dict]:
 
 
 def scorer_row(item: dict) -> dict:
-    """The item as a scoring row: its own tokens and regions, nothing re-derived."""
+    """The item as a scoring row: its own tokens and regions, nothing re-derived.
+    A region keeps its mask where the gold file has one (metrics that read
+    masks, HICE-S, use it; the others, and box-only regions, use the box)."""
     return {
         "id": item["id"], "image": item["image"], "caption": item["caption"],
         "references": item.get("references"),
         "tokens": [{k: t[k] for k in ("text", "start", "end", "semantic")} for t in item["tokens"]],
-        "regions": [{"box": r["box"]} for r in item["regions"]],
+        "regions": [{"box": r["box"], **({"mask": r["mask"]} if r.get("mask") is not None else {})}
+                    for r in item["regions"]],
     }
+
+
+def regions_from(items: list[dict], metric: str) -> str | None:
+    """What the metric's region scores were computed on: "masks", "boxes" or
+    "masks and boxes" (some gold regions have a mask, some not); None when it
+    reads no regions or the items have none."""
+    spec = SPECS.get(metric)
+    has_mask = [r.get("mask") is not None for item in items for r in item.get("regions") or []]
+    if spec is None or not spec.needs.regions or not has_mask:
+        return None
+    if not spec.needs.masks or not any(has_mask):
+        return "boxes"
+    return "masks" if all(has_mask) else "masks and boxes"
 
 
 def predict(scorer, metric: str, items: list[dict], base_dir: Path, batch_size: int = 32,
@@ -107,6 +130,7 @@ def figures_of(items: list[dict], predictions: list[dict], errors: list[str], me
     overall = {item["id"]: p["scores"][key] for item, p in zip(items, predictions)
                if p and key in p.get("scores", {})}
     figures["foil"] = foil_accuracy(items, overall)
+    figures["regions_from"] = regions_from(items, metric)
     figures["n_errors"] = len(errors)
     if errors:
         figures["first_error"] = errors[0]
@@ -120,6 +144,7 @@ def format_figures(figures: dict) -> str:
     lines = [f"{figures['metric']}: {figures['n_items']} items, {figures['n_tokens']} labelled semantic tokens "
              f"({figures['n_incorrect_tokens']} incorrect), {figures['n_regions']} labelled regions "
              f"({figures['n_mentioned_regions']} mentioned); token rule {figures['token_rule']}, beta {figures['beta']}"]
+    lines.append(f"  regions scored on {REGIONS_TEXT[figures.get('regions_from')]}")
     for key in CONTRACT_KEYS[2:]:
         lines.append(f"  {key:24s} {fmt(figures[key]):>7s}   (trivial {fmt(trivial.get(key))})")
     for rule, values in figures["token_rules"].items():

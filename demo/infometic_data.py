@@ -25,8 +25,8 @@ import torch
 
 from capscope.metrics.families import InfoFamilyMetric
 from capscope.metrics.loading import read_checkpoint
+from capscope.metrics.pairs import PreparedPair
 from capscope.metrics.regions import given_regions
-from capscope.metrics.registry import PreparedPair
 from capscope.metrics.text import Token, load_spacy, tokenize
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ import torch
 from .clipscore import PROMPT, clip_s, ref_score
 from .encoder import ClipBackbone, ImageFeatures
 from .infometic import InfoMetIC, infoclip
-from .registry import BETA, TOKEN_RULES, PreparedPair
+from .constants import BETA, TOKEN_RULES
+from .pairs import PreparedPair
 from .result import MetricResult, PieceScore
 from .text import Piece, Token, bpe_pieces, model_ids
 from .threads import few_threads

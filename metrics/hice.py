@@ -54,7 +54,7 @@ from .loading import ModelUnavailable, load_state_file
 from .lru import LRUCache
 from .phrases import phrases as caption_phrases
 from .regions import Region
-from .registry import HICE_THRESHOLD as THRESHOLD
+from .constants import HICE_THRESHOLD as THRESHOLD
 from .result import MetricResult, PhraseScore
 from .text import Phrase, Token, load_spacy, tokenize
 from .threads import few_threads

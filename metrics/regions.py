@@ -78,14 +78,47 @@ def clip_box(box, width: int, height: int) -> tuple[float, float, float, float]:
 
 
 def given_regions(boxes: list, width: int, height: int) -> list[Region]:
+    """A row's own regions: boxes (or `{"box", "confidence"?, "mask"?}`),
+    clipped into the image; a mask (COCO RLE of the image's size, or null) is
+    decoded and kept for the metrics that read masks (HICE-S)."""
     if len(boxes) > MAX_REGIONS:
         raise ValueError(f"{len(boxes)} regions (limit {MAX_REGIONS})")
     regions = []
-    for item in boxes:
+    for index, item in enumerate(boxes):
         box = item.get("box") if isinstance(item, dict) else item
         conf = item.get("confidence") if isinstance(item, dict) else None
-        regions.append(Region(clip_box(box, width, height), conf, "given"))
+        mask = item.get("mask") if isinstance(item, dict) else None
+        try:
+            mask = None if mask is None else checked_rle_mask(mask, width, height)
+        except ValueError as err:
+            raise ValueError(f"region {index}: {err}") from None
+        regions.append(Region(clip_box(box, width, height), conf, "given", mask))
     return regions
+
+
+def checked_rle_mask(rle, width: int, height: int) -> np.ndarray:
+    """A COCO RLE mask (`counts` a compressed string or the uncompressed list)
+    of a width x height image, decoded; ValueError says what is wrong."""
+    from pycocotools import mask as coco_mask
+
+    if not isinstance(rle, dict) or not isinstance(rle.get("size"), list) or "counts" not in rle:
+        raise ValueError("a mask must be COCO RLE {\"size\": [h, w], \"counts\": str}")
+    if list(rle["size"]) != [height, width]:
+        raise ValueError(f"mask size {rle['size']} differs from the image's [{height}, {width}]")
+    counts = rle["counts"]
+    try:
+        if isinstance(counts, list):
+            coded = coco_mask.frPyObjects({"size": [height, width], "counts": counts}, height, width)
+        elif isinstance(counts, str) and counts:
+            coded = {"size": [height, width], "counts": counts.encode("ascii")}
+        else:
+            raise TypeError
+        mask = coco_mask.decode(coded)
+    except (TypeError, ValueError, UnicodeEncodeError):
+        raise ValueError("mask has malformed RLE counts") from None
+    if mask.shape != (height, width):
+        raise ValueError("mask does not decode to the image size")
+    return mask.astype(bool)
 
 
 def mask_to_box(mask: np.ndarray) -> tuple[float, float, float, float]:

@@ -4,6 +4,9 @@ The command line's `--metric` choices, the REST API's validation, the web UI's
 lists and titles, `capscope evaluate` and `capscope bench` all read this
 registry; `Scorer` builds its metrics through the specs' factories. Importing
 it is cheap (no torch): the factories import the metric classes when called.
+The metrics' defaults (BETA, TOKEN_RULES, ...) live in `constants.py` and
+`PreparedPair` in `pairs.py`, which import nothing of ours: the metric classes
+read them there, so no metric module imports the registry.
 
 Public API:
     SPECS                        name -> MetricSpec, in registration order
@@ -29,33 +32,19 @@ The row format the metrics fill is described in docs/formats.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from .text import Token
+from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, HICE_THRESHOLD
 
 if TYPE_CHECKING:
     from .encoder import ClipBackbone, ImageFeatures
     from .infometic import InfoMetIC
+    from .pairs import PreparedPair
     from .result import MetricResult
 
 KINDS = ("global", "token", "region")
-BETA = 0.1                 # InfoMetIC sec. 3.3: a word is correct, a region mentioned, above this share
-TOKEN_RULES = ("paper", "relative")
-HICE_THRESHOLD = 0.2       # HICE-S's phrase/region cosine cut (hice.py says why)
-CLIP4DM_EPSILON = -5e-5    # CLIP4DM main.py --epsilon: a word whose attribution is below it is misaligned
-CLIP4DM_LAYERS = 3         # CLIP4DM main.py --start_layer_text -3: relevance from the last three text blocks
-
-
-@dataclass
-class PreparedPair:
-    """One caption ready for a metric: its tokens and references."""
-
-    caption: str
-    tokens: list[Token]
-    references: list[str] | None = None
-    extra: dict = field(default_factory=dict)
 
 
 class Metric(Protocol):
@@ -77,6 +66,7 @@ class Needs:
     image: bool = True        # image features (from pixels or an official features file)
     pixels: bool = True       # the pixels themselves: a features file will not do
     regions: bool = False     # region features
+    masks: bool = False       # reads a region's mask where it has one (else its box)
     references: bool = False  # reads the row's references when it has them (its `ref_keys`)
 
 
@@ -262,7 +252,7 @@ register(MetricSpec(
 register(MetricSpec(
     name="hice", title="HICE-S", kind="token",
     score_keys=("hice", "g_itc", "l_itc", "precision", "recall"), ref_keys=("ref_hice", "g_ttc", "l_ttc"),
-    primary_key="hice", needs=Needs(regions=True, references=True), build=_build_hice,
+    primary_key="hice", needs=Needs(regions=True, masks=True, references=True), build=_build_hice,
     token_decision="a word is correct when a caption phrase holding it has its best region cosine above the "
                    "threshold (0.2, or a sigmoid-loss CLIP's own decision boundary)",
     region_decision="a region is mentioned when its best phrase cosine is above the same threshold",

@@ -142,3 +142,106 @@ def test_several_metrics_are_predicted_from_one_scoring_pass(tmp_path):
     assert CountingScorer.batches == 2  # 3 items in batches of 2, once for both metrics
     assert out["a"][0] == [{"scores": {"x": 1.0}}, {}, {"scores": {"x": 1.0}}] and out["a"][1] == ["bad: no image"]
     assert out["b"][0] == [{}, {}, {}] and len(out["b"][1]) == 3
+
+
+# ---------------------------------------------------------------- gold masks
+
+@pytest.fixture(scope="module")
+def masked_gold(tmp_path_factory):
+    """One item: a small blue square in the corner of a large red region's box,
+    the red region's mask (most of the box) and the square's (a 16th of its box)."""
+    import numpy as np
+    from PIL import Image
+
+    from capscope.demo.clip_model import new_demo_clip, save_demo_clip
+    from capscope.metrics.regions import mask_to_rle
+
+    folder = tmp_path_factory.mktemp("masked")
+    torch.manual_seed(0)
+    save_demo_clip(new_demo_clip(), folder / "demo_clip.pt")
+    pixels = np.full((96, 96, 3), 255, dtype=np.uint8)
+    pixels[8:88, 8:88] = (220, 30, 30)      # a large red square
+    pixels[12:32, 12:32] = (30, 30, 220)    # a small blue one inside its corner
+    Image.fromarray(pixels).save(folder / "scene.png")
+    square = np.zeros((96, 96), dtype=bool)
+    square[12:32, 12:32] = True
+    red = np.zeros((96, 96), dtype=bool)
+    red[8:88, 8:88] = True
+    red &= ~square
+    caption = "a small blue square on a large red square."
+    words = caption.rstrip(".").split()
+    tokens, start = [], 0
+    for word in words:
+        tokens.append({"text": word, "start": start, "end": start + len(word), "semantic": word not in ("a", "on"),
+                       "label": "correct"})
+        start += len(word) + 1
+    item = {"id": "masked", "image": "scene.png", "caption": caption, "tokens": tokens, "regions": [
+        {"box": [8, 8, 88, 88], "mask": mask_to_rle(square), "label": "mentioned"},   # mask 400 px of a 6400 px box
+        {"box": [8, 8, 88, 88], "mask": mask_to_rle(red), "label": "mentioned"},
+    ]}
+    boxes = {**item, "id": "boxes", "regions": [{k: v for k, v in r.items() if k != "mask"} for r in item["regions"]]}
+    (folder / "masks.jsonl").write_text(json.dumps(item) + "\n")
+    (folder / "boxes.jsonl").write_text(json.dumps(boxes) + "\n")
+    (folder / "mixed.jsonl").write_text(json.dumps({**item, "regions": [item["regions"][0], boxes["regions"][1]]})
+                                        + "\n")
+    return folder
+
+
+def _evaluate_args(folder, gold, metric="hice", json_out=True):
+    args = ["evaluate", "--gold", str(folder / gold), "--metric", metric, "--device", "cpu",
+            "--clip-model", "capscope-demo-clip", "--clip-pretrained", str(folder / "demo_clip.pt")]
+    return args + (["--json"] if json_out else [])
+
+
+def test_gold_masks_are_scored_as_masks_and_the_output_says_so(masked_gold, capsys):
+    """HICE-S's region scores come from the gold masks where the file has them:
+    a region whose mask is a 16th of its box scores otherwise than its box
+    alone (two regions with one box score alike without their masks)."""
+    from argparse import Namespace
+
+    from capscope.bench.evaluate import predict, read_gold
+    from capscope.cmd_demo import scorer_for
+
+    args = Namespace(metric="hice", device="cpu", clip_model="capscope-demo-clip",
+                     clip_pretrained=str(masked_gold / "demo_clip.pt"), infometic_checkpoint=None, beta=0.1,
+                     token_rule="paper", clip4dm_epsilon=-5e-5, clip4dm_layers=3)
+    scorer = scorer_for(args)
+    scores = {}
+    for name in ("masks", "boxes"):
+        (prediction,), errors = predict(scorer, "hice", read_gold(masked_gold / f"{name}.jsonl"), masked_gold)
+        assert errors == []
+        scores[name] = prediction["region_scores"]
+    assert scores["boxes"][0] == pytest.approx(scores["boxes"][1], abs=1e-6)   # the same box twice
+    assert abs(scores["masks"][0] - scores["masks"][1]) > 1e-3                 # two masks in it
+    assert abs(scores["masks"][0] - scores["boxes"][0]) > 1e-3                 # the small square's mask, not its box
+
+    expected = {"masks.jsonl": "masks", "boxes.jsonl": "boxes", "mixed.jsonl": "masks and boxes"}
+    for gold, regions_from in expected.items():
+        assert main(_evaluate_args(masked_gold, gold)) == 0
+        figures = json.loads(capsys.readouterr().out)
+        assert figures["n_errors"] == 0 and figures["regions_from"] == regions_from
+    assert main(_evaluate_args(masked_gold, "masks.jsonl", json_out=False)) == 0
+    assert "regions scored on the gold masks\n" in capsys.readouterr().out
+
+
+def test_regions_from_names_what_each_metric_reads():
+    from capscope.bench.evaluate import regions_from, scorer_row
+
+    rle = {"size": [4, 4], "counts": "04"}
+    mixed = [{"regions": [{"box": [0, 0, 2, 2], "mask": rle}, {"box": [0, 0, 2, 2], "mask": None}]}]
+    masked = [{"regions": [{"box": [0, 0, 2, 2], "mask": rle}]}]
+    assert regions_from(mixed, "hice") == "masks and boxes" and regions_from(masked, "hice") == "masks"
+    assert regions_from(masked, "infometic") == "boxes"    # InfoMetIC crops boxes: a mask changes nothing
+    assert regions_from(masked, "clip-s") is None and regions_from([{"regions": []}], "hice") is None
+    row = scorer_row({"id": "x", "image": "a.png", "caption": "a", "tokens": [], **mixed[0]})
+    assert row["regions"] == [{"box": [0, 0, 2, 2], "mask": rle}, {"box": [0, 0, 2, 2]}]
+
+
+def test_a_gold_mask_of_the_wrong_size_fails_its_item(masked_gold, capsys, tmp_path):
+    item = json.loads((masked_gold / "masks.jsonl").read_text())
+    item["regions"][0]["mask"]["size"] = [10, 10]
+    (masked_gold / "wrong.jsonl").write_text(json.dumps(item) + "\n")
+    assert main(_evaluate_args(masked_gold, "wrong.jsonl")) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["n_errors"] == 1
+    assert "region 0: mask size [10, 10] differs from the image's [96, 96]" in figures["first_error"]

@@ -29,12 +29,12 @@ def test_user_errors_share_one_base_and_keep_their_old_homes():
 
 @pytest.mark.parametrize("error", [ModelUnavailable("CLIP: no weights here"), CapscopeError("bad flag")])
 def test_the_cli_prints_any_user_error_as_one_line(monkeypatch, capsys, error):
-    import capscope.cmd_score as cmd_score
+    import capscope.cmd_models as cmd_models
 
     def fail(_args):
         raise error
 
-    monkeypatch.setattr(cmd_score, "run_models", fail)
+    monkeypatch.setattr(cmd_models, "run_models", fail)
     assert main(["models"]) == 2
     assert capsys.readouterr().err == f"capscope models: error: {error}\n"
 
@@ -49,12 +49,12 @@ def test_an_annotation_error_reaches_the_cli_as_one_line(tmp_path, capsys):
 
 
 def test_other_errors_still_show_their_traceback(monkeypatch):
-    import capscope.cmd_score as cmd_score
+    import capscope.cmd_models as cmd_models
 
     def fail(_args):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(cmd_score, "run_models", fail)
+    monkeypatch.setattr(cmd_models, "run_models", fail)
     with pytest.raises(KeyError):
         main(["models"])
 
@@ -70,6 +70,71 @@ def test_no_import_across_the_layers(package, forbidden):
              for name in imported_modules(tree, package)
              if name.startswith(f"capscope.{forbidden}")]
     assert found == []
+
+
+LEAVES = ("metrics/constants.py", "metrics/pairs.py")
+METRIC_HOUSE = ("registry", "families", "hice", "clip4dm", "scorer", "constants", "pairs")
+
+
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_the_shared_settings_live_in_leaves(leaf):
+    """constants.py and pairs.py import nothing of capscope's when run (pairs
+    names Token for type checkers only), so anyone may import them."""
+    tree = ast.parse((ROOT / leaf).read_text(encoding="utf-8"))
+    ours = [name for name in imported_modules(tree, "metrics", type_checking=False) if name.startswith("capscope")]
+    assert ours == []
+
+
+def test_no_metric_module_is_in_an_import_cycle():
+    """Following every import in metrics/ (inside functions too, not those
+    for type checkers), no module of the registry, the metric classes or
+    the scorer can reach itself: the classes read constants.py and pairs.py,
+    never the registry that builds them."""
+    graph = {Path(path).stem: {name.split(".")[2] for name in imported_modules(tree, "metrics", type_checking=False)
+                               if name.startswith("capscope.metrics.")}
+             for path, tree in package_trees() if path.startswith("metrics/") and path.count("/") == 1}
+    for start in METRIC_HOUSE:
+        seen, todo = set(), [start]
+        while todo:
+            for name in graph.get(todo.pop(), ()):
+                if name not in seen:
+                    seen.add(name)
+                    todo.append(name)
+        assert start not in seen, f"{start} imports itself through {sorted(seen & set(METRIC_HOUSE))}"
+    for metric_module in ("families", "hice", "clip4dm"):
+        assert "registry" not in graph[metric_module]
+
+
+def test_each_metric_module_imports_first_in_a_fresh_process():
+    """Whichever of them a process imports first, it imports, and a metric
+    class's module does not pull in the registry."""
+    import subprocess
+    import sys
+
+    script = ("import sys, importlib; importlib.import_module('capscope.metrics.{0}'); "
+              "assert '{0}' == 'registry' or 'capscope.metrics.registry' not in sys.modules; "
+              "from capscope.metrics import registry, families, hice, clip4dm, constants, pairs; "
+              "assert registry.get_spec('hice').threshold == hice.THRESHOLD == constants.HICE_THRESHOLD; "
+              "assert families.PreparedPair is clip4dm.PreparedPair is pairs.PreparedPair")
+    runs = {name: subprocess.Popen([sys.executable, "-c", script.format(name)], stderr=subprocess.PIPE, text=True)
+            for name in ("registry", "families", "hice", "clip4dm")}
+    failed = {name: run.communicate(timeout=180)[1].strip().splitlines()[-1:] for name, run in runs.items()}
+    assert {name: why for name, why in failed.items() if runs[name].returncode} == {}
+
+
+def test_each_command_module_registers_its_own_commands():
+    """`capscope models` has its own module; cmd_score holds score and features only."""
+    import argparse
+    import importlib
+
+    from capscope import cli
+
+    assert "capscope.cmd_models" in cli.COMMAND_MODULES
+    for name, commands in (("capscope.cmd_models", {"models"}), ("capscope.cmd_score", {"score", "features"})):
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name).register(sub)
+        assert set(sub.choices) == commands
+    assert cli.build_parser().parse_args(["models", "--json"]).func.__module__ == "capscope.cmd_models"
 
 
 def test_auroc_lives_in_metrics_for_both():
@@ -406,11 +471,26 @@ def package_trees():
             yield str(path.relative_to(ROOT)), ast.parse(path.read_text(encoding="utf-8"))
 
 
-def imported_modules(tree, package: str):
-    """Absolute names of every module a file imports, at any depth (relative imports resolved within `package`)."""
-    for node in ast.walk(tree):
+def imported_modules(tree, package: str, type_checking: bool = True):
+    """Absolute names of every module a file imports, at any depth (relative
+    imports resolved within `package`; `from . import x` gives the package and
+    its module x). type_checking=False leaves out `if TYPE_CHECKING:` blocks."""
+    for node in ast.walk(_without_type_checking(tree) if not type_checking else tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = f"capscope.{package}" if node.level else ""
-            yield ".".join(part for part in (base, node.module or "") if part)
+            module = ".".join(part for part in (base, node.module or "") if part)
+            yield module
+            if node.level and not node.module:
+                yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def _without_type_checking(tree):
+    class Drop(ast.NodeTransformer):
+        def visit_If(self, node):
+            if ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                return node.orelse or None
+            return self.generic_visit(node)
+
+    return Drop().visit(ast.parse(ast.unparse(tree)))

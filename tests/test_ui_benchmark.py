@@ -23,6 +23,12 @@ from ui_support import use_demo_checkpoint
 METRICS = ["infometic", "clip-s"]
 
 
+@pytest.fixture(autouse=True)
+def data_folder(tmp_path_factory, monkeypatch):
+    """The default data root is the data folder: here the folder of every test's files."""
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path_factory.getbasetemp()))
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """The server's Models, counting how often a scorer is built."""
@@ -189,3 +195,146 @@ def test_demo_judgements_written_once(tmp_path, monkeypatch):
     assert path == tmp_path / J.JUDGEMENTS_FILE and len(json.loads(path.read_text())) == 2
     stamp = path.stat().st_mtime_ns
     assert demo_judgements(tmp_path) == str(path) and path.stat().st_mtime_ns == stamp
+
+
+# ---------------------------------------------------------------- the data roots
+
+@pytest.fixture
+def rooted(tmp_path):
+    """A data root with a judgement file, a folder beside it with an image, and
+    links from inside the root to outside it."""
+    from capscope.data_roots import DataRoots
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "images").mkdir(parents=True)
+    outside.mkdir()
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(outside / "secret.png")
+    Image.new("RGB", (32, 32), (30, 200, 30)).save(root / "images" / "inside.png")
+    (root / "images" / "link.png").symlink_to(outside / "secret.png")
+    (root / "escape").symlink_to(outside, target_is_directory=True)
+    return DataRoots([root]), root, outside
+
+
+@pytest.mark.parametrize("name", ["images/inside.png", "images", ".", "images/../images/inside.png",
+                                  "images/not-yet.png"])
+def test_paths_inside_a_root_are_allowed(rooted, name):
+    roots, root, _ = rooted
+    assert roots.check(root / name) == (root / name).resolve()
+
+
+@pytest.mark.parametrize("name", ["../outside/secret.png", "images/../../outside", "images/link.png",
+                                  "escape/secret.png", "escape", "..", "../root-sibling"])
+def test_paths_that_leave_the_roots_are_refused(rooted, name):
+    from capscope.data_roots import OutsideDataRoots
+    from capscope.metrics.errors import CapscopeError
+
+    roots, root, _ = rooted
+    with pytest.raises(OutsideDataRoots, match="outside the server's data roots") as caught:
+        roots.check(root / name, "image")
+    message = str(caught.value)
+    assert "\n" not in message and "--data-root DIR" in message and isinstance(caught.value, CapscopeError)
+
+
+def test_absolute_paths_prefixes_and_bad_paths_are_refused(rooted, tmp_path):
+    from capscope.data_roots import DataRoots, OutsideDataRoots
+
+    roots, root, outside = rooted
+    for path in ("/etc/passwd", outside / "secret.png", str(root) + "-evil/x.png", tmp_path):
+        with pytest.raises(OutsideDataRoots):
+            roots.check(path)
+    with pytest.raises(OutsideDataRoots, match="not a usable path"):
+        roots.check(str(root / "images") + "/a\x00b.png")
+    both = DataRoots([root, outside])                 # repeatable: either root will do
+    assert both.check(outside / "secret.png") == (outside / "secret.png").resolve()
+    linked = tmp_path / "linked-root"                 # a root that is itself a link
+    linked.symlink_to(root, target_is_directory=True)
+    assert DataRoots([linked]).check(linked / "images" / "inside.png") == (root / "images" / "inside.png").resolve()
+
+
+def test_the_default_root_is_the_data_folder(tmp_path, monkeypatch):
+    from capscope.data_roots import DataRoots, OutsideDataRoots, check_folders
+    from capscope.metrics.errors import CapscopeError
+
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    assert DataRoots().folders == (tmp_path / "data",)
+    assert DataRoots().check(tmp_path / "data" / "x.json") == (tmp_path / "data" / "x.json").resolve()
+    with pytest.raises(OutsideDataRoots):
+        DataRoots().check(tmp_path / "x.json")
+    with pytest.raises(CapscopeError, match="--data-root .*nowhere: no such folder"):
+        check_folders([tmp_path / "nowhere"])
+
+
+def test_the_tab_refuses_paths_and_images_outside_the_roots(models, judged, rooted):
+    """Through the code the Benchmark tab calls: a server path outside the
+    roots (absolute, by `..`, by a link) and images a file names outside them
+    (an upload's absolute paths, a link beside the file) stop the run with one
+    line; the same file inside the roots runs."""
+    path, data = judged
+    roots, root, outside = rooted
+    (outside / "flickr8k.json").write_text(path.read_text())
+    for server_path in (str(outside), str(root / ".." / "outside" / "flickr8k.json"), str(root / "escape")):
+        message_is_one_line(agreement_with_people(models, "flickr8k-expert", server_path, None, ["clip-s"], 0,
+                                                  roots=roots), "outside the server's data roots")
+
+    key, entry = next(iter(data.items()))
+    upload = outside / "upload.json"
+    upload.write_text(json.dumps({key: {**entry, "image_path": str(outside / "secret.png")}}))
+    message_is_one_line(agreement_with_people(models, "flickr8k-expert", "", str(upload), ["clip-s"], 0, roots=roots),
+                        "image named in the upload:", "secret.png", "outside the server's data roots")
+    (root / "flickr8k.json").write_text(json.dumps({key: {**entry, "image_path": "link.png"}}))
+    message_is_one_line(agreement_with_people(models, "flickr8k-expert", str(root), None, ["clip-s"], 0, roots=roots),
+                        "image named in root/:", "secret.png", "outside the server's data roots")
+
+    (root / "flickr8k.json").write_text(json.dumps({key: {**entry, "image_path": "inside.png"}}))
+    view = agreement_with_people(models, "flickr8k-expert", str(root), None, ["clip-s"], 0, roots=roots)
+    assert not view.message.startswith("**Not run"), view.message
+
+
+def test_a_gold_file_inside_the_roots_cannot_name_images_outside(models, rooted):
+    """CapTokenEval rows reach the scorer by path: `..` out of the root is
+    refused before scoring, and the shared scorer checks each path too."""
+    from capscope.demo.dataset import write_demo_data
+
+    roots, root, outside = rooted
+    write_demo_data(root / "gold", 1, seed=0, progress=False)
+    listing = root / "gold" / "captokeneval.jsonl"
+    items = [json.loads(line) for line in listing.read_text().splitlines()]
+    (outside / "scene.png").write_bytes((root / "gold" / items[0]["image"]).read_bytes())
+    items[0]["image"] = "../../outside/scene.png"
+    listing.write_text("".join(json.dumps(item) + "\n" for item in items))
+    message_is_one_line(agreement_with_people(models, "captokeneval", str(listing), None, ["clip-s"], 0, roots=roots),
+                        "image named in captokeneval.jsonl:", "outside the server's data roots")
+    rows = SharedScorer(models, ["clip-s"], roots).score_batch([items[0]], base_dir=listing.parent)
+    assert rows[0]["metrics"] == {} and "outside the server's data roots" in rows[0]["error"]
+
+
+def test_serve_takes_its_data_roots(tmp_path, monkeypatch, capsys):
+    """`capscope serve --data-root A --data-root B` hands both to the app the UI reads them from."""
+    import uvicorn
+
+    from capscope.cli import main
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append(app))
+    monkeypatch.setenv("CAPSCOPE_NO_SEED", "1")
+    db = ["--db", f"sqlite:///{tmp_path / 'serve.db'}"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert main(["serve", "--data-root", str(tmp_path / "a"), "--data-root", str(tmp_path / "b"), *db]) == 0
+    assert served[0].state.data_roots.folders == (tmp_path / "a", tmp_path / "b")
+    assert main(["serve", "--data-root", str(tmp_path / "nowhere"), *db]) == 2
+    error = capsys.readouterr().err
+    assert error.endswith(f"capscope serve: error: --data-root {tmp_path / 'nowhere'}: no such folder\n")
+
+
+def test_the_demo_worlds_folder_is_readable_whatever_the_roots(tmp_path, monkeypatch):
+    from capscope.data_roots import DataRoots, OutsideDataRoots
+    from capscope.ui_benchmark import demo_folder, tab_roots
+
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    roots = tab_roots(DataRoots([tmp_path / "mine"]))
+    assert roots.check(demo_folder() / "judgements" / "flickr8k.json")
+    assert roots.check(tmp_path / "mine" / "x.json")
+    for path in (tmp_path / "data" / "capscope.db", tmp_path / "data" / "demo-data" / ".." / "imports"):
+        with pytest.raises(OutsideDataRoots):
+            roots.check(path)

@@ -125,6 +125,21 @@ def test_api_admin_endpoints_check_the_role(served):
         client(served, "ann2").predict("demo", api_name="/export_captokeneval")
 
 
+def test_api_correlate_reads_files_inside_the_data_roots_only(served, tmp_path):
+    """The Benchmark tab's `correlate` call through the Gradio API: a judgement
+    file outside the server's data roots (the data folder here), absolute or by
+    `..`, gets one line and no table."""
+    from gradio_client import Client
+
+    admin = Client(served.url + "/", auth=("admin", ADMIN_PASSWORD), verbose=False)
+    (tmp_path / "flickr8k.json").write_text("{}")
+    data = Path(os.environ["CAPSCOPE_DATA_DIR"])
+    for path in (tmp_path / "flickr8k.json", data / ".." / "ui.db", "/etc"):
+        message, table, *_ = admin.predict("flickr8k-expert", str(path), None, ["clip-s"], 0, api_name="/correlate")
+        assert message.startswith("**Not run:**") and "outside the server's data roots" in message, message
+        assert "\n" not in message and not table["data"]
+
+
 def test_region_click_reports_best_matching_words(served):
     from capscope.ui_inspect import click_report, score_caption
 
@@ -398,7 +413,7 @@ def test_browser_benchmark_agreement_with_people(chromium, served, monkeypatch):
     page.click("#cs-people-run")
     message = "document.querySelector('#cs-people-message').innerText"
     page.wait_for_function(f"{message}.includes('Not run')", timeout=60_000)
-    assert "does not exist" in page.inner_text("#cs-people-message")
+    assert "outside the server's data roots" in page.inner_text("#cs-people-message")
     assert "Traceback" not in page.inner_text("body")
 
     page.click("#cs-people-demo")

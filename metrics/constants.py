@@ -1,0 +1,9 @@
+"""The metrics' shared settings, in a module that imports nothing: the
+registry, the metric classes, the scorer and the commands all read them here,
+so none of them needs another to know a default."""
+
+BETA = 0.1                 # InfoMetIC sec. 3.3: a word is correct, a region mentioned, above this share
+TOKEN_RULES = ("paper", "relative")
+HICE_THRESHOLD = 0.2       # HICE-S's phrase/region cosine cut (hice.py says why)
+CLIP4DM_EPSILON = -5e-5    # CLIP4DM main.py --epsilon: a word whose attribution is below it is misaligned
+CLIP4DM_LAYERS = 3         # CLIP4DM main.py --start_layer_text -3: relevance from the last three text blocks
