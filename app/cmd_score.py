@@ -1,4 +1,4 @@
-"""`capscope score`, `capscope features` and `capscope models`."""
+"""`capscope score` and `capscope features`."""
 from __future__ import annotations
 
 import argparse
@@ -10,21 +10,21 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from capscope.metrics.jsonl import json_lines
 from capscope.metrics.regions import PROPOSERS
-from capscope.metrics.registry import CLIP4DM_EPSILON, CLIP4DM_LAYERS, METRIC_NAMES, TOKEN_RULES
+from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, TOKEN_RULES
+from capscope.metrics.registry import METRIC_NAMES
 from capscope.metrics.result import ScoreRow
 
 from .cli import CapscopeError
+from .resume import AnsweredIds, batched, count_lines
 
 log = logging.getLogger("capscope")
 
 METRICS = METRIC_NAMES  # live: a metric registered later is a valid choice
 REGION_SOURCES = (*PROPOSERS, "given")
-# `capscope models download NAME`: the released checkpoints come from their authors' Google Drive folders
-DOWNLOADS = ("infometic", "pacs", "clip", "clip4dm", "spacy")
 ENGINES = ("local", "ray")
 URL_TIMEOUT_S = 30   # one image or features file fetched over http(s)
 FEATURE_BATCH = 8    # rows per batch of `capscope features` (a worker's unit of work)
@@ -61,6 +61,8 @@ def register(sub) -> None:
     score.add_argument("--metric", nargs="+", action="extend", choices=METRICS, dest="metrics",
                        help="one or more metrics (default infometic)")
     score.add_argument("--batch-size", type=int, default=32)
+    score.add_argument("--retry-errors", action="store_true",
+                       help="resuming: score again the rows saved with an error (each id stays once in --output)")
     add_region_options(score)
     add_model_options(score)
     add_engine_options(score)
@@ -73,14 +75,6 @@ def register(sub) -> None:
     add_model_options(features)
     add_engine_options(features)
     features.set_defaults(func=run_features)
-
-    models = sub.add_parser("models", help="list the model components, where they come from and whether they are here")
-    models.add_argument("action", nargs="?", choices=["list", "download"], default="list")
-    models.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"with download: {', '.join(DOWNLOADS)}; none: everything with a public source but the "
-                             "released InfoMetIC and PAC-S checkpoints")
-    models.add_argument("--json", action="store_true")
-    models.set_defaults(func=run_models)
 
 
 def add_region_options(parser: argparse.ArgumentParser) -> None:
@@ -173,9 +167,9 @@ def build_scorer(args, metrics):
     return ScorerOptions.from_args(args, metrics).build()
 
 
-def engine_results(task, items: list, batch_size: int, cluster) -> Iterator:
-    """The task's results for `items`, in order: here, or on a Ray cluster
-    (then this is the only line that imports Ray)."""
+def engine_results(task, items: Iterable, batch_size: int, cluster) -> Iterator:
+    """The task's results for `items` (read as they are needed), in order:
+    here, or on a Ray cluster (then this is the only line that imports Ray)."""
     if cluster is None:
         return local_results(task.worker(), items, batch_size)
     from . import engine_ray
@@ -183,9 +177,9 @@ def engine_results(task, items: list, batch_size: int, cluster) -> Iterator:
     return engine_ray.results(task, items, batch_size, cluster)
 
 
-def local_results(work, items: list, batch_size: int) -> Iterator:
-    for start in range(0, len(items), batch_size):
-        yield from work(items[start : start + batch_size])
+def local_results(work, items: Iterable, batch_size: int) -> Iterator:
+    for batch in batched(items, batch_size):
+        yield from work(batch)
 
 
 # ---------------------------------------------------------------- URLs
@@ -253,29 +247,12 @@ class Scratch:
 
 # ---------------------------------------------------------------- score
 
-def read_pairs(path: Path):
-    """(line number, row or None, error) for every non-blank line of a JSONL file."""
+def read_pairs(path: Path) -> Iterator:
+    """(line number, row or None, error) for every non-blank line of a JSONL
+    file, read lazily; a missing file is an error at once."""
     if not path.is_file():
         raise CapscopeError(f"input file {path} not found")
-    for number, row, why in json_lines(path):
-        yield number, row, (f"line {number}: {why}" if why else None)
-
-
-def done_ids(path: Path) -> set:
-    """Ids already in an output file (for resuming); a torn last line is dropped."""
-    if not path.exists():
-        return set()
-    ids, good = set(), 0
-    with path.open("rb") as handle:
-        for raw in handle:
-            try:
-                ids.add(json.loads(raw)["id"])
-                good += len(raw)
-            except (json.JSONDecodeError, KeyError, UnicodeDecodeError):
-                break
-    with path.open("r+b") as handle:  # cut a line torn by a crash
-        handle.truncate(good)
-    return ids
+    return ((number, row, (f"line {number}: {why}" if why else None)) for number, row, why in json_lines(path))
 
 
 def error_row(row: dict | None, error: str) -> dict:
@@ -288,24 +265,29 @@ def run_score(args) -> int:
     if args.batch_size < 1:
         raise CapscopeError("--batch-size must be at least 1")
     cluster = engine_cluster(args)
-    rows = list(read_pairs(args.input))
-    skip = done_ids(args.output)
-    todo = [(n, row, err) for n, row, err in rows if row is None or not _has_id(row) or row["id"] not in skip]
-    if skip:
-        log.info("resuming: %d rows already in %s", len(rows) - len(todo), args.output)
+    pairs = read_pairs(args.input)
+    answered, retried = AnsweredIds.read(args.output, retry_errors=args.retry_errors)
+    if len(answered) or retried:
+        log.info("resuming: %d ids already in %s%s", len(answered), args.output,
+                 f"; {retried} rows with errors taken out to score again" if retried else "")
+    todo = (item for item in pairs if item[1] is None or not _has_id(item[1]) or item[1]["id"] not in answered)
+    lines = count_lines(args.input)
     task = ScoreTask(ScorerOptions.from_args(args, args.metrics or ["infometic"]), args.input.parent.resolve())
     results = engine_results(task, todo, args.batch_size, cluster)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    started, errors = time.perf_counter(), 0
-    with args.output.open("a", encoding="utf-8") as out, tqdm(total=len(todo), unit="pair", desc="scoring") as bar:
+    started, done, errors = time.perf_counter(), 0, 0
+    total = None if lines is None else max(lines - len(answered), 0)  # exact unless ids repeat
+    with args.output.open("a", encoding="utf-8") as out, \
+            tqdm(total=total, unit="pair", desc="scoring", mininterval=1.0) as bar:
         for result in results:
+            done += 1
             errors += result["error"] is not None
             out.write(json.dumps(result, ensure_ascii=False) + "\n")
             out.flush()
             bar.update(1)
     elapsed = time.perf_counter() - started
     log.info("%d pairs in %.1f s (%.1f pairs/s), %d with errors -> %s",
-             len(todo), elapsed, len(todo) / max(elapsed, 1e-9), errors, args.output)
+             done, elapsed, done / max(elapsed, 1e-9), errors, args.output)
     return 0
 
 
@@ -367,13 +349,13 @@ def run_features(args) -> int:
     cluster = engine_cluster(args)
     options = ScorerOptions.from_args(args, ["infometic"] if args.infometic_checkpoint else ["infoclip"])
     task = FeatureTask(options, args.input.parent.resolve(), args.out.resolve())
-    items = list(read_pairs(args.input))
+    items = read_pairs(args.input)
     results = engine_results(task, items, FEATURE_BATCH, cluster)
     args.out.mkdir(parents=True, exist_ok=True)
     index_path = args.out / "pairs.jsonl"
     written = failed = 0
     with index_path.open("w", encoding="utf-8") as index:
-        for result in tqdm(results, total=len(items), unit="image", desc="features"):
+        for result in tqdm(results, total=count_lines(args.input), unit="image", desc="features"):
             if result["problem"]:
                 failed += 1
                 print(f"capscope features: {result['problem']}", file=sys.stderr)
@@ -434,77 +416,3 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
     write_features(out_dir / name, features.region_feats, [c.box for c in candidates],
                    features.global_feat, image.size, kept_index)
     return name
-
-
-# ---------------------------------------------------------------- models
-
-def run_models(args) -> int:
-    from capscope.metrics import loading
-
-    if args.names and args.action != "download":
-        raise CapscopeError(f"models: names ({' '.join(args.names)}) go with download: capscope models download NAME")
-    if args.action == "download":
-        return download_named(args.names) if args.names else download_models()
-    rows = loading.components()
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    for row in rows:
-        mark = "present" if row["present"] else "MISSING"
-        print(f"{row['component']:<11} {mark:<8} {row['loads']}\n{'':<20} from: {row['from']}\n{'':<20} get:  {row['get']}")
-    return 0
-
-
-def download_named(names: list[str]) -> int:
-    """`capscope models download infometic pacs ...`: each named component; the
-    first that cannot be had stops the command with its one line."""
-    from capscope.metrics import downloads, loading
-
-    unknown = [n for n in names if n not in DOWNLOADS]
-    if unknown:
-        raise CapscopeError(f"models download: unknown name {unknown[0]!r}; choose from {', '.join(DOWNLOADS)}")
-    for name in dict.fromkeys(names):
-        if name in downloads.RELEASES:
-            downloads.download_release(name)
-        elif name == "clip":
-            loading.create_open_clip("ViT-B-32", "openai", loading.resolve_device("cpu"))
-            print("CLIP ViT-B-32/openai: ready")
-        elif name == "clip4dm":
-            for model_name, tag in loading.CLIP4DM_BACKBONES:
-                loading.create_open_clip(model_name, tag, loading.resolve_device("cpu"), component="CLIP4DM")
-                print(f"CLIP4DM {model_name}/{tag}: ready")
-        elif not _download_spacy():
-            raise CapscopeError("models download: spaCy en_core_web_sm download failed (python -m spacy download en_core_web_sm)")
-    return 0
-
-
-def _download_spacy() -> bool:
-    import subprocess
-
-    from capscope.metrics import loading
-
-    if loading.spacy_pipeline_present():
-        print("spaCy en_core_web_sm: present")
-        return True
-    ok = subprocess.call([sys.executable, "-m", "spacy", "download", "en_core_web_sm"]) == 0
-    print("spaCy en_core_web_sm:", "ready" if ok else "download failed")
-    return ok
-
-
-def download_models() -> int:
-    """Fetch what has a stable public source; say how to get the rest."""
-    from capscope.metrics import loading
-
-    failures = 0
-    try:
-        loading.create_open_clip("ViT-B-32", "openai", loading.resolve_device("cpu"))
-        print("CLIP ViT-B-32/openai: ready")
-    except loading.ModelUnavailable as err:
-        failures += 1
-        print(err)
-    if not loading.spacy_pipeline_present():
-        failures += not _download_spacy()
-    for row in loading.components():
-        if not row["present"] and row["component"] not in ("CLIP", "spaCy"):
-            print(f"{row['component']}: {row['get']}")
-    return 1 if failures else 0

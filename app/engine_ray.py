@@ -6,20 +6,20 @@ and get the results back in input order; reading, resuming and writing stay
 with the command, as in a local run.
 
 - `results` (score, features): the items, cut into the batches a local run
-  would score, become a Ray dataset; `map_batches` runs them through a pool of
-  actors, each holding one worker built from the task (one `Scorer`, its
-  image-feature cache kept between batches).
+  would score and read only as the workers need them, go to a pool of actors,
+  each holding one worker built from the task (one `Scorer`, its image-feature
+  cache kept between batches); results come back in submission order.
 - `ScorerPool` (correlate): persistent actors behind a `score_batch` that looks
   like the Scorer's, because correlate calls it many times and a dataset per
   call would build the models again each time.
 
 Actors restart when their process dies (killed, out of memory) and their
-unfinished batches run again; every batch carries its position, so a result is
-written once and in order whatever Ray does underneath.
+unfinished batches run again; Ray hands back one result per submitted batch,
+so a result is written once and in order whatever happens underneath.
 """
 from __future__ import annotations
 
-import json
+import itertools
 import logging
 import math
 import os
@@ -30,15 +30,15 @@ from typing import Iterable, Iterator
 
 from capscope.metrics.errors import CapscopeError
 
+from .resume import batched
+
 log = logging.getLogger("capscope")
 
 MISSING_RAY = 'the ray engine needs Ray: pip install -e ".[ray]"'
 FORWARDED_ENV_PREFIX = "CAPSCOPE_"  # model paths and switches the workers must see as the driver does
-# Ray Core actors (ScorerPool): restart a dead actor, run its unfinished calls again. Ray Data's actor
-# pools do the same by default (max_restarts=-1, max_task_retries=-1 in ActorPoolMapOperator, checked
-# on Ray 2.60, where passing them to map_batches is deprecated), so `results` leaves them alone.
+# Ray Core actors: restart a dead actor, run its unfinished calls again (their results come back once).
 RETRY_FOREVER = {"max_restarts": -1, "max_task_retries": -1}
-MAX_BLOCKS = 2000  # one block per batch up to this many (finer progress and retries), then several per block
+IN_FLIGHT = 2  # batches per worker submitted ahead: one running, one queued
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,6 @@ class Cluster:
 def import_ray():
     try:
         import ray
-        import ray.data  # noqa: F401  (ray without the data extra lacks it)
     except ImportError:
         raise CapscopeError(MISSING_RAY) from None
     return ray
@@ -63,8 +62,6 @@ def import_ray():
 def connect(cluster: Cluster):
     """Ray, connected (a driver that already called ray.init keeps its cluster)."""
     ray = import_ray()
-    if not log.isEnabledFor(logging.DEBUG):
-        logging.getLogger("ray.data").setLevel(logging.WARNING)  # the command reports progress itself
     if not ray.is_initialized():
         try:
             ray.init(address=cluster.address, log_to_driver=True)
@@ -105,66 +102,54 @@ def actor_options(per_worker: float) -> dict:
     return options
 
 
-# ---------------------------------------------------------------- score, features: Ray Data
+# ---------------------------------------------------------------- score, features: a streamed actor pool
 
-class BatchWorker:
-    """One actor of the pool: the task's worker built once, fed whole batches
-    (JSON lists of items), so that a batch holds the same rows as in a local run.
-    The task rides on a subclass (`worker_class`), not in constructor
-    arguments, so a restarted actor never depends on an object-store copy."""
-    task = None
+class TaskActor:
+    """One worker of the pool: the task's worker built once (one `Scorer`, its
+    image-feature cache kept between batches), fed whole batches, so that a
+    batch holds the same rows as in a local run."""
 
-    def __init__(self):
-        self.work = self.task.worker()
+    def __init__(self, task):
+        self.work = task.worker()
 
-    def __call__(self, batch: dict) -> dict:
-        results = [json.dumps(self.work(json.loads(text)), ensure_ascii=False) for text in batch["batch"]]
-        return {"position": batch["position"], "result": results}
+    def run(self, batch: list) -> list:
+        return self.work(batch)
 
 
-def results(task, items: list, batch_size: int, cluster: Cluster) -> Iterator:
-    """The task's results for `items`, one per item, in input order."""
-    if not items:
+def results(task, items: Iterable, batch_size: int, cluster: Cluster) -> Iterator:
+    """The task's results for `items`, one per item, in input order. Items are
+    read as the workers need them: at most IN_FLIGHT batches per worker wait on
+    the driver, whatever the input's size."""
+    batches = batched(items, batch_size)
+    first = next(batches, None)
+    if first is None:
         return iter(())
     ray = connect(cluster)
     workers, per_worker = pool_shape(ray, cluster)
-    context = ray.data.DataContext.get_current()
-    context.execution_options.preserve_order = True
-    context.enable_progress_bars = False  # the command's own bar counts rows for the whole run
-    batches = [items[start : start + batch_size] for start in range(0, len(items), batch_size)]
-    dataset = ray.data.from_items(
-        [{"position": i, "batch": json.dumps(batch, ensure_ascii=False)} for i, batch in enumerate(batches)],
-        override_num_blocks=min(len(batches), MAX_BLOCKS),
-    )
-    scored = dataset.map_batches(
-        worker_class(task), batch_size=1, batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=workers), **actor_options(per_worker),
-    )
-    done = ({"position": int(r["position"]), "result": r["result"]} for r in scored.iter_rows())
-    return (result for text in in_order(user_errors(done), len(batches)) for result in json.loads(text))
+    named = type(f"{type(task).__name__}Actor", (TaskActor,), {})  # ScoreTaskActor, ..., as Ray shows it
+    remote = ray.remote(**actor_options(per_worker), **RETRY_FOREVER)(named)
+    actors = [remote.remote(task) for _ in range(workers)]
+    return _streamed(ray, actors, itertools.chain([first], batches), IN_FLIGHT * workers)
 
 
-def worker_class(task) -> type:
-    """A BatchWorker bound to `task`, named after it (ScoreTaskWorker, ...), as Ray shows it."""
-    return type(f"{type(task).__name__}Worker", (BatchWorker,), {"task": task})
+def _streamed(ray, actors: list, batches: Iterable[list], window: int) -> Iterator:
+    from ray.util import ActorPool
 
-
-def in_order(pairs: Iterable[dict], total: int) -> Iterator[str]:
-    """Results by position 0..total-1, each once: early ones wait in a buffer,
-    repeats (a batch run again after its worker died) are dropped."""
-    waiting: dict[int, str] = {}
-    expected = 0
-    for pair in pairs:
-        position = pair["position"]
-        if position < expected or position in waiting:
-            continue
-        waiting[position] = pair["result"]
-        while expected in waiting:
-            yield waiting.pop(expected)
-            expected += 1
-    if expected < total:
-        missing = total - expected - len(waiting)
-        raise CapscopeError(f"ray: {missing} of {total} batches never came back from the workers")
+    pool = ActorPool(actors)
+    waiting = 0
+    try:
+        with worker_errors():
+            for batch in batches:
+                pool.submit(lambda actor, part: actor.run.remote(part), batch)
+                waiting += 1
+                if waiting >= window:
+                    yield from pool.get_next()
+                    waiting -= 1
+            while pool.has_next():
+                yield from pool.get_next()
+    finally:
+        for actor in actors:
+            ray.kill(actor)
 
 
 @contextmanager

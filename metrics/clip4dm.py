@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from .clipscore import CLIP_S_WEIGHT, PROMPT
 from .encoder import ClipBackbone, ImageFeatures
 from .errors import ModelUnavailable
-from .registry import PreparedPair
+from .pairs import PreparedPair
 from .result import MetricResult, PieceScore, WordScore
 from .text import Token, bpe_pieces
 
@@ -101,8 +101,9 @@ class TextRelevance:
             raise ModelUnavailable(f"clip4dm: needs an open_clip text transformer with standard attention; {backbone.name} has none")
         if not hasattr(backbone.tokenizer, "encode") or not hasattr(backbone.tokenizer, "eot_token_id"):
             raise ModelUnavailable(f"clip4dm: needs CLIP's BPE tokenizer; {backbone.name} uses another")
-        if not 1 <= layers <= len(blocks):
-            raise ValueError(f"--clip4dm-layers must be between 1 and {len(blocks)} for {backbone.name}, not {layers}")
+        if not 1 <= layers <= len(blocks):  # unavailable, not wrong: a server leaves clip4dm out and goes on
+            raise ModelUnavailable(f"clip4dm: --clip4dm-layers must be between 1 and {len(blocks)} for "
+                                   f"{backbone.name}, not {layers}")
         self.backbone, self.tower, self.blocks, self.layers = backbone, tower, blocks, layers
         self.context = int(tower.positional_embedding.shape[0])
         self.batch_first = getattr(tower.transformer, "batch_first", True)

@@ -24,13 +24,15 @@ from PIL import Image
 
 from . import loading
 from .clipscore import PROMPT
+from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS
 from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
 from .errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
 from .lru import LRUCache
+from .pairs import PreparedPair
 from .regions import PROPOSERS, Region, given_regions, select_regions
-from .registry import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, MetricParts, Needs, PreparedPair, get_spec
+from .registry import MetricParts, Needs, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, checkpoint_digest, reproducibility
 from .images import ImageError, read_image
 from .text import Token, check_caption, check_references, load_spacy, tokenize
@@ -300,6 +302,8 @@ class Scorer:
 
     def _row(self, row: dict, p: _Prepared, metrics: dict[str, MetricResult]) -> ScoreRow:
         image_name = p.image_name or (row.get("image") if isinstance(row.get("image"), str) else None)
+        if p.errors and not metrics:  # nothing scored: the id, the error and what names the input, no provenance
+            return ScoreRow(id=row.get("id"), image=image_name, caption=row.get("caption"), error="; ".join(p.errors))
         return ScoreRow(
             id=row.get("id"), image=image_name, caption=row.get("caption"),
             tokens=p.pair.tokens, regions=p.regions or [], metrics=metrics,

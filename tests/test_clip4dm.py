@@ -12,6 +12,7 @@ from PIL import Image
 
 from capscope.bench.clip4dm_released import released_clip4dm, space_tokenize
 from capscope.metrics.clip4dm import CHUNK, split_words
+from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.scorer import Scorer
 
 CAPTIONS = [
@@ -127,6 +128,6 @@ def test_options_land_in_the_model_block_and_bad_layers_are_one_line(clip_checkp
                     clip4dm_layers=2, clip4dm_epsilon=-1e-4)
     row = scorer.score(images[1], "a red square")
     assert row["model"]["metric_options"] == {"clip4dm": {"epsilon": -1e-4, "layers": 2}}
-    with pytest.raises(ValueError, match="clip4dm-layers must be between 1 and 12"):
+    with pytest.raises(ModelUnavailable, match="clip4dm-layers must be between 1 and 12"):
         Scorer(["clip4dm"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
                clip4dm_layers=13)

@@ -2,6 +2,7 @@
 cluster the tests start on this machine, with the demo model on generated scenes."""
 import functools
 import http.server
+import itertools
 import json
 import math
 import os
@@ -113,21 +114,6 @@ def one_torch_thread():
 
 
 # ---------------------------------------------------------------- no cluster needed
-
-def test_in_order_waits_for_early_results_and_drops_repeats():
-    from capscope.engine_ray import in_order
-
-    arrivals = [{"position": p, "result": f"r{p}"} for p in (1, 0, 0, 3, 2, 1, 4)]
-    assert list(in_order(arrivals, 5)) == ["r0", "r1", "r2", "r3", "r4"]
-
-
-def test_in_order_says_how_many_rows_never_came_back():
-    from capscope.engine_ray import in_order
-    from capscope.metrics.errors import CapscopeError
-
-    with pytest.raises(CapscopeError, match="2 of 4 batches never came back"):
-        list(in_order([{"position": 0, "result": "a"}, {"position": 2, "result": "c"}], 4))
-
 
 def test_worker_error_becomes_its_one_line():
     from capscope.engine_ray import worker_errors
@@ -288,8 +274,8 @@ def test_ray_rows_identical_to_local_run(cluster, world, local_rows):
     # the same pixels and caption, by URL or by path (scored in other batches: float32 noise)
     _assert_close(by_id["s1-0"]["metrics"], by_id["url"]["metrics"], 1e-4, "url")
     assert "HTTP 404" in by_id["url-404"]["error"] and "cannot fetch" in by_id["url-down"]["error"]
-    for failed in (by_id["url-404"], by_id["url-down"]):  # a pair error, as a missing file gives
-        assert failed["metrics"] == {} and failed["tokens"] and failed["model"] is not None
+    for failed in (by_id["url-404"], by_id["url-down"]):  # a pair error, as compact as a missing file's
+        assert failed["metrics"] == {} and failed["tokens"] == [] and failed["model"] is None
         assert failed["image"].startswith("http://127.0.0.1:")
     assert by_id["missing"]["error"] == "image not found: nope.png"
     assert sum(r["error"] is not None for r in rows) == 7
@@ -324,7 +310,7 @@ def test_killed_worker_every_id_written_once(cluster, world, local_rows):
     try:
         while killed is None and driver.poll() is None and time.monotonic() < deadline:
             if len(out.read_text().splitlines()) > kept:  # workers are up and scoring
-                pids = ray_worker_pids("ray::MapWorker(MapBatches(ScoreTaskWorker))")
+                pids = ray_worker_pids("ray::ScoreTaskActor")
                 if pids:
                     written = len(out.read_text().splitlines())
                     os.kill(pids[0], signal.SIGKILL)
@@ -344,6 +330,27 @@ def test_killed_worker_every_id_written_once(cluster, world, local_rows):
     expected = local_rows[:kept] + [r for i, r in enumerate(local_rows) if i >= kept or r["id"] is None]
     # two workers fill their caches in different batches: float32 noise of batched matmuls, no more
     assert_same_rows(expected, rows, tolerance=1e-4)
+
+
+def test_ray_reads_the_input_as_the_workers_need_it(cluster):
+    """An endless input: the first results come back while the driver has read
+    only the batches in flight (two per worker) and the one being cut."""
+    from capscope.engine_ray import IN_FLIGHT, Cluster, results
+
+    class Echo:
+        def worker(self):
+            return lambda batch: [item * 10 for item in batch]
+
+    read = []
+
+    def endless():
+        for i in itertools.count():
+            read.append(i)
+            yield i
+
+    got = list(itertools.islice(results(Echo(), endless(), 4, Cluster(cluster, workers=2)), 20))
+    assert got == [10 * i for i in range(20)]
+    assert len(read) <= 4 * (2 * IN_FLIGHT + 6)
 
 
 def test_features_on_ray_same_files_and_index(cluster, world, one_torch_thread):
