@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from capscope.metrics.encoder import length_groups
+from capscope.metrics.encoder import bucket_groups
 from capscope.metrics.loading import ModelUnavailable, create_open_clip
 from capscope.metrics.scorer import Scorer
 
@@ -40,10 +40,11 @@ def test_dynamic_length_equals_full_context(scorer):
     assert torch.allclose(backbone.encode_pieces(ids), full_pieces, atol=1e-4)
 
 
-def test_length_groups_bound_padding_and_keep_every_index():
-    assert length_groups([3, 20, 4, 5, 30, 3]) == [[0, 5, 2], [3], [1, 4]]
-    assert length_groups([7, 7, 7], max_rows=2) == [[0, 1], [2]]
-    assert length_groups([]) == []
+def test_bucket_groups_depend_on_each_length_alone_and_keep_every_index():
+    assert bucket_groups([3, 20, 4, 5, 30, 3]) == {4: [0, 2, 5], 8: [3], 24: [1], 32: [4]}
+    assert bucket_groups([76, 77, 9]) == {16: [2], 77: [0, 1]}
+    assert bucket_groups([10, 12], context=12) == {12: [0, 1]}
+    assert bucket_groups([]) == {}
 
 
 def test_clip_s_and_ref_clip_s_equal_independent_open_clip(scorer, clip_checkpoint):
