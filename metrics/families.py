@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .clipscore import PROMPT, clip_s, ref_score
-from .encoder import ClipBackbone, ImageFeatures
+from .encoder import ClipBackbone, ImageFeatures, pass_rows
 from .infometic import InfoMetIC, infoclip
 from .constants import BETA, TOKEN_RULES
 from .pairs import PreparedPair
@@ -126,16 +126,16 @@ def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[flo
     return out
 
 
-HEAD_ROWS = 2  # pairs per pass of the InfoMetIC head (and InfoCLIP's formulas)
+HEAD_ROWS = {"cpu": 1, "cuda": 32}  # pairs per pass of the InfoMetIC head (and InfoCLIP's formulas)
 
 
-def head_batches(images: list[ImageFeatures]) -> list[tuple[int, list[int]]]:
-    """(region count, up to HEAD_ROWS pair indices) per pass of the head. Every
-    pass has HEAD_ROWS rows (the caller fills up the last), because a matrix
+def head_batches(images: list[ImageFeatures], size: int) -> list[tuple[int, list[int]]]:
+    """(region count, up to `size` pair indices) per pass of the head. Every
+    pass has `size` rows (the caller fills up the last), because a matrix
     product's float result depends on its shape: so a pair's scores do not
     depend on how many others share its region count."""
-    return [(n, idx[start : start + HEAD_ROWS]) for n, idx in group_by_region_count(images).items()
-            for start in range(0, len(idx), HEAD_ROWS)]
+    return [(n, idx[start : start + size]) for n, idx in group_by_region_count(images).items()
+            for start in range(0, len(idx), size)]
 
 
 def group_by_region_count(images: list[ImageFeatures]) -> dict[int, list[int]]:
@@ -151,10 +151,11 @@ class InfoClipMetric(InfoFamilyMetric):
     def compute(self, pairs, images) -> list[MetricResult]:
         pieces, t_g, tokens, masks = self.text_inputs(pairs)
         rows: list[MetricResult | None] = [None] * len(pairs)
-        for n, idx in head_batches(images):
-            filled = idx + [idx[0]] * (HEAD_ROWS - len(idx))  # a fixed shape, as for the InfoMetIC head
+        size = pass_rows(HEAD_ROWS, torch.device("cpu"))  # the formulas run on the cached (CPU) features
+        for n, idx in head_batches(images, size):
+            filled = idx + [idx[0]] * (size - len(idx))  # a fixed shape, as for the InfoMetIC head
             v_g = torch.stack([images[i].global_feat for i in filled])
-            regions = torch.stack([images[i].region_feats for i in filled]).reshape(HEAD_ROWS, n, v_g.shape[-1])
+            regions = torch.stack([images[i].region_feats for i in filled]).reshape(size, n, v_g.shape[-1])
             recall, precision, a_v, a_t = (x[: len(idx)] for x in infoclip(
                 v_g, regions, t_g[filled], tokens[filled], masks[filled], self.backbone.logit_scale))
             scores = [
@@ -176,17 +177,18 @@ class InfoMetICMetric(InfoFamilyMetric):
         pieces, t_g, tokens, masks = self.text_inputs(pairs)
         device = next(self.model.parameters()).device
         rows: list[MetricResult | None] = [None] * len(pairs)
-        for n, idx in head_batches(images):
-            filled = idx + [idx[0]] * (HEAD_ROWS - len(idx))  # a fixed shape: see head_batches
+        size = pass_rows(HEAD_ROWS, device)
+        for n, idx in head_batches(images, size):
+            filled = idx + [idx[0]] * (size - len(idx))  # a fixed shape: see head_batches
             v_g = torch.stack([images[i].global_feat for i in filled])
             batch = [
                 v_g,
-                torch.stack([images[i].region_feats for i in filled]).reshape(HEAD_ROWS, n, v_g.shape[-1]),
-                torch.stack([images[i].boxes for i in filled]).reshape(HEAD_ROWS, n, 4),
+                torch.stack([images[i].region_feats for i in filled]).reshape(size, n, v_g.shape[-1]),
+                torch.stack([images[i].boxes for i in filled]).reshape(size, n, 4),
                 torch.tensor([images[i].size for i in filled], dtype=torch.float32),
                 t_g[filled], tokens[filled], masks[filled],
             ]
-            with few_threads(HEAD_ROWS * (n + 2 + self.max_len), device=device):
+            with few_threads(size * (n + 2 + self.max_len), device=device):
                 recall, precision, cos, a_v, a_t = (x[: len(idx)] for x in self.model(*[x.to(device) for x in batch]))
             scores = [
                 {"precision": float(p), "recall": float(r), "overall": float(p + r),
