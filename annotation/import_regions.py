@@ -6,7 +6,7 @@ import math
 
 from capscope.annotation.import_report import ImportReport, RowProblem
 from capscope.metrics.limits import MAX_REGIONS
-from capscope.metrics.regions import clip_box, mask_to_rle
+from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_rle
 
 
 def checked_regions(raw, width: int, height: int) -> list[dict]:
@@ -37,28 +37,13 @@ def checked_regions(raw, width: int, height: int) -> list[dict]:
 
 
 def _checked_mask(mask, width: int, height: int) -> dict | None:
+    """The region's mask, checked as the scorer checks one, as compressed COCO RLE."""
     if mask is None:
         return None
-    from pycocotools import mask as mask_utils
-
-    if not isinstance(mask, dict) or not isinstance(mask.get("size"), list) or "counts" not in mask:
-        raise RowProblem("a region mask must be COCO RLE {'size': [h, w], 'counts': str}")
-    if list(mask["size"]) != [height, width]:
-        raise RowProblem(f"mask size {mask['size']} differs from the image's [{height}, {width}]")
-    counts = mask["counts"]
     try:
-        if isinstance(counts, list):
-            rle = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)
-        elif isinstance(counts, str):
-            rle = {"size": [height, width], "counts": counts.encode("ascii")}
-        else:
-            raise TypeError
-        decoded = mask_utils.decode(rle)
-    except (TypeError, ValueError, UnicodeEncodeError):
-        raise RowProblem("a region mask has malformed RLE counts") from None
-    if decoded.shape != (height, width):
-        raise RowProblem("a region mask does not decode to the image size")
-    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+        return mask_to_rle(checked_rle_mask(mask, width, height))
+    except ValueError as err:
+        raise RowProblem(f"a region {err}") from None
 
 
 def make_proposer(name: str):
