@@ -3,6 +3,7 @@ size: rows are read as they are scored, and the ids an output already answers
 are kept as 8-byte digests (a million ids in 8 MB), not as strings."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -47,7 +48,7 @@ class AnsweredIds:
             return cls(), 0
         digests, kept_bytes, dropped = array("Q"), 0, 0
         temporary = path.with_name(path.name + ".retry") if retry_errors else None
-        with path.open("rb") as handle, (temporary.open("wb") if temporary else _Discard()) as copy:
+        with path.open("rb") as handle, (temporary.open("wb") if temporary else contextlib.nullcontext()) as copy:
             for raw in handle:
                 try:
                     row = json.loads(raw)
@@ -58,7 +59,8 @@ class AnsweredIds:
                 if retry_errors and answer[1] is not None:
                     dropped += 1
                     continue
-                copy.write(raw)
+                if copy is not None:
+                    copy.write(raw)
                 if isinstance(answer[0], str):
                     digests.append(id_digest(answer[0]))
         if temporary is not None:
@@ -67,17 +69,6 @@ class AnsweredIds:
             with path.open("r+b") as handle:
                 handle.truncate(kept_bytes)
         return cls(digests), dropped
-
-
-class _Discard:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def write(self, data: bytes) -> None:
-        pass
 
 
 def batched(items: Iterable, size: int) -> Iterator[list]:

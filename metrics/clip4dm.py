@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .clipscore import CLIP_S_WEIGHT, PROMPT
-from .encoder import ClipBackbone, ImageFeatures
+from .encoder import ClipBackbone, ImageFeatures, padded_ids
 from .errors import ModelUnavailable
 from .pairs import PreparedPair
 from .result import MetricResult, PieceScore, WordScore
@@ -127,10 +127,8 @@ class TextRelevance:
     def attribute_chunk(self, images: torch.Tensor, sequences: list[list[int]]) -> list[Attribution]:
         device = self.backbone.device
         length = max(len(s) for s in sequences)
-        ids = torch.zeros(len(sequences), length, dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            ids[row, : len(seq)] = torch.tensor(seq)
-        ids, eot = ids.to(device), torch.tensor([len(s) - 1 for s in sequences], device=device)
+        ids = padded_ids(sequences, length).to(device)
+        eot = torch.tensor([len(s) - 1 for s in sequences], device=device)
         mask = self._causal_mask(length, device)
         with torch.inference_mode(False), torch.enable_grad():
             x = self._frozen_blocks(ids, mask)

@@ -44,6 +44,20 @@ def pass_rows(table: dict[str, int], device: torch.device) -> int:
     return table.get(device.type, table["cpu"])
 
 
+def filled_to(items: list, size: int) -> list:
+    """`items` made `size` long with copies of the first: a pass of fixed shape
+    (the caller keeps the first `len(items)` results)."""
+    return items + [items[0]] * (size - len(items))
+
+
+def padded_ids(sequences: list[list[int]], length: int) -> torch.Tensor:
+    """Token-id sequences as one zero-padded len x `length` tensor."""
+    ids = torch.zeros(len(sequences), length, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.tensor(seq)
+    return ids
+
+
 @dataclass
 class ImageFeatures:
     """One image as a CLIP model sees it (raw, unnormalised embeddings)."""
@@ -149,17 +163,13 @@ class ClipBackbone:
         size = rows or pass_rows(TEXT_ROWS, self.device)
         for length, group in bucket_groups([len(s) for s in sequences], context).items():
             for start in range(0, len(group), size):
-                rows = group[start : start + size]
-                filled = rows + [rows[0]] * (size - len(rows))
-                out[rows] = self._encode_group([sequences[i] for i in filled], length)[: len(rows)]
+                chunk = group[start : start + size]
+                out[chunk] = self._encode_group([sequences[i] for i in filled_to(chunk, size)], length)[: len(chunk)]
         return out
 
     @torch.inference_mode()
     def _encode_group(self, sequences: list[list[int]], length: int) -> torch.Tensor:
-        ids = torch.zeros(len(sequences), length, dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            ids[row, : len(seq)] = torch.tensor(seq)
-        ids = ids.to(self.device)
+        ids = padded_ids(sequences, length).to(self.device)
         tower = self._tower
         with self._autocast():
             x = tower.token_embedding(ids)
@@ -202,7 +212,7 @@ class ClipBackbone:
         out = []
         for start in range(0, len(images), rows):
             pixels = [self.preprocess(im.convert("RGB")) for im in images[start : start + rows]]
-            batch = torch.stack(pixels + [pixels[0]] * (rows - len(pixels)))
+            batch = torch.stack(filled_to(pixels, rows))
             with self._autocast():
                 out.append(self.model.encode_image(batch.to(self.device)).float().cpu()[: len(pixels)])
         return torch.cat(out) if out else torch.zeros(0, self.dim)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .clipscore import PROMPT, clip_s, ref_score
-from .encoder import ClipBackbone, ImageFeatures, pass_rows
+from .encoder import ClipBackbone, ImageFeatures, filled_to, pass_rows
 from .infometic import InfoMetIC, infoclip
 from .constants import BETA, TOKEN_RULES
 from .pairs import PreparedPair
@@ -153,7 +153,7 @@ class InfoClipMetric(InfoFamilyMetric):
         rows: list[MetricResult | None] = [None] * len(pairs)
         size = pass_rows(HEAD_ROWS, torch.device("cpu"))  # the formulas run on the cached (CPU) features
         for n, idx in head_batches(images, size):
-            filled = idx + [idx[0]] * (size - len(idx))  # a fixed shape, as for the InfoMetIC head
+            filled = filled_to(idx, size)  # a fixed shape, as for the InfoMetIC head
             v_g = torch.stack([images[i].global_feat for i in filled])
             regions = torch.stack([images[i].region_feats for i in filled]).reshape(size, n, v_g.shape[-1])
             recall, precision, a_v, a_t = (x[: len(idx)] for x in infoclip(
@@ -179,7 +179,7 @@ class InfoMetICMetric(InfoFamilyMetric):
         rows: list[MetricResult | None] = [None] * len(pairs)
         size = pass_rows(HEAD_ROWS, device)
         for n, idx in head_batches(images, size):
-            filled = idx + [idx[0]] * (size - len(idx))  # a fixed shape: see head_batches
+            filled = filled_to(idx, size)  # a fixed shape: see head_batches
             v_g = torch.stack([images[i].global_feat for i in filled])
             batch = [
                 v_g,
