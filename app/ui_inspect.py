@@ -170,14 +170,38 @@ def parse_references(text: str | None) -> list[str] | None:
 
 # ---------------------------------------------------------------- handlers' logic
 
-def score_caption(models: Models, image, caption: str, references: str, regions: list | None) -> dict | None:
-    """A scorer row, or a row-shaped error; None when there is nothing to score."""
+def score_caption(models: Models, image, caption: str, references: str, regions: list | None,
+                  metrics: list[str] | None = None) -> dict | None:
+    """A scorer row (by `metrics`, default every loaded one), or a row-shaped
+    error; None when there is nothing to score."""
     if image is None or not (caption or "").strip():
         return None
     try:
-        return models.score(image, caption, parse_references(references), regions=regions)
+        return models.score(image, caption, parse_references(references), regions=regions, metrics=metrics)
     except Exception as err:  # a bad caption, or no model at all: said on the page, the app stays up
         return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": str(err).splitlines()[0]}
+
+
+def score_rest(models: Models, image, caption: str, references: str, regions: list | None,
+               first: dict | None) -> dict | None:
+    """The whole row, given `first`: the same pair already scored by some of the
+    metrics (a keystroke's words-first row), which are not computed again."""
+    done = set(((first or {}).get("metrics") or {}))
+    if not done or first.get("caption") != caption:
+        return score_caption(models, image, caption, references, regions)
+    rest = [m for m in models.available if m not in done]
+    row = score_caption(models, image, caption, references, regions, rest) if rest else first
+    if row is None or (row.get("error") and not row.get("metrics")):
+        return row
+    return {**row, "metrics": {**first["metrics"], **row["metrics"]}}
+
+
+def words_first(models: Models, image, caption: str, references: str, regions: list | None, metric: str):
+    """A keystroke's first answer: the row by the shown metric alone (a fifth of
+    the time of every metric), for its shaded words and summary."""
+    shown = metric if metric in models.available else None
+    row = score_caption(models, image, caption, references, regions, [shown] if shown else None)
+    return row, shaded_tokens(row, shown_metric(row, metric)), summary_markdown(row, shown_metric(row, metric))
 
 
 def shown_metric(row: dict | None, metric: str | None) -> str | None:
@@ -233,7 +257,8 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
     c: dict = {}
     with gr.Row():
         with gr.Column(scale=2):
-            c["image"] = gr.Image(type="pil", label="Image", sources=["upload", "clipboard"], height=260)
+            c["image"] = gr.Image(type="pil", label="Image", sources=["upload", "clipboard"], height=260,
+                                  elem_id="cs-image")
             c["example"] = gr.Dropdown(
                 choices=[(f"{e['id']}: {e['caption'][:60]}", i) for i, e in enumerate(examples)],
                 label="…or pick a demo scene (clean and polluted caption)", value=None)
@@ -248,11 +273,15 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
                 c["score"] = gr.Button("Score", variant="primary", scale=1, elem_id="cs-score")
     c["regions"] = gr.State(None)  # given boxes for a demo scene; None = propose
     c["row_a"], c["row_b"] = gr.State(None), gr.State(None)
+    c["first_a"], c["first_b"] = gr.State(None), gr.State(None)  # a keystroke's row by the shown metric alone
+    for side in ("a", "b"):  # clicked by the page once typing pauses: score the rest
+        c[f"rest_{side}"] = gr.Button(visible="hidden", elem_id=f"cs-rest-{side}")
     with gr.Row(equal_height=False):
         for side in ("a", "b"):
             with gr.Column():
                 c[f"overlay_{side}"] = gr.Image(label=f"Regions · caption {side.upper()}", interactive=False,
-                                                buttons=[], height=380, elem_id=f"cs-overlay-{side}")
+                                                buttons=[], height=380, elem_id=f"cs-overlay-{side}",
+                                                format="jpeg")  # 1 ms to encode a 640 x 427 overlay; webp 29
                 c[f"tokens_{side}"] = gr.HighlightedText(
                     label=f"Caption {side.upper()} · red: unsupported word, purple: supported",
                     interactive=False, show_legend=True, elem_id=f"cs-tokens-{side}", elem_classes="cs-tokens")
@@ -264,6 +293,16 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
                               interactive=False, elem_classes="cs-scores")
     _wire_inspect(models, examples, c)
     return c
+
+
+TYPING_PAUSE_MS = 250  # after the last keystroke, the rest of the row is scored
+
+
+def debounced_click(button_id: str, pause_ms: int = TYPING_PAUSE_MS) -> str:
+    """A JS listener that clicks `button_id` once no keystroke has come for `pause_ms`."""
+    timer = f"window.__capscope_{button_id.replace('-', '_')}"
+    return (f"() => {{ clearTimeout({timer}); {timer} = setTimeout("
+            f"() => document.getElementById('{button_id}')?.click(), {pause_ms}); }}")
 
 
 def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
@@ -282,11 +321,39 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"], c[f"row_{other}"]]
         return score_side, inputs, outputs
 
+    def make_rest(side: str):
+        other = "b" if side == "a" else "a"
+
+        def rest_side(image, caption, references, metric, regions, other_row, first):
+            row = score_rest(models, image, caption, references, regions, first)
+            pair = (row, other_row) if side == "a" else (other_row, row)
+            metric = shown_metric(row, metric)
+            return row, overlay(image, row, metric), phrases_markdown(row), scores_rows(*pair)
+
+        inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"], c[f"row_{other}"],
+                  c[f"first_{side}"]]
+        return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"phrases_{side}"], c["table"]]
+
+    def make_words_first(side: str):
+        def first_side(image, caption, references, metric, regions):
+            return words_first(models, image, caption, references, regions, metric)
+
+        inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
+        return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"]]
+
     for side in ("a", "b"):
-        fn, inputs, outputs = make_scorer(side)
+        # A keystroke shades the words by the shown metric alone, outside Gradio's queue (so that it
+        # waits behind no other user's whole re-score); the other metrics, the region overlay and
+        # the table follow once typing pauses (a client-side debounce clicks a hidden button).
+        fn, inputs, outputs = make_words_first(side)
         c[f"caption_{side}"].input(fn, inputs, outputs, trigger_mode="always_last", show_progress="hidden",
-                                   api_name=f"score_{side}", **model_queue)
-        c["score"].click(fn, inputs, outputs, api_visibility="private", **model_queue)
+                                   api_visibility="private", queue=False)
+        c[f"caption_{side}"].input(None, None, None, js=debounced_click(f"cs-rest-{side}"))
+        rest, rest_inputs, rest_outputs = make_rest(side)
+        c[f"rest_{side}"].click(rest, rest_inputs, rest_outputs, trigger_mode="always_last", show_progress="hidden",
+                                api_visibility="private", **model_queue)
+        fn, inputs, outputs = make_scorer(side)
+        c["score"].click(fn, inputs, outputs, api_name=f"score_{side}", **model_queue)
         c["references"].submit(fn, inputs, outputs, api_visibility="private", **model_queue)
 
         def on_click(image, row, metric, evt: gr.SelectData):

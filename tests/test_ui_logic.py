@@ -189,6 +189,37 @@ def test_models_build_once_and_leave_out_metrics_that_cannot_load():
         Models(FakeScorer, token_rule="loose")
 
 
+def test_a_keystroke_scores_the_shown_metric_first_and_the_rest_once():
+    calls = []
+
+    class FakeScorer:
+        metrics = {"infometic": None, "clip-s": None, "hice": None}
+
+        def __init__(self, metrics):
+            pass
+
+        def score(self, image, caption, references=None, regions=None, tokens=None, only=None):
+            calls.append(list(only or self.metrics))
+            row = model_row([None, 0.5, 0.05, None, None, 0.3, 0.2, None], [0.4, 0.05, 0.3])
+            row["metrics"] = {m: {**row["metrics"]["infometic"], "scores": {"s": float(len(m))}}
+                              for m in only or self.metrics}
+            return row
+
+    models, image = Models(FakeScorer), Image.new("RGB", (224, 224))
+    first, shaded, summary = ui_inspect.words_first(models, image, CAPTION, "", None, "hice")
+    assert calls == [["hice"]] and list(first["metrics"]) == ["hice"]
+    assert [text for text, _ in shaded] == ui_inspect.token_segments(CAPTION, tokens())
+    assert shaded[2][1] > 0 and "Wrong words" in summary  # "circle" (0.05) is shaded red
+    row = ui_inspect.score_rest(models, image, CAPTION, "", None, first)
+    assert calls[1] == ["infometic", "clip-s"]  # hice is not scored again
+    assert set(row["metrics"]) == {"infometic", "clip-s", "hice"} and row["metrics"]["hice"]["scores"] == {"s": 4.0}
+    ui_inspect.score_rest(models, image, CAPTION + " again", "", None, first)  # the caption moved on
+    assert calls[2] == ["infometic", "clip-s", "hice"]
+    assert ui_inspect.words_first(models, image, CAPTION, "", None, "pac-s")[0] is not None
+    assert calls[3] == ["infometic", "clip-s", "hice"]  # a metric not loaded: every loaded one
+    assert "setTimeout" in ui_inspect.debounced_click("cs-rest-a") and "cs-rest-a" in ui_inspect.debounced_click("cs-rest-a")
+
+
 # ---------------------------------------------------------------- annotate (real store)
 
 def test_annotate_clicks_are_saved_and_undone(dataset):
