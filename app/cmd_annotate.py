@@ -13,6 +13,7 @@ from pathlib import Path
 from capscope.metrics.constants import TOKEN_RULES
 
 from .cli import CapscopeError
+from .cmd_score import add_precision_option
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +80,7 @@ def register(sub) -> None:
     serve.add_argument("--token-rule", default="relative", choices=TOKEN_RULES,
                        help="how the API and the UI decide a wrong word: paper (share <= beta) or relative "
                             "(beta scaled by the number of semantic words; default)")
+    add_precision_option(serve)
     serve.add_argument("--data-root", action="append", type=Path, dest="data_roots", metavar="DIR",
                        help="a folder whose files the web UI may read when a user names them (the Benchmark tab's "
                             "judgement files and their images); repeatable; default: the data folder")
@@ -192,7 +194,7 @@ def run_serve(args) -> int:
 
     roots = check_folders(args.data_roots)
     app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
-                     token_rule=args.token_rule, data_roots=roots)
+                     token_rule=args.token_rule, precision=args.precision, data_roots=roots)
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app
         from capscope.ui import mount_ui
     except ModuleNotFoundError as err:

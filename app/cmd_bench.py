@@ -21,8 +21,22 @@ def register(sub) -> None:
                        help="also time capscope score --engine ray with this many workers on this machine against "
                             "the local run (details.ray; needs the ray extra; 0: skip)")
     bench.add_argument("--ray-rows", type=int, default=100, help="rows of the file both runs score")
+    bench.add_argument("--precision", default="fp32,bf16,fp16",
+                       help="comma-separated precisions timed against fp32 on the same pairs, with the change in "
+                            "scores and verdicts (details.precision; 'fp32' alone to skip)")
     bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
     bench.set_defaults(func=run_bench)
+
+
+def checked_precisions(text: str) -> tuple[str, ...]:
+    from capscope.cli import CapscopeError
+    from capscope.metrics.constants import PRECISIONS
+
+    asked = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    unknown = [p for p in asked if p not in PRECISIONS]
+    if unknown:
+        raise CapscopeError(f"unknown precision {unknown[0]!r}; choose from {', '.join(PRECISIONS)}")
+    return asked
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -33,6 +47,7 @@ def run_bench(args: argparse.Namespace) -> int:
         device=args.device, n_pairs=args.pairs, rescore_runs=args.rescore_runs, batch_size=args.batch_size,
         metrics=tuple(args.metric or speed.BENCH_METRICS), region_sources=sources,
         captions_per_image=args.captions_per_image, ray_workers=args.ray_workers, ray_rows=args.ray_rows,
+        precisions=checked_precisions(args.precision),
     )
     if args.plot:
         from capscope.bench.plot import rescore_plot

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscope.cli import CapscopeError
-from capscope.cmd_score import add_clip4dm_options
+from capscope.cmd_score import add_clip4dm_options, add_precision_option
 from capscope.metrics.constants import TOKEN_RULES
 
 
@@ -97,6 +97,7 @@ def register_evaluate(sub) -> None:
     ev.add_argument("--beta", type=float, default=0.1)
     ev.add_argument("--batch-size", type=int, default=32)
     add_clip4dm_options(ev)
+    add_precision_option(ev)
     ev.set_defaults(func=run_evaluate)
 
 
@@ -189,7 +190,8 @@ def scorer_for(args):
         crop = CropStyle(**DEMO_CROP)
     return Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
                   clip_crop=crop, regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
-                  token_rule=args.token_rule, clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers)
+                  token_rule=args.token_rule, clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
+                  precision=args.precision)
 
 
 def run_evaluate(args) -> int:

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Iterator
 
 from capscope.metrics.jsonl import json_lines
 from capscope.metrics.regions import PROPOSERS
-from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, TOKEN_RULES
+from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, PRECISIONS, TOKEN_RULES
 from capscope.metrics.registry import METRIC_NAMES
 from capscope.metrics.result import ScoreRow
 
@@ -44,6 +44,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-rule", default="paper", choices=TOKEN_RULES,
                         help="paper: share > beta; relative: beta scaled by the number of semantic words")
     add_clip4dm_options(parser)
+    add_precision_option(parser)
+
+
+def add_precision_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
+                        help="the CLIP towers in fp32, or under bf16 (CPU or CUDA) or fp16 (CUDA) autocast; "
+                             "`capscope bench` shows the speed and the change in scores of each")
 
 
 def add_clip4dm_options(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +138,7 @@ class ScorerOptions:
     token_rule: str = "paper"
     clip4dm_epsilon: float = CLIP4DM_EPSILON
     clip4dm_layers: int = CLIP4DM_LAYERS
+    precision: str = "fp32"
 
     @classmethod
     def from_args(cls, args, metrics) -> ScorerOptions:
@@ -142,7 +150,7 @@ class ScorerOptions:
             pacs_checkpoint=_absolute_if_file(args.pacs_checkpoint),
             alpha_clip_checkpoint=_absolute_if_file(args.alpha_clip_checkpoint),
             beta=args.beta, token_rule=args.token_rule,
-            clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
+            clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers, precision=args.precision,
         )
 
     def build(self):

@@ -195,19 +195,19 @@ def decode_score_image(encoded: str):
 # ---------------------------------------------------------------- the app
 
 def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
-               lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE,
+               lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
                data_roots: DataRoots | None = None) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
     scorer, which the UI mounted on this app shares: capscope's Scorer under
-    `token_rule`, or what `scorer_factory(metrics)` builds (given every metric
+    `token_rule` at `precision`, or what `scorer_factory(metrics)` builds (given every metric
     to try; again without those whose loading failed). `app.state.data_roots`:
     the folders whose files the UI may read when a user names them (default
     the data folder)."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
     app.state.store = store or Store(db_url)
-    app.state.models = Models(scorer_factory, token_rule=token_rule)
+    app.state.models = Models(scorer_factory, token_rule=token_rule, precision=precision)
     app.state.data_roots = data_roots or DataRoots()
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
     app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES})

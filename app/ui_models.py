@@ -13,7 +13,7 @@ import threading
 from typing import Callable, Sequence
 
 from capscope.metrics.errors import ModelUnavailable
-from capscope.metrics.constants import TOKEN_RULES
+from capscope.metrics.constants import PRECISIONS, TOKEN_RULES
 from capscope.metrics.registry import metric_names
 from capscope.metrics.threads import few_threads
 
@@ -31,11 +31,11 @@ TOKEN_RULE_NOTES = {
 }
 
 
-def default_factory(metrics: list[str], token_rule: str = DEFAULT_TOKEN_RULE):
+def default_factory(metrics: list[str], token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32"):
     """capscope's Scorer with the metrics whose models load (the others in its `unavailable`)."""
     from capscope.metrics.scorer import Scorer
 
-    return Scorer(metrics, device="auto", token_rule=token_rule, skip_unavailable=True)
+    return Scorer(metrics, device="auto", token_rule=token_rule, precision=precision, skip_unavailable=True)
 
 
 def first_line(err: BaseException) -> str:
@@ -51,14 +51,16 @@ class Models:
     `factory(metrics)` builds a scorer with `.metrics`, `.unavailable`
     (name -> why, optional) and `.score(image, caption, references=,
     regions=, tokens=, only=)`; the default builds capscope's Scorer under
-    `token_rule`."""
+    `token_rule` at `precision`."""
 
     def __init__(self, factory: Callable[[list[str]], object] | None = None,
-                 metrics: Sequence[str] | None = None, token_rule: str = DEFAULT_TOKEN_RULE):
+                 metrics: Sequence[str] | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32"):
         if token_rule not in TOKEN_RULES:
             raise ValueError(f"unknown token rule {token_rule!r}; choose from {', '.join(TOKEN_RULES)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
         self.token_rule = token_rule
-        self.factory = factory or functools.partial(default_factory, token_rule=token_rule)
+        self.factory = factory or functools.partial(default_factory, token_rule=token_rule, precision=precision)
         self._wanted = list(metrics) if metrics is not None else None
         self.unavailable: dict[str, str] = {}
         self._scorer = None

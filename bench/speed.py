@@ -138,7 +138,7 @@ def model_files(workdir: Path, metrics=BENCH_METRICS) -> dict[str, dict]:
 
     torch.manual_seed(0)
     files = {}
-    on_clip = [name for name in ("hice", "clip4dm") if name in metrics]  # metrics on the plain CLIP
+    on_clip = [name for name in ("clip-s", "hice", "clip4dm") if name in metrics]  # metrics on the plain CLIP
     if on_clip:
         clip_file = workdir / "vit-b-32.pt"
         torch.save(open_clip.create_model(CLIP_MODEL, pretrained=None).state_dict(), clip_file)
@@ -295,6 +295,76 @@ def naive_pairs_per_second(scorer, metric: str, pairs: list[dict], timing: dict 
     if timing is not None and runner.image_seconds:
         timing["image_tower_share"] = runner.image_seconds / elapsed
     return len(pairs) / elapsed
+
+
+# ---------------------------------------------------------------- precision
+
+PRECISION_METRICS = ("clip-s", *BENCH_METRICS)
+
+
+def precision_figures(device: str, pairs: list[dict], batch_size: int, precisions=("fp32", "bf16", "fp16"),
+                      metrics=PRECISION_METRICS) -> dict:
+    """Per metric and precision: pairs/s on distinct images with random-weight
+    ViT-B-32 models, and how far its rows are from fp32's on the same pairs;
+    then the same gaps with capscope's trained demo model (meaningful verdicts)."""
+    from capscope.metrics.loading import demo_model_path
+    from capscope.metrics.scorer import Scorer
+
+    out: dict = {"random_weights": {}, "demo_model": {}}
+    with tempfile.TemporaryDirectory(prefix="capscope-bench-") as tmp:
+        files = model_files(Path(tmp), metrics)
+        for name in metrics:
+            runs = {}
+            for precision in precisions:
+                scorer = Scorer([name], device=device, regions="given", precision=precision, **files.get(name, {}))
+                pairs_per_second(scorer, pairs[:2], batch_size)  # warm-up
+                rate = pairs_per_second(scorer, pairs, batch_size)
+                runs[precision] = (rate, scorer.score_batch(pairs))
+            out["random_weights"][name] = precision_gaps(name, runs)
+    if demo_model_path().is_file() and not os.environ.get("CAPSCOPE_NO_DEMO"):
+        for name in ("clip-s", "infometic", "hice", "clip4dm"):
+            runs = {}
+            for precision in precisions:
+                scorer = Scorer([name], device=device, regions="given", precision=precision)
+                runs[precision] = (None, scorer.score_batch(pairs))
+            out["demo_model"][name] = precision_gaps(name, runs)
+    return out
+
+
+def precision_gaps(metric: str, runs: dict[str, tuple[float | None, list[dict]]]) -> dict:
+    """Each precision's pairs/s (and ratio to fp32) and largest gaps from fp32's rows."""
+    base_rate, base_rows = runs["fp32"]
+    out = {}
+    for precision, (rate, rows) in runs.items():
+        figures = {} if rate is None else {"pairs_per_s": rate, "speedup_vs_fp32": rate / base_rate}
+        figures.update(row_gaps([r["metrics"][metric] for r in base_rows], [r["metrics"][metric] for r in rows]))
+        out[precision] = figures
+    return out
+
+
+def row_gaps(base: list[dict], other: list[dict]) -> dict:
+    """Largest |difference| of the global scores (absolute, and relative to
+    the fp32 value), of token and region scores, and the share of word and
+    region verdicts that changed."""
+    score_abs, score_rel, token, region, changed, verdicts = {}, 0.0, 0.0, 0.0, 0, 0
+    for a, b in zip(base, other):
+        for key, value in a["scores"].items():
+            gap = abs(b["scores"][key] - value)
+            score_abs[key] = max(score_abs.get(key, 0.0), gap)
+            score_rel = max(score_rel, gap / max(abs(value), 1e-12))
+        for x, y in zip(a.get("token_scores") or [], b.get("token_scores") or []):
+            if x is not None:
+                token = max(token, abs(x - y))
+        for x, y in zip(a.get("region_scores") or [], b.get("region_scores") or []):
+            region = max(region, abs(x - y))
+        pairs = list(zip(a.get("token_correct") or [], b.get("token_correct") or []))
+        pairs += list(zip(a.get("region_mentioned") or [], b.get("region_mentioned") or []))
+        judged = [(x, y) for x, y in pairs if x is not None]
+        verdicts += len(judged)
+        changed += sum(x != y for x, y in judged)
+    return {"max_abs_score_diff": score_abs, "max_rel_score_diff": score_rel, "max_token_score_diff": token,
+            "max_region_score_diff": region, "verdicts": verdicts,
+            "verdicts_changed_share": changed / verdicts if verdicts else 0.0}
 
 
 def rescore_ms(scorer, pair: dict, runs: int, warmup: int = 5) -> dict:
@@ -498,7 +568,8 @@ def machine() -> str:
 
 def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_size: int = 16,
         metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), breakdown: bool = True,
-        captions_per_image: int = 5, ray_workers: int = 2, ray_rows: int = 100) -> dict:
+        captions_per_image: int = 5, ray_workers: int = 2, ray_rows: int = 100,
+        precisions=("fp32", "bf16", "fp16")) -> dict:
     from capscope.metrics.loading import resolve_device
 
     dev = resolve_device(device)
@@ -536,6 +607,9 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
         extra["rescore_breakdown_ms"] = {name: rescore_breakdown(s, name, pairs[0]) for name, s in scorers.items()}
     if region_sources:
         extra["region_source_s_640px"] = region_source_seconds(region_sources, device=str(dev))
+    if len(precisions) > 1:
+        extra["precision"] = precision_figures(str(dev), pairs, batch_size, ("fp32", *[p for p in precisions if p != "fp32"]),
+                                               tuple(dict.fromkeys(("clip-s", *metrics))))
     if ray_workers:
         ray = ray_speed(dev.type, metrics[0], ray_rows, captions_per_image, batch_size, ray_workers)
         if ray is not None:
@@ -564,6 +638,16 @@ def summary(result: dict) -> str:
     for name, info in result["details"].get("region_source_s_640px", {}).items():
         took = "unavailable" if info["seconds"] is None else f"{info['seconds']:.2f} s, {info['regions']} regions"
         lines.append(f"regions {name} (640 px): {took}")
+    for name, runs in result["details"].get("precision", {}).get("random_weights", {}).items():
+        demo = result["details"]["precision"]["demo_model"].get(name, {})
+        for precision, figures in runs.items():
+            if precision == "fp32":
+                continue
+            gaps, model = (demo[precision], "demo model") if precision in demo else (figures, "random weights")
+            lines.append(f"{name} --precision {precision}: {figures['pairs_per_s']:.2f} pairs/s "
+                         f"({figures['speedup_vs_fp32']:.2f}x fp32); {model}: largest score change "
+                         f"{max(gaps['max_abs_score_diff'].values(), default=0):.1e}, "
+                         f"verdicts changed {gaps['verdicts_changed_share']:.2%} of {gaps['verdicts']}")
     ray = result["details"].get("ray")
     if ray:
         lines.append(f"{ray['metric']} with --engine ray, {ray['workers']} workers on this machine: "

@@ -19,8 +19,10 @@ cache (the gradient is taken with respect to text attentions only, so the
 image side is a constant); captions run in chunks of `CHUNK` per forward and
 backward pass, each at the chunk's real length instead of 77 (the causal mask
 makes positions after `<eot>` irrelevant to it), the blocks before the last
-`layers` without autograd; and everything runs in float32 (the released code
-casts CLIP to float16 on CUDA; attributions are ~1e-4 and need the precision).
+`layers` without autograd; and the text pass and its gradients run in float32
+at every `--precision` (the released code casts CLIP to float16 on CUDA;
+attributions are ~1e-4 and need the precision): only the cached image embedding
+follows the scorer's precision.
 
 The row format (scores, token_scores, token_correct, words, pieces) is in
 docs/formats.md.

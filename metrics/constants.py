@@ -7,3 +7,6 @@ TOKEN_RULES = ("paper", "relative")
 HICE_THRESHOLD = 0.2       # HICE-S's phrase/region cosine cut (hice.py says why)
 CLIP4DM_EPSILON = -5e-5    # CLIP4DM main.py --epsilon: a word whose attribution is below it is misaligned
 CLIP4DM_LAYERS = 3         # CLIP4DM main.py --start_layer_text -3: relevance from the last three text blocks
+
+# --precision: the CLIP towers in float32, or under bfloat16 / float16 autocast (encoder.AUTOCAST_DTYPES)
+PRECISIONS = ("fp32", "bf16", "fp16")

@@ -188,6 +188,8 @@ class InfoMetICMetric(InfoFamilyMetric):
                 torch.tensor([images[i].size for i in filled], dtype=torch.float32),
                 t_g[filled], tokens[filled], masks[filled],
             ]
+            # the head runs in float32 at every --precision: its softmaxes over up to 20 regions and 32
+            # tokens decide the verdicts at a cut of 0.1, and it costs a fraction of the towers
             with few_threads(size * (n + 2 + self.max_len), device=device):
                 recall, precision, cos, a_v, a_t = (x[: len(idx)] for x in self.model(*[x.to(device) for x in batch]))
             scores = [

@@ -254,7 +254,8 @@ class HiceImageEncoder:
         for start in range(0, len(pixels), 32):
             batch = torch.stack(pixels[start : start + 32]).to(device)
             alpha = torch.stack(alphas[start : start + 32]).to(device)
-            out.append(self.alpha(batch, alpha).float().cpu())
+            with self._backbone.autocast():
+                out.append(self.alpha(batch, alpha).float().cpu())
         return _split(torch.cat(out), counts)
 
 

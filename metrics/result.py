@@ -105,6 +105,7 @@ class ModelInfo:
     open_clip: str = ""
     pillow: str = ""
     dtype: str = ""
+    precision: str = ""  # fp32, bf16 or fp16: the --precision the towers ran at
     device: str = ""
     prompt: str = ""
     beta: float | None = None
@@ -177,8 +178,8 @@ def checkpoint_digest(path: str | Path) -> dict:
     return {"file": Path(path).name, "sha256": file_sha256(path)}
 
 
-def reproducibility(*, dtype: str, device: str, prompt: str, beta: float, token_rule: str,
+def reproducibility(*, dtype: str, precision: str, device: str, prompt: str, beta: float, token_rule: str,
                     checkpoints: dict[str, dict], metric_options: dict[str, dict] | None = None) -> dict:
     """The `ModelInfo` fields beyond the first four, as keyword arguments."""
-    return {**library_versions(), "dtype": dtype, "device": device, "prompt": prompt, "beta": beta,
+    return {**library_versions(), "dtype": dtype, "precision": precision, "device": device, "prompt": prompt, "beta": beta,
             "token_rule": token_rule, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}

@@ -25,7 +25,7 @@ from PIL import Image
 from . import loading
 from .clipscore import PROMPT
 from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS
-from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
+from .encoder import ClipBackbone, CropStyle, ImageFeatures, check_precision, image_key
 from .errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
@@ -75,6 +75,7 @@ class Scorer:
         alpha_clip_checkpoint: str | None = None,
         clip4dm_epsilon: float = CLIP4DM_EPSILON,
         clip4dm_layers: int = CLIP4DM_LAYERS,
+        precision: str = "fp32",
         beta: float = BETA,
         token_rule: str = "paper",
         spacy_model: str = "en_core_web_sm",
@@ -82,11 +83,17 @@ class Scorer:
     ):
         """`skip_unavailable`: a metric whose model cannot be had is left out and
         its one-line reason kept in `self.unavailable` (the server's way, so that
-        the models that do load are loaded once); by default it raises."""
+        the models that do load are loaded once); by default it raises.
+        `precision`: fp32, or the CLIP towers under bf16 or fp16 autocast (see
+        `encoder.AUTOCAST_DTYPES`; what reads their features stays in float32)."""
         self.specs = {name: get_spec(name) for name in metrics}
+        self.precision = check_precision(precision)
         if regions not in ("given", *PROPOSERS):
             raise ValueError(f"unknown region source {regions!r}; choose from given, {', '.join(PROPOSERS)}")
         self.device = loading.resolve_device(device)
+        if precision == "fp16" and self.device.type == "cpu":
+            log.warning("--precision fp16 on a CPU: most CPUs have no fp16 arithmetic, and it ran at a fifth of "
+                        "fp32's speed here; bf16 is the CPU's fast precision")
         self.region_source, self.max_regions = regions, max_regions
         self.nlp = load_spacy(spacy_model)
         self.text_model = spacy_model if self.nlp.pipe_names else "spacy.blank('en') (fallback)"
@@ -141,7 +148,7 @@ class Scorer:
             return demo[1]
         if Path(tag).is_file():
             self._record_file("clip", tag)
-        return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device, crop)
+        return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device, crop, self.precision)
 
     def _demo_model(self) -> tuple[InfoMetIC, ClipBackbone] | None:
         """capscope's bundled demo model, when pretrained weights cannot be had
@@ -163,7 +170,8 @@ class Scorer:
         model = loading.empty_open_clip(model_name)
         loading.load_clip_state(model, state, str(path))
         self._record_file("pac-s", path)
-        return ClipBackbone.from_model(model.to(self.device), model_name, f"PAC-S {model_name}/{Path(path).name}", self.device)
+        return ClipBackbone.from_model(model.to(self.device), model_name, f"PAC-S {model_name}/{Path(path).name}",
+                                       self.device, precision=self.precision)
 
     def _infometic(self, checkpoint) -> tuple[InfoMetIC, ClipBackbone]:
         path = Path(checkpoint or loading.env_or_cache("CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth"))
@@ -189,7 +197,7 @@ class Scorer:
         model = model.float().to(self.device).eval()
         crop = CropStyle(**raw["crop"]) if isinstance(raw, dict) and isinstance(raw.get("crop"), dict) else None
         label = f"{clip_name} (demo)" if demo else f"InfoMetIC {clip_name}"
-        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, label, self.device, crop)
+        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, label, self.device, crop, self.precision)
         return model, backbone
 
     # ------------------------------------------------------------ scoring
@@ -316,13 +324,14 @@ class Scorer:
         device, prompt, β, token rule, checkpoint sha256s); computed once."""
         if self._provenance is None:
             self._provenance = reproducibility(
-                dtype=self._compute_dtype(), device=self._device_kind(), prompt=PROMPT, beta=self.beta,
+                dtype=self._compute_dtype(), precision=self.precision, device=self._device_kind(), prompt=PROMPT,
+                beta=self.beta,
                 token_rule=self.token_rule, checkpoints=self.checkpoints,
                 metric_options={name: m.options for name, m in self.metrics.items() if getattr(m, "options", None)})
         return self._provenance
 
     def _compute_dtype(self) -> str:
-        """float32, and the CLIP towers' autocast dtype where they use one (float16 on CUDA)."""
+        """float32, and the CLIP towers' autocast dtype where they use one (`precision`)."""
         autocast = {m.backbone.autocast_dtype for m in self.metrics.values() if getattr(m, "backbone", None) is not None}
         autocast.discard(None)
         return "float32" + "".join(f", {str(d).removeprefix('torch.')} autocast" for d in autocast)

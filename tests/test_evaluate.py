@@ -61,7 +61,7 @@ def test_a_demo_clip_gets_the_crops_it_was_trained_on(tiny_checkpoint):
 
     args = Namespace(metric="hice", device="cpu", clip_model="capscope-demo-clip",
                      clip_pretrained=str(tiny_checkpoint / "demo_clip.pt"), infometic_checkpoint=None, beta=0.1,
-                     token_rule="paper", clip4dm_epsilon=-5e-5, clip4dm_layers=3)
+                     token_rule="paper", clip4dm_epsilon=-5e-5, clip4dm_layers=3, precision="fp32")
     crop = scorer_for(args).metrics["hice"].clip.crop
     assert (crop.margin, crop.canvas) == (DEMO_CROP["margin"], DEMO_CROP["canvas"])
 
@@ -204,7 +204,7 @@ def test_gold_masks_are_scored_as_masks_and_the_output_says_so(masked_gold, caps
 
     args = Namespace(metric="hice", device="cpu", clip_model="capscope-demo-clip",
                      clip_pretrained=str(masked_gold / "demo_clip.pt"), infometic_checkpoint=None, beta=0.1,
-                     token_rule="paper", clip4dm_epsilon=-5e-5, clip4dm_layers=3)
+                     token_rule="paper", clip4dm_epsilon=-5e-5, clip4dm_layers=3, precision="fp32")
     scorer = scorer_for(args)
     scores = {}
     for name in ("masks", "boxes"):
