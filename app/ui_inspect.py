@@ -198,10 +198,10 @@ def score_rest(models: Models, image, caption: str, references: str, regions: li
 
 def words_first(models: Models, image, caption: str, references: str, regions: list | None, metric: str):
     """A keystroke's first answer: the row by the shown metric alone (a fifth of
-    the time of every metric), for its shaded words and summary."""
+    the time of every metric) and its shaded words."""
     shown = metric if metric in models.available else None
     row = score_caption(models, image, caption, references, regions, [shown] if shown else None)
-    return row, shaded_tokens(row, shown_metric(row, metric)), summary_markdown(row, shown_metric(row, metric))
+    return row, shaded_tokens(row, shown_metric(row, metric))
 
 
 def shown_metric(row: dict | None, metric: str | None) -> str | None:
@@ -274,6 +274,7 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
     c["regions"] = gr.State(None)  # given boxes for a demo scene; None = propose
     c["row_a"], c["row_b"] = gr.State(None), gr.State(None)
     c["first_a"], c["first_b"] = gr.State(None), gr.State(None)  # a keystroke's row by the shown metric alone
+    c["image_now"] = gr.State(None)  # the image, kept on the server: a keystroke neither sends nor decodes it
     for side in ("a", "b"):  # clicked by the page once typing pauses: score the rest
         c[f"rest_{side}"] = gr.Button(visible="hidden", elem_id=f"cs-rest-{side}")
     with gr.Row(equal_height=False):
@@ -328,19 +329,22 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
             row = score_rest(models, image, caption, references, regions, first)
             pair = (row, other_row) if side == "a" else (other_row, row)
             metric = shown_metric(row, metric)
-            return row, overlay(image, row, metric), phrases_markdown(row), scores_rows(*pair)
+            return row, overlay(image, row, metric), summary_markdown(row, metric), phrases_markdown(row), \
+                scores_rows(*pair)
 
         inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"], c[f"row_{other}"],
                   c[f"first_{side}"]]
-        return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"phrases_{side}"], c["table"]]
+        return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"summary_{side}"], c[f"phrases_{side}"],
+                                   c["table"]]
 
     def make_words_first(side: str):
         def first_side(image, caption, references, metric, regions):
             return words_first(models, image, caption, references, regions, metric)
 
-        inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
-        return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"]]
+        inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
+        return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]
 
+    c["image"].change(lambda image: image, c["image"], c["image_now"], queue=False, api_visibility="private")
     for side in ("a", "b"):
         # A keystroke shades the words by the shown metric alone, outside Gradio's queue (so that it
         # waits behind no other user's whole re-score); the other metrics, the region overlay and

@@ -8,8 +8,10 @@ Chromium through Playwright, uploads a real photo (scikit-learn's `china.jpg`,
 427 x 640) so that the server proposes its regions, and measures:
 
 - `single`: one page; caption A is filled up to its last character (Playwright's
-  fill fires no input event) and the last character is pressed as a user types
-  it; the time runs until the words on the page are the new caption's, shaded.
+  fill fires no input event) and, after a typist's gap between keys (150 ms),
+  the last character is pressed; the time runs until the words on the page are
+  the new caption's, shaded. `back_to_back`: the same with no gap, the key
+  pressed as soon as the previous one's words are shaded.
 - `breakdown`: where a keystroke's time goes on the server, measured in this
   process with the same scorer and the Inspect tab's own functions (reading the
   upload, scoring, drawing the region overlay and encoding it as Gradio does);
@@ -116,8 +118,14 @@ class Server:
         self.log.close()
 
     def errors(self) -> list[str]:
-        text = (self.folder / "server.log").read_text(errors="replace")
-        return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
+        """Each ERROR line the server logged, and each traceback's last frame and exception."""
+        lines = (self.folder / "server.log").read_text(errors="replace").splitlines()
+        found = [line for line in lines if " ERROR " in line]
+        for i, line in enumerate(lines):
+            if line.startswith("Traceback"):
+                end = next((j for j in range(i + 1, len(lines)) if lines[j] and not lines[j][0].isspace()), len(lines) - 1)
+                found.append("\n".join(lines[max(i + 1, end - 4) : end + 1]))
+        return found
 
 
 # ---------------------------------------------------------------- the pages
@@ -145,10 +153,12 @@ SHADED = """caption => {
 }"""
 
 
-async def keystroke_ms(page, caption: str) -> float:
-    """Fill caption A but its last character, press that one, and time until the
-    page shows the whole caption's words, shaded."""
+async def keystroke_ms(page, caption: str, pause_s: float = 0.0) -> float:
+    """Fill caption A but its last character, wait `pause_s` (the gap between a
+    typist's keys), press the last one, and time until the page shows the whole
+    caption's words, shaded."""
     await page.fill("#cs-caption-a textarea", caption[:-1])
+    await asyncio.sleep(pause_s)
     started = await page.evaluate("() => performance.now()")
     await page.press("#cs-caption-a textarea", caption[-1])
     await page.wait_for_function(SHADED, arg=caption, timeout=TIMEOUT_MS, polling="raf")
@@ -166,12 +176,18 @@ def edits(n: int, offset: int = 0) -> list[str]:
     return out
 
 
-async def single(browser, url: str, photo: Path, keys: int) -> list[float]:
+TYPING_GAP_S = 0.15  # between two keys of a typist at about 80 words a minute
+
+
+async def single(browser, url: str, photo: Path, keys: int) -> dict[str, list[float]]:
+    """Keystroke timings with a typist's gap before each key, and back to back
+    (the key pressed as soon as the previous one's words are shaded)."""
     page = await logged_in(browser, url, ADMIN, ADMIN_PASSWORD)
     await with_photo(page, photo)
     for caption in edits(2, offset=100):  # warm: regions proposed, model and caches loaded
         await keystroke_ms(page, caption)
-    timings = [await keystroke_ms(page, caption) for caption in edits(keys)]
+    timings = {"typing": [await keystroke_ms(page, caption, TYPING_GAP_S) for caption in edits(keys)],
+               "back_to_back": [await keystroke_ms(page, caption) for caption in edits(keys, offset=50)]}
     await page.context.close()
     return timings
 
@@ -182,7 +198,7 @@ async def typist(page, until: float, offset: int, timings: list, failures: list)
         caption = edits(1, offset=i)[0]
         i += 1
         try:
-            timings.append(await keystroke_ms(page, caption))
+            timings.append(await keystroke_ms(page, caption, TYPING_GAP_S))
         except Exception as err:  # a timeout is a failed request as the user sees it
             failures.append(f"inspect: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
         await asyncio.sleep(0.2)  # a user's pause between edits
@@ -222,6 +238,7 @@ async def load(browser, url: str, photo: Path, seconds: float, typists: int = 5)
     until = time.monotonic() + seconds
     await asyncio.gather(*(typist(p, until, 37 * k, typed, failures) for k, p in enumerate(pages)),
                          annotator(labeller, until, saved, failures))
+    await asyncio.sleep(1.0)  # let the last debounced re-scores finish before the pages go
     for page in [*pages, labeller]:
         await page.context.close()
     return {"typists": typists, "seconds": seconds, "keystroke_to_shading": summary(typed),
@@ -235,7 +252,9 @@ async def browser_figures(url: str, photo: Path, keys: int, load_seconds: float)
         browser = await p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else None,
                                           args=CHROMIUM_ARGS)
         timings = await single(browser, url, photo, keys)
-        figures = {"single": {**summary(timings), "timings_ms": [round(t, 1) for t in timings]}}
+        figures = {"single": {**summary(timings["typing"]), "typing_gap_ms": TYPING_GAP_S * 1000,
+                              "timings_ms": [round(t, 1) for t in timings["typing"]],
+                              "back_to_back": summary(timings["back_to_back"])}}
         if load_seconds > 0:
             figures["load"] = await load(browser, url, photo, load_seconds)
         await browser.close()
@@ -274,8 +293,8 @@ def breakdown(photo: Path, repeats: int = 7) -> dict:
         timed(f"score the shown metric only ({shown})",
               lambda: models.score(image, caption, metrics=[shown]))
         drawn = timed("draw the region overlay", lambda: ui_inspect.overlay(image, row, shown))
-        timed("encode the overlay (Gradio's postprocess: webp file)",
-              lambda: drawn.save(io.BytesIO(), format="webp"))
+        timed("encode the overlay (Gradio's postprocess: JPEG file, webp before)",
+              lambda: drawn.save(io.BytesIO(), format="jpeg"))
         timed("shade the words, summary, table", lambda: (ui_inspect.shaded_tokens(row, shown),
                                                            ui_inspect.summary_markdown(row, shown),
                                                            ui_inspect.scores_rows(row, None)))

@@ -153,14 +153,16 @@ class ClipBackbone:
         """The towers' autocast dtype (None: float32); rows record it."""
         return AUTOCAST_DTYPES[self.precision]
 
-    def autocast(self):
-        """Autocast to the backbone's precision on its device (nothing for fp32).
-        It runs under no_grad rather than inference mode: autocast re-casts every
-        weight at every call in inference mode, which made bf16 five times slower
-        than fp32 on this CPU (ViT-B-32 images: 2.8 img/s, against 12.0 in fp32
-        and 20.5 under no_grad)."""
+    def running(self):
+        """The context the towers run in: inference mode in fp32; else autocast
+        to the precision under no_grad. Not inference mode there: autocast keeps
+        its cast weights only for tensors that can require grad, so in inference
+        mode it re-cast every weight in every pass, which made bf16 five times
+        slower than fp32 on this CPU (ViT-B-32 images: 2.8 img/s against 12.0).
+        Callers enter it once around all their passes, so each weight is cast
+        once per call."""
         if self.autocast_dtype is None:
-            return contextlib.nullcontext()
+            return torch.inference_mode()
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode(False))
         stack.enter_context(torch.no_grad())
@@ -179,33 +181,36 @@ class ClipBackbone:
         input order."""
         if not sequences:
             return torch.zeros(0, self.dim)
-        out = torch.empty(len(sequences), self.dim)
         context = int(self._tower.positional_embedding.shape[0])
         size = rows or pass_rows(TEXT_ROWS, self.device)
-        for length, group in bucket_groups([len(s) for s in sequences], context).items():
-            for start in range(0, len(group), size):
-                chunk = group[start : start + size]
-                out[chunk] = self._encode_group([sequences[i] for i in filled_to(chunk, size)], length)[: len(chunk)]
+        done = []
+        with self.running():
+            for length, group in bucket_groups([len(s) for s in sequences], context).items():
+                for start in range(0, len(group), size):
+                    chunk = group[start : start + size]
+                    ids = padded_ids([sequences[i] for i in filled_to(chunk, size)], length)
+                    done.append((chunk, self._encode_group(ids)[: len(chunk)]))
+        out = torch.empty(len(sequences), self.dim)  # in the caller's grad mode, as callers expect
+        for chunk, feats in done:
+            out[chunk] = feats
         return out
 
-    @torch.inference_mode()
-    def _encode_group(self, sequences: list[list[int]], length: int) -> torch.Tensor:
-        ids = padded_ids(sequences, length).to(self.device)
-        tower = self._tower
-        with self.autocast():
-            x = tower.token_embedding(ids)
-            x = x + tower.positional_embedding[:length].to(x.dtype)
-            mask = tower.attn_mask[:length, :length] if tower.attn_mask is not None else None
-            if getattr(tower.transformer, "batch_first", True):
-                x = tower.transformer(x, attn_mask=mask)
-            else:
-                x = tower.transformer(x.permute(1, 0, 2), attn_mask=mask).permute(1, 0, 2)
+    def _encode_group(self, ids: torch.Tensor) -> torch.Tensor:
+        ids, length, tower = ids.to(self.device), ids.shape[1], self._tower
+        x = tower.token_embedding(ids)
+        x = x + tower.positional_embedding[:length].to(x.dtype)
+        mask = tower.attn_mask[:length, :length] if tower.attn_mask is not None else None
+        if getattr(tower.transformer, "batch_first", True):
+            x = tower.transformer(x, attn_mask=mask)
+        else:
+            x = tower.transformer(x.permute(1, 0, 2), attn_mask=mask).permute(1, 0, 2)
         # the last norm and the projection in float32 at any precision: one row each, cheap, and a
         # bf16 projection alone moved the demo CLIP's CLIP-S by up to 5e-3
-        x = tower.ln_final(x.float())
-        x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]
-        proj = tower.text_projection
-        x = proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
+        with torch.autocast(self.device.type, enabled=False):
+            x = tower.ln_final(x.float())
+            x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]
+            proj = tower.text_projection
+            x = proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
         return x.float().cpu()
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
@@ -227,16 +232,15 @@ class ClipBackbone:
 
     # ------------------------------------------------------------ images
 
-    @torch.inference_mode()
     def encode_images(self, images: list[Image.Image]) -> torch.Tensor:
         """Features of images, `IMAGE_ROWS` to a pass (the last filled up with
         copies of its first image); float32 N x D in input order."""
         rows = pass_rows(IMAGE_ROWS, self.device)
         out = []
-        for start in range(0, len(images), rows):
-            pixels = [self.preprocess(im.convert("RGB")) for im in images[start : start + rows]]
-            batch = torch.stack(filled_to(pixels, rows))
-            with self.autocast():
+        with self.running():
+            for start in range(0, len(images), rows):
+                pixels = [self.preprocess(im.convert("RGB")) for im in images[start : start + rows]]
+                batch = torch.stack(filled_to(pixels, rows))
                 out.append(self.model.encode_image(batch.to(self.device)).float().cpu()[: len(pixels)])
         return torch.cat(out) if out else torch.zeros(0, self.dim)
 

@@ -238,7 +238,6 @@ class HiceImageEncoder:
             counts.append(len(rs) + 1)
         return _split(self._backbone.encode_images(inputs), counts)
 
-    @torch.inference_mode()
     def _alpha_features(self, images, regions):
         pixels, alphas, counts = [], [], []
         for image, rs in zip(images, regions):
@@ -251,10 +250,10 @@ class HiceImageEncoder:
             counts.append(len(masks))
         out = []
         device = self._backbone.device
-        for start in range(0, len(pixels), 32):
-            batch = torch.stack(pixels[start : start + 32]).to(device)
-            alpha = torch.stack(alphas[start : start + 32]).to(device)
-            with self._backbone.autocast():
+        with self._backbone.running():
+            for start in range(0, len(pixels), 32):
+                batch = torch.stack(pixels[start : start + 32]).to(device)
+                alpha = torch.stack(alphas[start : start + 32]).to(device)
                 out.append(self.alpha(batch, alpha).float().cpu())
         return _split(torch.cat(out), counts)
 

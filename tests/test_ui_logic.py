@@ -206,10 +206,10 @@ def test_a_keystroke_scores_the_shown_metric_first_and_the_rest_once():
             return row
 
     models, image = Models(FakeScorer), Image.new("RGB", (224, 224))
-    first, shaded, summary = ui_inspect.words_first(models, image, CAPTION, "", None, "hice")
+    first, shaded = ui_inspect.words_first(models, image, CAPTION, "", None, "hice")
     assert calls == [["hice"]] and list(first["metrics"]) == ["hice"]
     assert [text for text, _ in shaded] == ui_inspect.token_segments(CAPTION, tokens())
-    assert shaded[2][1] > 0 and "Wrong words" in summary  # "circle" (0.05) is shaded red
+    assert shaded[2][1] > 0 and shaded[1][1] < 0  # "circle" (0.05) is shaded red, "red" (0.5) purple
     row = ui_inspect.score_rest(models, image, CAPTION, "", None, first)
     assert calls[1] == ["infometic", "clip-s"]  # hice is not scored again
     assert set(row["metrics"]) == {"infometic", "clip-s", "hice"} and row["metrics"]["hice"]["scores"] == {"s": 4.0}
