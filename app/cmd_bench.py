@@ -30,13 +30,12 @@ def register(sub) -> None:
 
 def checked_precisions(text: str) -> tuple[str, ...]:
     from capscope.cli import CapscopeError
-    from capscope.metrics.constants import PRECISIONS
+    from capscope.metrics.constants import check_precision
 
-    asked = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
-    unknown = [p for p in asked if p not in PRECISIONS]
-    if unknown:
-        raise CapscopeError(f"unknown precision {unknown[0]!r}; choose from {', '.join(PRECISIONS)}")
-    return asked
+    try:
+        return tuple(dict.fromkeys(check_precision(p.strip()) for p in text.split(",") if p.strip()))
+    except ValueError as err:
+        raise CapscopeError(str(err)) from None
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -190,7 +190,9 @@ def score_rest(models: Models, image, caption: str, references: str, regions: li
     if not done or first.get("caption") != caption:
         return score_caption(models, image, caption, references, regions)
     rest = [m for m in models.available if m not in done]
-    row = score_caption(models, image, caption, references, regions, rest) if rest else first
+    if not rest:
+        return first
+    row = score_caption(models, image, caption, references, regions, rest)
     if row is None or (row.get("error") and not row.get("metrics")):
         return row
     return {**row, "metrics": {**first["metrics"], **row["metrics"]}}
@@ -332,8 +334,8 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
             return row, overlay(image, row, metric), summary_markdown(row, metric), phrases_markdown(row), \
                 scores_rows(*pair)
 
-        inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"], c[f"row_{other}"],
-                  c[f"first_{side}"]]
+        inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"],
+                  c[f"row_{other}"], c[f"first_{side}"]]
         return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"summary_{side}"], c[f"phrases_{side}"],
                                    c["table"]]
 

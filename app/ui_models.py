@@ -13,7 +13,7 @@ import threading
 from typing import Callable, Sequence
 
 from capscope.metrics.errors import ModelUnavailable
-from capscope.metrics.constants import PRECISIONS, TOKEN_RULES
+from capscope.metrics.constants import TOKEN_RULES, check_precision
 from capscope.metrics.registry import metric_names
 from capscope.metrics.threads import few_threads
 
@@ -57,8 +57,7 @@ class Models:
                  metrics: Sequence[str] | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32"):
         if token_rule not in TOKEN_RULES:
             raise ValueError(f"unknown token rule {token_rule!r}; choose from {', '.join(TOKEN_RULES)}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
+        check_precision(precision)
         self.token_rule = token_rule
         self.factory = factory or functools.partial(default_factory, token_rule=token_rule, precision=precision)
         self._wanted = list(metrics) if metrics is not None else None

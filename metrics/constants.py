@@ -10,3 +10,10 @@ CLIP4DM_LAYERS = 3         # CLIP4DM main.py --start_layer_text -3: relevance fr
 
 # --precision: the CLIP towers in float32, or under bfloat16 / float16 autocast (encoder.AUTOCAST_DTYPES)
 PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def check_precision(precision: str) -> str:
+    """`precision` when it is one of PRECISIONS; ValueError naming them when not."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
+    return precision

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .constants import PRECISIONS
+from .constants import PRECISIONS, check_precision
 from .lru import LRUCache
 from .regions import Region
 from .text import EOT_ID, SOT_ID
@@ -42,12 +42,6 @@ IMAGE_ROWS = {"cpu": 4, "cuda": 32}  # on this CPU, ViT-B-32: 131 ms/image alone
 # The towers' autocast dtype by precision. Their outputs are cast back to float32, so what reads
 # them (the InfoMetIC head, HICE-S's and CLIP-S's cosines, CLIP4DM's gradients) stays in float32.
 AUTOCAST_DTYPES = dict(zip(PRECISIONS, (None, torch.bfloat16, torch.float16)))
-
-
-def check_precision(precision: str) -> str:
-    if precision not in AUTOCAST_DTYPES:
-        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(AUTOCAST_DTYPES)}")
-    return precision
 
 
 def pass_rows(table: dict[str, int], device: torch.device) -> int:

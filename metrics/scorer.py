@@ -24,8 +24,8 @@ from PIL import Image
 
 from . import loading
 from .clipscore import PROMPT
-from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS
-from .encoder import ClipBackbone, CropStyle, ImageFeatures, check_precision, image_key
+from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, check_precision
+from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
 from .errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
