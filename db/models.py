@@ -53,6 +53,9 @@ class Dataset(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # which eligible item the annotation queue hands out first (annotation/queue.py)
+    queue_order: Mapped[str] = mapped_column(String(20), default="sequential", server_default="sequential")
+    queue_seed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Image(Base):
@@ -113,6 +116,8 @@ class Caption(Base):
     content_hash: Mapped[str] = mapped_column(String(64))
     annotators_needed: Mapped[int] = mapped_column(Integer, default=3)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # place in its dataset's random / uncertainty queue, lowest first; None: after the ranked ones, by id
+    queue_rank: Mapped[float | None] = mapped_column(Float, default=None, index=True)
 
     tokens: Mapped[list[Token]] = relationship(order_by="Token.index", cascade="all, delete-orphan")
     image: Mapped[Image] = relationship()

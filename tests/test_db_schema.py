@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):
@@ -56,16 +56,19 @@ def test_downgrade_and_upgrade_again(tmp_path):
 
 
 def test_upgrade_to_gold_history_keeps_existing_gold_as_revision_one(tmp_path):
-    from capscope.db import Caption, Dataset, GoldLabel, GoldRevision, Image
+    from capscope.db import GoldRevision
 
     store = Store(sqlite_url(tmp_path))
     store.downgrade("0001")
-    with store.write() as session:  # a database of the first release, with one gold label set
-        for row in (Dataset(id=1, name="d"), Image(id=1, sha256="0" * 64, path="x.png", width=4, height=4, n_bytes=1),
-                    Caption(id=1, dataset_id=1, external_id="a", image_id=1, text="a dog", content_hash="h"),
-                    GoldLabel(caption_id=1, token_labels=["correct", None], region_labels=[], source="import")):
-            session.add(row)
-            session.flush()
+    with store.write() as session:  # a database of the first release (its own columns: plain SQL), one gold set
+        for sql in ("INSERT INTO datasets (id, name, created_at) VALUES (1, 'd', '2024-01-01 00:00:00')",
+                    "INSERT INTO images (id, sha256, path, width, height, n_bytes, regions_source, created_at) "
+                    f"VALUES (1, '{'0' * 64}', 'x.png', 4, 4, 1, 'none', '2024-01-01 00:00:00')",
+                    "INSERT INTO captions (id, dataset_id, external_id, image_id, text, \"references\", content_hash, "
+                    "annotators_needed, created_at) VALUES (1, 1, 'a', 1, 'a dog', '[]', 'h', 3, '2024-01-01 00:00:00')",
+                    "INSERT INTO gold_labels (caption_id, token_labels, region_labels, source, updated_at) "
+                    "VALUES (1, '[\"correct\", null]', '[]', 'import', '2024-01-01 00:00:00')"):
+            session.execute(text(sql))
     store.upgrade()
     with store.read() as session:
         revision = session.scalars(select(GoldRevision)).one()
