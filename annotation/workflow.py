@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 from sqlalchemy import and_, delete, exists, func, or_, select
 
 from capscope.annotation.errors import Forbidden, Invalid, NotFound
+from capscope.annotation.queue import order_keys, queue_order_of
 from capscope.annotation.users import UserInfo
 from capscope.db import (
     Assignment,
@@ -97,8 +98,10 @@ def previous_item(store: Store, user: UserInfo, item_id: int | None = None) -> d
 
 
 def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, lease: datetime) -> Assignment | None:
+    order = queue_order_of(session, dataset)
     for _ in range(20):
-        caption_id = session.scalar(candidate_captions(user, dataset, now).limit(1).with_for_update(skip_locked=True))
+        caption_id = session.scalar(candidate_captions(user, dataset, now, order).limit(1)
+                                    .with_for_update(skip_locked=True))
         if caption_id is None:
             return None
         # recount after taking the row lock: on PostgreSQL the candidate query's
@@ -111,13 +114,17 @@ def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, leas
     return None
 
 
-def candidate_captions(user: UserInfo, dataset: str | None, now: datetime):
-    """Caption ids this user may be given next: never theirs before, with a free slot; in id order."""
+def candidate_captions(user: UserInfo | None, dataset: str | None, now: datetime, order: str | None = "sequential"):
+    """Caption ids this user may be given next: never theirs before, with a free
+    slot (any user's when `user` is None); in queue `order` (annotation/queue.py;
+    None: each caption's dataset's own)."""
     taken = (select(func.count()).select_from(Assignment)
              .where(Assignment.caption_id == Caption.id, holds_slot(now))
              .correlate(Caption).scalar_subquery())
-    mine = exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id)
-    query = select(Caption.id).where(~mine, taken < Caption.annotators_needed).order_by(Caption.id)
+    free = [taken < Caption.annotators_needed]
+    if user is not None:
+        free.insert(0, ~exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id))
+    query = select(Caption.id).where(*free).order_by(*order_keys(order))
     if dataset is not None:
         query = query.where(Caption.dataset_id == select(Dataset.id).where(Dataset.name == dataset).scalar_subquery())
     return query

@@ -1,0 +1,263 @@
+"""The order of a dataset's annotation queue: which eligible item `next_item`
+hands out first. An admin picks one per dataset:
+
+- `sequential`: caption id order (the default, and the order before there was a choice).
+- `random`: a fixed permutation: each caption's rank is a hash of the seed and
+  its external id, so the same seed gives the same order on SQLite and
+  PostgreSQL, and captions added later fall into place without moving the others.
+- `uncertainty`: the items whose word and region verdicts sit closest to the
+  decision threshold under the stored model predictions first (`item_uncertainty`),
+  one caption per image per round (`interleave_by_image`), so that one image's
+  captions never come all in a row. Items without a prediction come last, by id.
+- `disagreement`: the items whose submitted judgements split on some token or
+  region first, most disputed units first (the measure of the Explore list's
+  disagreement column: a unit is disputed when some but not all judgements flag
+  it); then items nobody has labelled, then the rest, each by id. Read from the
+  labels at every claim, so it follows the labels as they come in.
+
+Random and uncertainty ranks are stored on the captions (`Caption.queue_rank`,
+lowest first) by `set_queue_order` and `refresh_queue`. A caption imported
+afterwards has no rank: it comes after the ranked ones (by id) until the next
+`refresh_queue`, which ranks it. Leases, `annotators_needed`, skips and
+`previous_item` are untouched: the order only decides which eligible caption
+is claimed first.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from datetime import datetime
+
+from sqlalchemy import Float, bindparam, case, cast, distinct, exists, func, literal, select, update
+from sqlalchemy.orm import aliased
+
+from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.import_predictions import metric_threshold, token_uncertainty
+from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, utcnow
+from capscope.metrics.registry import SPECS
+
+ORDERS = ("sequential", "random", "uncertainty", "disagreement")
+RANKED = ("random", "uncertainty")  # orders kept as stored ranks
+PREFERRED_METRIC = "infometic"
+MAX_SEED = 2**31 - 1  # the column is a 32-bit integer on PostgreSQL
+PREVIEW = 10
+CHUNK = 200  # ranks written per transaction
+
+
+def check_order(order) -> str:
+    if order not in ORDERS:
+        raise Invalid(f"queue order must be one of {', '.join(ORDERS)}, got {order!r}")
+    return order
+
+
+def check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise Invalid(f"queue seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    return seed
+
+
+# ---------------------------------------------------------------- setting the order
+
+def set_queue_order(store: Store, dataset: str, order: str, seed: int = 0,
+                    model_version: str | None = None) -> dict:
+    """Give `dataset` this queue order and seed and rank its captions for it
+    (random: by the seed; uncertainty: by the predictions of `model_version`,
+    else each caption's newest). Returns `queue_view`."""
+    check_order(order)
+    check_seed(seed)
+
+    def work(session):
+        row = _locked_dataset(session, dataset)
+        row.queue_order, row.queue_seed = order, seed
+
+    store.run_write(work)
+    _write_ranks(store, dataset, model_version)
+    return queue_view(store, dataset)
+
+
+def refresh_queue(store: Store, dataset: str, model_version: str | None = None) -> dict:
+    """Rank the dataset's captions again under its current order: after new
+    predictions (uncertainty) or new captions (random, uncertainty). Returns `queue_view`."""
+    _write_ranks(store, dataset, model_version)
+    return queue_view(store, dataset)
+
+
+def queue_view(store: Store, dataset: str, limit: int = PREVIEW, now: datetime | None = None) -> dict:
+    """{"dataset", "order", "seed", "ranked": captions with a stored rank,
+    "next": the first `limit` item ids the queue would hand out now (to an
+    annotator who has none of them yet)}."""
+    from capscope.annotation.workflow import candidate_captions
+
+    with store.read() as session:
+        row = session.scalar(select(Dataset).where(Dataset.name == dataset))
+        if row is None:
+            raise NotFound(f"no dataset {dataset!r}")
+        ranked = session.scalar(select(func.count()).select_from(Caption)
+                                .where(Caption.dataset_id == row.id, Caption.queue_rank.is_not(None)))
+        upcoming = candidate_captions(None, dataset, now or utcnow(), row.queue_order).limit(limit)
+        return {"dataset": row.name, "order": row.queue_order, "seed": row.queue_seed, "ranked": ranked,
+                "next": list(session.scalars(upcoming))}
+
+
+def _locked_dataset(session, name: str) -> Dataset:
+    row = session.scalar(select(Dataset).where(Dataset.name == name).with_for_update())
+    if row is None:
+        raise NotFound(f"no dataset {name!r}")
+    return row
+
+
+def _write_ranks(store: Store, dataset: str, model_version: str | None) -> None:
+    """Compute the ranks from a read, then write the ones that change, CHUNK
+    captions per transaction: a claim meanwhile (which skips locked captions
+    on PostgreSQL) never finds the whole dataset locked. A chunk stops the
+    work when the order or seed changed since (a later call ranks for it)."""
+    with store.read() as session:
+        row = session.scalar(select(Dataset).where(Dataset.name == dataset))
+        if row is None:
+            raise NotFound(f"no dataset {dataset!r}")
+        dataset_id, setting = row.id, (row.queue_order, row.queue_seed)
+        current = dict(session.execute(select(Caption.id, Caption.queue_rank)
+                                       .where(Caption.dataset_id == dataset_id)).all())
+        wanted = _ranks(session, row, model_version)
+    changed = [{"caption": caption_id, "rank": wanted.get(caption_id)} for caption_id in sorted(current)
+               if wanted.get(caption_id) != current[caption_id]]
+    table = Caption.__table__
+    statement = update(table).where(table.c.id == bindparam("caption")).values(queue_rank=bindparam("rank"))
+
+    def write(session, chunk) -> bool:
+        now = session.execute(select(Dataset.queue_order, Dataset.queue_seed).where(Dataset.id == dataset_id)
+                              .with_for_update()).one_or_none()
+        if now is None or tuple(now) != setting:
+            return False
+        session.execute(statement, chunk)
+        return True
+
+    for start in range(0, len(changed), CHUNK):
+        if not store.run_write(lambda session, chunk=changed[start:start + CHUNK]: write(session, chunk)):
+            break
+
+
+def _ranks(session, dataset: Dataset, model_version: str | None) -> dict[int, float]:
+    """caption id -> rank under the dataset's order (captions left out: no rank)."""
+    if dataset.queue_order == "random":
+        captions = session.execute(select(Caption.id, Caption.external_id).where(Caption.dataset_id == dataset.id))
+        return {caption_id: random_rank(dataset.queue_seed, external_id) for caption_id, external_id in captions}
+    if dataset.queue_order == "uncertainty":
+        ordered = interleave_by_image(_uncertainties(session, dataset.id, model_version))
+        return {caption_id: float(place) for place, caption_id in enumerate(ordered)}
+    return {}
+
+
+# ---------------------------------------------------------------- ranks
+
+def random_rank(seed: int, external_id: str) -> float:
+    """A caption's place in the seed's permutation, in [0, 1): the first 52
+    bits of sha256("seed:id"), exact in a double on every database."""
+    digest = hashlib.sha256(f"{seed}:{external_id}".encode("utf-8")).hexdigest()
+    return int(digest[:13], 16) / 16**13
+
+
+def item_uncertainty(metric: str, token_scores: list | None, region_scores: list | None,
+                     stored: float | None = None) -> float | None:
+    """How close a prediction's word and region verdicts sit to the metric's
+    threshold, 0..1 (1 = on it): `token_uncertainty` over every token and
+    region score alike (the InfoMetIC family cuts both at one threshold);
+    the stored token uncertainty when there are no scores."""
+    found = token_uncertainty(list(token_scores or []) + list(region_scores or []), metric_threshold(metric))
+    return found if found is not None else stored
+
+
+def _metric_preference(metric: str) -> int:
+    """0: InfoMetIC; 1: its family (InfoCLIP, ...); 2: any other metric."""
+    if metric == PREFERRED_METRIC:
+        return 0
+    spec = SPECS.get(metric)
+    return 1 if spec is not None and spec.follows_token_rule else 2
+
+
+def _uncertainties(session, dataset_id: int, model_version: str | None) -> list[tuple[int, int, float]]:
+    """(caption id, image id, uncertainty) of every caption that has a usable
+    prediction: of `model_version` when given, else the newest; InfoMetIC's
+    first, then its family's, then any metric's with an uncertainty."""
+    query = (select(Prediction.caption_id, Caption.image_id, Prediction.metric, Prediction.token_scores,
+                    Prediction.region_scores, Prediction.uncertainty, Prediction.created_at, Prediction.id)
+             .join(Caption, Prediction.caption_id == Caption.id).where(Caption.dataset_id == dataset_id))
+    if model_version is not None:
+        query = query.where(Prediction.model_version == model_version)
+    best: dict[int, tuple] = {}
+    for caption_id, image_id, metric, tokens, regions, stored, created, prediction_id in session.execute(
+            query.execution_options(yield_per=1000)):
+        preference = _metric_preference(metric)
+        value = item_uncertainty(metric, tokens, regions, stored) if preference < 2 or stored is not None else None
+        if value is None:
+            continue
+        key = (-preference, created, prediction_id)  # the largest wins
+        if caption_id not in best or key > best[caption_id][0]:
+            best[caption_id] = (key, image_id, value)
+    return [(caption_id, image_id, value) for caption_id, (_, image_id, value) in best.items()]
+
+
+def interleave_by_image(scored: list[tuple[int, int, float]]) -> list[int]:
+    """Caption ids, most uncertain first, one caption per image per round: an
+    image's second caption comes only after every other image's first, its
+    third after every other image's second, and so on; ties by caption id."""
+    by_image: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for caption_id, image_id, value in scored:
+        by_image[image_id].append((-value, caption_id))
+    rounds: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for captions in by_image.values():
+        for place, key in enumerate(sorted(captions)):
+            rounds[place].append(key)
+    return [caption_id for place in sorted(rounds) for _, caption_id in sorted(rounds[place])]
+
+
+# ---------------------------------------------------------------- the order in SQL
+
+def queue_order_of(session, dataset: str | None) -> str | None:
+    """The order to claim by: the dataset's; without a dataset, the one order
+    every dataset has, else None (each caption by its own dataset's order)."""
+    if dataset is not None:
+        return session.scalar(select(Dataset.queue_order).where(Dataset.name == dataset)) or "sequential"
+    orders = set(session.scalars(select(Dataset.queue_order).distinct()))
+    return orders.pop() if len(orders) == 1 else ("sequential" if not orders else None)
+
+
+def disputed_units():
+    """SQL, correlated to Caption: how many of its tokens and regions some but
+    not all submitted judgements flagged (the Explore list's disagreement)."""
+    label, judgement, other, others_label = aliased(Label), aliased(Assignment), aliased(Assignment), aliased(Label)
+    unit = label.index * 2 + case((label.kind == "region", 1), else_=0)
+    someone_did_not = (exists().where(other.caption_id == label.caption_id, other.status == "submitted",
+                                      ~exists().where(others_label.assignment_id == other.id,
+                                                      others_label.kind == label.kind,
+                                                      others_label.index == label.index).correlate(label, other))
+                       .correlate(label))
+    return (select(func.count(distinct(unit))).select_from(label).join(judgement, label.assignment_id == judgement.id)
+            .where(label.caption_id == Caption.id, judgement.status == "submitted", someone_did_not)
+            .correlate(Caption).scalar_subquery())
+
+
+def _labelled():
+    """SQL, correlated to Caption: 1 when someone submitted a judgement of it, else 0."""
+    submitted = exists().where(Assignment.caption_id == Caption.id, Assignment.status == "submitted")
+    return case((submitted.correlate(Caption), 1), else_=0)
+
+
+def order_keys(order: str | None) -> list:
+    """ORDER BY for the candidate captions under `order`; None: each caption
+    under its own dataset's order, datasets one after another (by dataset id)."""
+    if order in RANKED:
+        return [Caption.queue_rank.asc().nulls_last(), Caption.id]
+    if order == "disagreement":
+        return [disputed_units().desc(), _labelled(), Caption.id]
+    if order is not None:
+        return [Caption.id]
+    own = (select(Dataset.queue_order).where(Dataset.id == Caption.dataset_id)
+           .correlate(Caption).scalar_subquery())
+    disputed = disputed_units()
+    ranked = own.in_(RANKED)
+    tier = case((own == "disagreement", case((disputed > 0, 0), else_=1 + _labelled())),
+                (ranked & Caption.queue_rank.is_(None), 1), else_=0)
+    key = case((own == "disagreement", cast(-disputed, Float)),
+               (ranked, func.coalesce(Caption.queue_rank, 0.0)), else_=literal(0.0))
+    return [Caption.dataset_id, tier, key, Caption.id]
