@@ -1,4 +1,4 @@
-"""`capscope import`, `export`, `users`, `agreement`, `gold` and `serve`: the
+"""`capscope import`, `export`, `users`, `agreement`, `gold`, `queue` and `serve`: the
 annotation store from the command line. The database is `--db URL`, else
 `CAPSCOPE_DB_URL`, else an SQLite file in the data folder (`CAPSCOPE_DATA_DIR`)."""
 from __future__ import annotations
@@ -72,6 +72,20 @@ def register(sub) -> None:
     gold.add_argument("--replace-adjudicated", action="store_true")
     _add_db(gold)
     gold.set_defaults(func=run_gold)
+
+    queue = sub.add_parser("queue", help="show or set the order a dataset's annotation queue hands items out in")
+    queue.add_argument("--dataset", required=True, metavar="NAME")
+    queue.add_argument("--order", default=None,
+                       help="set it: sequential (caption id), random (by --seed), uncertainty (closest to the model's "
+                            "threshold first), disagreement (split judgements first)")
+    queue.add_argument("--seed", type=int, default=0, metavar="N", help="the random order's seed (default 0)")
+    queue.add_argument("--model-version", default=None, metavar="V",
+                       help="uncertainty: rank by this model version's predictions (default: each item's newest)")
+    queue.add_argument("--refresh", action="store_true",
+                       help="rank again under the current order (after new predictions or captions)")
+    queue.add_argument("--show", type=int, default=10, metavar="N", help="how many queued item ids to print")
+    _add_db(queue)
+    queue.set_defaults(func=run_queue)
 
     serve = sub.add_parser("serve", help="start the web UI and REST API")
     serve.add_argument("--host", default="127.0.0.1")
@@ -183,6 +197,20 @@ def run_gold(args) -> int:
     written = gold_from_majority(open_store(args), args.dataset, min_judgements=args.min_judgements,
                                  replace_adjudicated=args.replace_adjudicated)
     print(f"gold labels written for {written} items")
+    return 0
+
+
+def run_queue(args) -> int:
+    from capscope.annotation import queue
+
+    store = open_store(args)
+    if args.order is not None:
+        queue.set_queue_order(store, args.dataset, args.order, args.seed, args.model_version)
+    elif args.refresh:
+        queue.refresh_queue(store, args.dataset, args.model_version)
+    view = queue.queue_view(store, args.dataset, limit=max(0, args.show))
+    print(f"dataset {view['dataset']}: order {view['order']}, seed {view['seed']}, {view['ranked']} items ranked")
+    print("next: " + (" ".join(str(i) for i in view["next"]) or "(nothing left)"))
     return 0
 
 

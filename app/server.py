@@ -28,7 +28,7 @@ from starlette.background import BackgroundTask
 from pydantic import BaseModel, Field, StrictInt
 
 from capscope import __version__
-from capscope.annotation import agreement, browse, export, gold, workflow
+from capscope.annotation import agreement, browse, export, gold, queue, workflow
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.data_roots import DataRoots
@@ -72,6 +72,13 @@ class FlagRequest(BaseModel):
 class GoldRequest(BaseModel):
     token_labels: list[Literal["correct", "incorrect"] | None] = Field(max_length=MAX_INDICES)
     region_labels: list[Literal["mentioned", "unmentioned"] | None] = Field(max_length=MAX_INDICES)
+
+
+class QueueRequest(BaseModel):
+    order: str = Field(max_length=50, description=f"one of {', '.join(queue.ORDERS)}")
+    seed: StrictInt | None = Field(default=None, description="the random order's seed (default 0)")
+    model_version: str | None = Field(default=None, max_length=200,
+                                      description="uncertainty: this model version's predictions (default the newest)")
 
 
 # ---------------------------------------------------------------- body size limit
@@ -309,6 +316,17 @@ def _add_routes(app: FastAPI) -> None:
     @app.post("/api/gold/majority")
     def gold_majority(user: Admin, dataset: str | None = None, min_judgements: int = Query(2, ge=1, le=1000)) -> dict:
         return {"written": agreement.gold_from_majority(store, dataset, min_judgements=min_judgements)}
+
+    @app.get("/api/datasets/{name}/queue")
+    def get_queue(name: str, user: Admin) -> dict:
+        """The dataset's queue order, seed and the item ids it hands out next."""
+        return queue.queue_view(store, name)
+
+    @app.put("/api/datasets/{name}/queue")
+    def put_queue(name: str, body: QueueRequest, user: Admin) -> dict:
+        """Set the dataset's queue order (and seed) and rank its items for it."""
+        seed = 0 if body.seed is None else body.seed
+        return queue.set_queue_order(store, name, body.order, seed, body.model_version)
 
     @app.get("/api/progress")
     def progress(user: User, dataset: str | None = None) -> dict:

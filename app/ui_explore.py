@@ -14,7 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from capscope import ui_draw
-from capscope.annotation import agreement, browse, export, importer
+from capscope.annotation import agreement, browse, export, importer, queue
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.gold import gold_history
 from capscope.annotation.users import add_user, get_user, list_users
@@ -359,6 +359,34 @@ def add_user_action(store: Store, name: str, password: str, role: str) -> tuple[
     return f"User **{user.name}** ({user.role}) added.", users_rows(store)
 
 
+def queue_text(view: dict) -> str:
+    upcoming = ", ".join(str(i) for i in view["next"]) or "nothing left"
+    return (f"Dataset **{view['dataset']}**: order **{view['order']}**, seed {view['seed']}, "
+            f"{view['ranked']} items ranked. Next items: {upcoming}.")
+
+
+def show_queue(store: Store, dataset: str):
+    """(order, seed, text) of the dataset's queue; nothing changed without a dataset."""
+    if not dataset:
+        return gr.skip(), gr.skip(), ""
+    try:
+        view = queue.queue_view(store, dataset)
+    except AnnotationError as err:
+        return gr.skip(), gr.skip(), f"**Not found:** {err}"
+    return view["order"], view["seed"], queue_text(view)
+
+
+def apply_queue_order(store: Store, dataset: str, order: str, seed) -> str:
+    """The Apply order button: `queue.set_queue_order`, its result as text."""
+    if not dataset:
+        return "**Not applied:** choose a dataset."
+    try:
+        seed = int(seed or 0)
+        return queue_text(queue.set_queue_order(store, dataset, order, seed))
+    except (AnnotationError, ValueError) as err:
+        return f"**Not applied:** {err}"
+
+
 # ---------------------------------------------------------------- Gradio wiring
 
 def is_admin(store: Store, request) -> bool:
@@ -553,11 +581,28 @@ def build_admin(store: Store) -> dict:
             c["per_item"] = gr.Number(label="Annotators per item", value=3, precision=0, minimum=0)
             c["import"] = gr.Button("Import")
             c["report"] = gr.Markdown()
+    gr.Markdown("### Queue order\nWhich item the Annotate queue hands out first: by id, in a seeded random order, "
+                "the model's least certain first, or the items annotators disagree on first.")
+    with gr.Row():
+        c["queue_dataset"] = gr.Dropdown(label="Dataset", choices=[], allow_custom_value=True,
+                                         elem_id="cs-admin-queue-dataset")
+        c["queue_order"] = gr.Radio(list(queue.ORDERS), value="sequential", label="Order",
+                                    elem_id="cs-admin-queue-order")
+        c["queue_seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=0, elem_id="cs-admin-queue-seed")
+        c["queue_apply"] = gr.Button("Apply order", elem_id="cs-admin-queue-apply")
+    c["queue_result"] = gr.Markdown(elem_id="cs-admin-queue-result")
     build_export(store, c, None, api=False)
+    c["queue_dataset"].change(admin_only(store, lambda d: show_queue(store, d)), c["queue_dataset"],
+                              [c["queue_order"], c["queue_seed"], c["queue_result"]], api_visibility="private")
+    c["queue_apply"].click(admin_only(store, lambda d, o, n: apply_queue_order(store, d, o, n)),
+                           [c["queue_dataset"], c["queue_order"], c["queue_seed"]], c["queue_result"],
+                           api_visibility="private", concurrency_id="db", concurrency_limit=4)
     c["add"].click(admin_only(store, lambda n, p, r: add_user_action(store, n, p, r)),
                    [c["name"], c["password"], c["role"]],
                    [c["message"], c["users"]], api_visibility="private")
     c["import"].click(admin_only(store, lambda f, k, d, n: import_files(store, f, k, d, n)),
                       [c["files"], c["kind"], c["dataset"], c["per_item"]], c["report"], api_visibility="private")
-    c["load"] = [(admin_only(store, lambda: users_rows(store), 1), None, c["users"])]
+    c["load"] = [(admin_only(store, lambda: users_rows(store), 1), None, c["users"]),
+                 (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None,
+                  c["queue_dataset"])]
     return c
