@@ -273,3 +273,25 @@ class GoldRevision(Base):
     source: Mapped[str] = mapped_column(String(20))
     adjudicator_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelVersion(Base):
+    """A fine-tuned InfoMetIC checkpoint the server can score with: its file,
+    what it was trained from and on, and its held-out figures before and after.
+    At most one row is `active` (annotation/model_versions.py keeps it so);
+    none active = the server's default model."""
+
+    __tablename__ = "model_versions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    parent_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id", ondelete="SET NULL"), default=None)
+    dataset: Mapped[str | None] = mapped_column(String(200), default=None)
+    labels: Mapped[dict] = mapped_column(JSON, default=dict)
+    figures: Mapped[dict] = mapped_column(JSON, default=dict)  # the fine-tuning report's "before" and "after"
+    status: Mapped[str] = mapped_column(String(20), default="ready")
+    active: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

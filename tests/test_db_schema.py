@@ -22,7 +22,7 @@ def test_migrations_match_models_sqlite(tmp_path):
     assert _schema_diff(store) == []
     tables = set(inspect(store.engine).get_table_names())
     assert {"images", "regions", "captions", "tokens", "users", "assignments", "labels", "label_revisions",
-            "flags", "predictions", "gold_labels", "alembic_version"} <= tables
+            "flags", "predictions", "gold_labels", "model_versions", "alembic_version"} <= tables
 
 
 @pytest.mark.postgres
@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):
