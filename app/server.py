@@ -28,7 +28,7 @@ from starlette.background import BackgroundTask
 from pydantic import BaseModel, Field, StrictInt
 
 from capscope import __version__
-from capscope.annotation import agreement, browse, export, gold, queue, workflow
+from capscope.annotation import agreement, browse, export, gold, model_versions, queue, workflow
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.data_roots import DataRoots
@@ -36,6 +36,7 @@ from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.metrics.text import check_caption, check_references
+from capscope.training import Activations, TrainingJobs, models_folder
 from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,21 @@ class QueueRequest(BaseModel):
     seed: StrictInt | None = Field(default=None, description="the random order's seed (default 0)")
     model_version: str | None = Field(default=None, max_length=200,
                                       description="uncertainty: this model version's predictions (default the newest)")
+
+
+class TrainRequest(BaseModel):
+    dataset: str = Field(max_length=200)
+    init: Literal["active", "demo"] | StrictInt = "active"
+    minutes: float | None = Field(default=None, gt=0, le=240)
+    steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    holdout: float = Field(default=0.2, ge=0, lt=1)
+    seed: StrictInt = Field(default=0, ge=0, lt=2**32)
+
+
+class ActivateRequest(BaseModel):
+    dataset: str | None = Field(default=None, max_length=200,
+                                description="whose queued items to score again (default the version's own dataset)")
+    rescore: bool = True
 
 
 # ---------------------------------------------------------------- body size limit
@@ -199,23 +215,35 @@ def decode_score_image(encoded: str):
         raise HTTPException(422, str(err)) from None
 
 
+def public_version(version: dict) -> dict:
+    """A model version as the API shows it (the file's name, not where it lies on the server)."""
+    return {k: v for k, v in version.items() if k != "path"} | {"file": FilePath(version["path"]).name}
+
+
 # ---------------------------------------------------------------- the app
 
 def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
                lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
-               data_roots: DataRoots | None = None) -> FastAPI:
+               data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
     scorer, which the UI mounted on this app shares: capscope's Scorer under
     `token_rule` at `precision`, or what `scorer_factory(metrics)` builds (given every metric
     to try; again without those whose loading failed). `app.state.data_roots`:
     the folders whose files the UI may read when a user names them (default
-    the data folder)."""
+    the data folder). `app.state.training` and `app.state.activations`: the
+    fine-tuning jobs and model versions (app/training.py); fine-tuned
+    checkpoints go to `models_dir` (default a `models` folder beside the
+    SQLite file, else in the data folder). The active model version, if any,
+    is what the scorer loads."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
     app.state.store = store or Store(db_url)
     app.state.models = Models(scorer_factory, token_rule=token_rule, precision=precision)
     app.state.data_roots = data_roots or DataRoots()
+    app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))
+    app.state.activations = Activations(app.state.store, app.state.models)
+    app.state.activations.load_active()
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
     app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES})
 
@@ -327,6 +355,35 @@ def _add_routes(app: FastAPI) -> None:
         """Set the dataset's queue order (and seed) and rank its items for it."""
         seed = 0 if body.seed is None else body.seed
         return queue.set_queue_order(store, name, body.order, seed, body.model_version)
+
+    @app.get("/api/models")
+    def get_models(user: Admin) -> dict:
+        """The model versions, the active one (null: the default model) and the current or last training job."""
+        versions = model_versions.list_versions(store)
+        active = next((v["id"] for v in versions if v["active"]), None)
+        return {"active": active, "versions": [public_version(v) for v in versions],
+                "job": app.state.training.last(), "rescoring": app.state.activations.rescoring()}
+
+    @app.post("/api/models/train", status_code=202)
+    def train(body: TrainRequest, user: Admin) -> dict:
+        """Fine-tune InfoMetIC on the dataset's labels in the background (one job at a time)."""
+        job_id = app.state.training.start(body.dataset, body.init, minutes=body.minutes, steps=body.steps,
+                                          holdout=body.holdout, seed=body.seed, admin=user.name)
+        return {"job": app.state.training.job(job_id)}
+
+    @app.get("/api/models/jobs/{job_id}")
+    def get_job(job_id: Annotated[str, Path(max_length=40)], user: Admin) -> dict:
+        return {"job": app.state.training.job(job_id)}
+
+    @app.post("/api/models/jobs/{job_id}/cancel")
+    def cancel_job(job_id: Annotated[str, Path(max_length=40)], user: Admin) -> dict:
+        return {"job": app.state.training.cancel(job_id)}
+
+    @app.post("/api/models/{version_id}/activate")
+    def activate(version_id: ItemId, user: Admin, body: ActivateRequest | None = None) -> dict:
+        """Score with this version from now on (kept across restarts); its dataset's queued items are scored again."""
+        body = body or ActivateRequest()
+        return app.state.activations.activate(version_id, body.dataset, rescore=body.rescore)
 
     @app.get("/api/progress")
     def progress(user: User, dataset: str | None = None) -> dict:

@@ -8,6 +8,7 @@ page can say why PAC-S or HICE-S is not offered and the API can answer 503."""
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
 from typing import Callable, Sequence
@@ -31,11 +32,23 @@ TOKEN_RULE_NOTES = {
 }
 
 
-def default_factory(metrics: list[str], token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32"):
-    """capscope's Scorer with the metrics whose models load (the others in its `unavailable`)."""
+def default_factory(metrics: list[str], token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
+                    infometic_checkpoint: str | None = None):
+    """capscope's Scorer with the metrics whose models load (the others in its
+    `unavailable`); InfoMetIC from `infometic_checkpoint` when given (a model version)."""
     from capscope.metrics.scorer import Scorer
 
-    return Scorer(metrics, device="auto", token_rule=token_rule, precision=precision, skip_unavailable=True)
+    return Scorer(metrics, device="auto", token_rule=token_rule, precision=precision, skip_unavailable=True,
+                  infometic_checkpoint=infometic_checkpoint)
+
+
+def takes_checkpoint(factory: Callable) -> bool:
+    """Whether `factory(metrics, infometic_checkpoint=...)` is allowed."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "infometic_checkpoint" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def first_line(err: BaseException) -> str:
@@ -62,6 +75,8 @@ class Models:
         self.factory = factory or functools.partial(default_factory, token_rule=token_rule, precision=precision)
         self._wanted = list(metrics) if metrics is not None else None
         self.unavailable: dict[str, str] = {}
+        self.checkpoint: str | None = None  # the active model version's InfoMetIC file (None: the default model)
+        self.version: str | None = None  # its tag, as its predictions name it
         self._scorer = None
         self._build_lock = threading.Lock()
         self._score_lock = threading.Lock()
@@ -79,19 +94,54 @@ class Models:
             return self._scorer
 
     def _build(self):
+        try:
+            scorer, self.unavailable = self.build_for(self.checkpoint)
+        except ModelUnavailable as err:
+            self.unavailable = dict(getattr(err, "unavailable", None) or {})
+            raise
+        return scorer
+
+    def build_for(self, checkpoint: str | None) -> tuple[object, dict[str, str]]:
+        """A new scorer (and its unavailable metrics) with InfoMetIC from
+        `checkpoint` (None: the default model); touches nothing of this object."""
         wanted = self.wanted
         try:
-            scorer = self.factory(wanted)
+            if checkpoint is None:
+                scorer = self.factory(wanted)
+            elif takes_checkpoint(self.factory):
+                scorer = self.factory(wanted, infometic_checkpoint=checkpoint)
+            else:
+                raise ModelUnavailable("this server's scorer cannot load another InfoMetIC checkpoint")
         except Exception as err:  # nothing could be built: a missing module, a bad file, no model
-            self.unavailable = {name: first_line(err) for name in wanted}
-            raise ModelUnavailable(f"no metric can be loaded: {first_line(err)}") from err
-        self.unavailable = dict(getattr(scorer, "unavailable", None) or {})
-        for name, reason in self.unavailable.items():
+            failed = ModelUnavailable(f"no metric can be loaded: {first_line(err)}")
+            failed.unavailable = {name: first_line(err) for name in wanted}
+            raise failed from err
+        unavailable = dict(getattr(scorer, "unavailable", None) or {})
+        for name, reason in unavailable.items():
             log.warning("metric %s unavailable: %s", name, reason)
         if not scorer.metrics:
-            raise ModelUnavailable("no metric can be loaded: " +
-                               "; ".join(f"{k}: {v}" for k, v in self.unavailable.items()))
-        return scorer
+            failed = ModelUnavailable("no metric can be loaded: " +
+                                      "; ".join(f"{k}: {v}" for k, v in unavailable.items()))
+            failed.unavailable = unavailable
+            raise failed
+        if checkpoint is not None and "infometic" in wanted and "infometic" not in scorer.metrics:
+            raise ModelUnavailable(f"InfoMetIC could not be loaded from the version's checkpoint: "
+                                   f"{unavailable.get('infometic', 'not loaded')}")
+        return scorer, unavailable
+
+    def swap(self, scorer, unavailable: dict[str, str], checkpoint: str | None, version: str | None) -> None:
+        """Make `scorer` (built by `build_for(checkpoint)`) the one every later
+        call uses. Calls that already took the old scorer finish on it."""
+        with self._build_lock:
+            self._scorer, self.unavailable = scorer, dict(unavailable)
+            self.checkpoint, self.version = checkpoint, version
+
+    def current(self) -> tuple[object, str | None]:
+        """(the scorer, its version tag) as one consistent pair."""
+        with self._build_lock:
+            if self._scorer is None:
+                self._scorer = self._build()
+            return self._scorer, self.version
 
     @property
     def available(self) -> list[str]:
@@ -118,6 +168,11 @@ class Models:
         """One pair scored by every loaded metric, or by `metrics` only."""
         scorer = self.scorer
         only = self._loaded(metrics)
+        return self.score_on(scorer, image, caption, references, regions, tokens, only)
+
+    def score_on(self, scorer, image, caption: str, references=None, regions=None, tokens=None,
+                 only: list[str] | None = None) -> dict:
+        """One pair scored by this very `scorer` (one taken before a swap), one call at a time."""
         with self._score_lock, few_threads():
             return scorer.score(image, caption, references=references or None, regions=regions, tokens=tokens,
                                 only=only)

@@ -1,0 +1,158 @@
+"""Model versions: the fine-tuned InfoMetIC checkpoints a server knows, which
+one it scores with (at most one active; none = the server's default model),
+and the predictions a version makes for a dataset's queued items.
+
+A version's predictions are stored under `version_tag(version)` ("v3:<first 12
+hex digits of its sha256>"), so every stored prediction names the checkpoint
+that made it and the uncertainty queue order can follow one version.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from sqlalchemy import func, select, update
+
+from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.import_predictions import _upsert_prediction
+from capscope.db import Assignment, Caption, Dataset, ModelVersion, Store
+
+MAX_NAME = 200
+
+
+def version_view(row: ModelVersion) -> dict:
+    return {"id": row.id, "name": row.name, "path": row.path, "sha256": row.sha256,
+            "parent_sha256": row.parent_sha256, "parent_id": row.parent_id, "dataset": row.dataset,
+            "labels": row.labels or {}, "figures": row.figures or {}, "status": row.status,
+            "created_at": row.created_at.isoformat() + "Z", "active": bool(row.active)}
+
+
+def version_tag(version: dict) -> str:
+    """The `model_version` its predictions are stored under."""
+    return f"v{version['id']}:{version['sha256'][:12]}"
+
+
+def add_version(store: Store, *, path: str | Path, sha256: str, name: str | None = None,
+                parent_sha256: str | None = None, parent_id: int | None = None, dataset: str | None = None,
+                labels: dict | None = None, figures: dict | None = None) -> dict:
+    """Record a checkpoint file as a new version (not active); `name` defaults to "v<id>"."""
+    if name is not None and not 0 < len(name) <= MAX_NAME:
+        raise Invalid(f"a version name has 1 to {MAX_NAME} characters")
+
+    def work(session):
+        if parent_id is not None and session.get(ModelVersion, parent_id) is None:
+            raise NotFound(f"no model version {parent_id}")
+        row = ModelVersion(name=name or "", path=str(path), sha256=sha256, parent_sha256=parent_sha256,
+                           parent_id=parent_id, dataset=dataset, labels=labels or {}, figures=figures or {},
+                           status="ready", active=False)
+        session.add(row)
+        session.flush()
+        if not name:
+            row.name = f"v{row.id}"
+        return version_view(row)
+
+    return store.run_write(work)
+
+
+def list_versions(store: Store) -> list[dict]:
+    """Every version, oldest first."""
+    with store.read() as session:
+        return [version_view(row) for row in session.scalars(select(ModelVersion).order_by(ModelVersion.id))]
+
+
+def get_version(store: Store, version_id: int) -> dict:
+    with store.read() as session:
+        row = session.get(ModelVersion, version_id)
+        if row is None:
+            raise NotFound(f"no model version {version_id}")
+        return version_view(row)
+
+
+def version_with_sha256(store: Store, sha256: str) -> dict | None:
+    """The oldest version whose file has this sha256, if any."""
+    with store.read() as session:
+        row = session.scalar(select(ModelVersion).where(ModelVersion.sha256 == sha256).order_by(ModelVersion.id))
+        return None if row is None else version_view(row)
+
+
+def activate_version(store: Store, version_id: int | None) -> dict | None:
+    """Make `version_id` the one active version (None: no version, the server's
+    default model). One statement sets every row, so two activations at once
+    leave exactly one active: the later one's."""
+
+    def work(session):
+        if version_id is not None and session.get(ModelVersion, version_id) is None:
+            raise NotFound(f"no model version {version_id}")
+        session.execute(update(ModelVersion).values(active=ModelVersion.id == version_id)
+                        if version_id is not None else update(ModelVersion).values(active=False))
+        return None if version_id is None else version_view(session.get(ModelVersion, version_id))
+
+    return store.run_write(work)
+
+
+def active_version(store: Store) -> dict | None:
+    with store.read() as session:
+        row = session.scalar(select(ModelVersion).where(ModelVersion.active.is_(True)).order_by(ModelVersion.id))
+        return None if row is None else version_view(row)
+
+
+# ---------------------------------------------------------------- predictions of a version
+
+def queued_items(store: Store, dataset: str, limit: int) -> list[dict]:
+    """Up to `limit` captions of `dataset` that still need judgements (fewer
+    submitted or skipped ones than annotators needed), by id, with what
+    scoring them takes: {"caption_id", "image", "caption", "references", "tokens", "regions"}."""
+    with store.read() as session:
+        dataset_id = session.scalar(select(Dataset.id).where(Dataset.name == dataset))
+        if dataset_id is None:
+            raise NotFound(f"no dataset {dataset!r}")
+        finished = (select(func.count()).select_from(Assignment)
+                    .where(Assignment.caption_id == Caption.id, Assignment.status.in_(("submitted", "skipped")))
+                    .correlate(Caption).scalar_subquery())
+        captions = session.scalars(select(Caption).where(Caption.dataset_id == dataset_id,
+                                                         finished < Caption.annotators_needed)
+                                   .order_by(Caption.id).limit(limit)).all()
+        return [{"caption_id": c.id, "image": c.image.path, "caption": c.text, "references": c.references or None,
+                 "tokens": [{"text": t.text, "start": t.start, "end": t.end, "semantic": t.semantic} for t in c.tokens],
+                 "regions": [{"box": r.box, "mask": r.mask_rle} for r in c.image.regions]}
+                for c in captions]
+
+
+def store_version_predictions(store: Store, model_version: str, rows: list[tuple[int, dict]]) -> int:
+    """(caption id, score row) pairs stored as predictions under `model_version`
+    (every metric of each row); returns how many captions got one."""
+
+    def work(session):
+        for caption_id, row in rows:
+            for metric, result in (row.get("metrics") or {}).items():
+                _upsert_prediction(session, caption_id, str(metric)[:50], model_version, result or {})
+        return len(rows)
+
+    return store.run_write(work) if rows else 0
+
+
+def rescore_queued(store: Store, dataset: str, model_version: str, score: Callable[[dict], dict], *,
+                   limit: int, chunk: int = 20, on_progress: Callable[[int, int], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None) -> dict:
+    """Score up to `limit` queued captions of `dataset` with `score(item)` (a
+    row with "metrics") and store the rows under `model_version`, `chunk`
+    captions per transaction. An item that cannot be scored is counted and
+    skipped. Returns {"total", "scored", "failed", "stopped"}."""
+    items = queued_items(store, dataset, limit)
+    done, failed, pending = 0, 0, []
+    for item in items:
+        if should_stop is not None and should_stop():
+            store_version_predictions(store, model_version, pending)
+            return {"total": len(items), "scored": done, "failed": failed, "stopped": True}
+        try:
+            pending.append((item["caption_id"], score(item)))
+            done += 1
+        except Exception:  # noqa: BLE001 - one unreadable image must not stop the run
+            failed += 1
+        if len(pending) >= chunk:
+            store_version_predictions(store, model_version, pending)
+            pending = []
+        if on_progress is not None:
+            on_progress(done + failed, len(items))
+    store_version_predictions(store, model_version, pending)
+    return {"total": len(items), "scored": done, "failed": failed, "stopped": False}

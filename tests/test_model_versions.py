@@ -1,0 +1,300 @@
+"""Model versions on a server (app/training.py, annotation/model_versions.py):
+fine-tuning through the API records a version with its figures and parent;
+its checkpoint loads through the Scorer; cancelled and failed jobs leave
+nothing behind; activation swaps the scorer under concurrent scoring without
+losing a request, survives a restart, and re-scores the queued items under the
+version's tag; admin only.
+
+The model is the bundled demo model (real weights, a few MB); fine-tuning runs
+a handful of steps on a few demo-world scenes imported into SQLite."""
+import base64
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+from sqlalchemy import select
+
+from annotation_support import import_small_dataset, sqlite_url
+from capscope.annotation.users import add_user
+from capscope.db import Prediction, Store
+
+ADMIN, ANN = ("boss", "boss-pw"), ("ann", "ann-pw")
+DATASET = "world"
+
+
+def factory(metrics, infometic_checkpoint=None):
+    """The server's own default factory, InfoMetIC only (the other metrics' weights are not here)."""
+    from capscope.ui_models import default_factory
+
+    return default_factory(["infometic"], infometic_checkpoint=infometic_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A store with a labelled demo-world dataset, a dataset without labels, two users."""
+    from capscope.annotation.importer import ImportOptions, import_captokeneval
+    from capscope.demo.dataset import write_demo_data
+
+    root = tmp_path_factory.mktemp("model-versions")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("CAPSCOPE_CACHE", str(root / "cache"))  # no released checkpoint: the demo model is the default
+    patch.delenv("CAPSCOPE_INFOMETIC_CHECKPOINT", raising=False)
+    patch.delenv("CAPSCOPE_NO_DEMO", raising=False)
+    patch.delenv("CAPSCOPE_DEMO_MODEL", raising=False)
+    write_demo_data(root / "demo", 4, seed=3, progress=False)
+    url = sqlite_url(root)
+    store = Store(url)
+    import_captokeneval(store, root / "demo" / "captokeneval.jsonl",
+                        ImportOptions(dataset=DATASET, annotators_per_item=2, regions="none", progress=False))
+    import_small_dataset(store, root / "plain", n_images=1, n_captions=2, annotators_per_item=1)  # "default"
+    add_user(store, *ADMIN, role="admin")
+    add_user(store, *ANN)
+    yield {"root": root, "url": url, "store": store, "models": root / "models"}
+    patch.undo()
+
+
+def serve(world) -> TestClient:
+    from capscope.server import create_app
+
+    return TestClient(create_app(store=Store(world["url"]), scorer_factory=factory, models_dir=world["models"]),
+                      raise_server_exceptions=False)
+
+
+def train(client, **body) -> dict:
+    response = client.post("/api/models/train", json={"dataset": DATASET, "init": "demo", "steps": 5, **body},
+                           auth=ADMIN)
+    assert response.status_code == 202, response.text
+    job = response.json()["job"]
+    assert job["status"] == "running"
+    return client.app.state.training.wait(job["id"], timeout=300)
+
+
+def versions(world) -> list:
+    from types import SimpleNamespace
+
+    from capscope.annotation.model_versions import list_versions
+
+    return [SimpleNamespace(**v) for v in list_versions(world["store"])]
+
+
+def checkpoint_files(world) -> list:
+    folder = world["models"]
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def demo_sha() -> str:
+    from capscope.metrics.checksums import file_sha256
+    from capscope.metrics.loading import demo_model_path
+
+    return file_sha256(demo_model_path())
+
+
+@pytest.fixture(scope="module")
+def trained(world):
+    """One fine-tuned version, trained through the API (not active)."""
+    client = serve(world)
+    job = train(client)
+    assert job["status"] == "done", job
+    return client.get(f"/api/models/jobs/{job['id']}", auth=ADMIN).json()["job"]
+
+
+def png_base64() -> str:
+    image = Image.new("RGB", (64, 48), (200, 40, 40))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def row_shas(row: dict) -> set:
+    return {entry["sha256"] for entry in row["model"]["checkpoints"].values()}
+
+
+# ---------------------------------------------------------------- training
+
+def test_training_through_the_api_records_a_version(world, trained):
+    client = serve(world)
+    listing = client.get("/api/models", auth=ADMIN).json()
+    assert listing["active"] is None
+    (version,) = [v for v in listing["versions"] if v["id"] == trained["version_id"]]
+    assert version["parent_sha256"] == demo_sha() and version["parent_id"] is None
+    assert version["dataset"] == DATASET and version["active"] is False
+    assert version["labels"]["dataset"] == DATASET and version["labels"]["train"]["items"] > 0
+    for side in ("before", "after"):
+        assert {"incorrect_token_f1", "incorrect_token_auroc", "text_accuracy"} <= set(version["figures"][side])
+    assert version["figures"]["training"]["steps"] == 5
+    assert "path" not in version and version["file"].endswith(".pt")
+    assert trained["fraction"] == 1.0 and trained["step"] == 5 and trained["loss"] is not None
+
+
+def test_the_checkpoint_loads_through_the_scorer(world, trained):
+    from capscope.metrics.checksums import file_sha256
+    from capscope.metrics.scorer import Scorer
+
+    (row,) = [v for v in versions(world) if v.id == trained["version_id"]]
+    assert Path(row.path).parent == world["models"].resolve() and file_sha256(row.path) == row.sha256
+    scorer = Scorer(["infometic"], regions="given", infometic_checkpoint=row.path)
+    result = scorer.score(Image.new("RGB", (64, 64), (10, 120, 200)), "a blue square",
+                          regions=[{"box": [0, 0, 32, 32]}])
+    assert result["metrics"]["infometic"]["scores"] and row_shas(result) == {row.sha256}
+
+
+def test_a_cancelled_job_leaves_nothing(world, trained):
+    client = serve(world)
+    before, files = [v.id for v in versions(world)], checkpoint_files(world)
+    response = client.post("/api/models/train", json={"dataset": DATASET, "init": "demo", "steps": 100000},
+                           auth=ADMIN)
+    job_id = response.json()["job"]["id"]
+    assert client.post(f"/api/models/jobs/{job_id}/cancel", auth=ADMIN).status_code == 200
+    job = client.app.state.training.wait(job_id, timeout=300)
+    assert job["status"] == "cancelled" and job["version_id"] is None
+    assert [v.id for v in versions(world)] == before and checkpoint_files(world) == files
+    assert client.get("/api/models", auth=ADMIN).json()["job"]["status"] == "cancelled"
+
+
+def test_a_failing_job_leaves_nothing_and_keeps_the_active_version(world, trained, monkeypatch):
+    import capscope.demo.finetune as finetune_module
+
+    client = serve(world)
+    assert client.post(f"/api/models/{trained['version_id']}/activate", json={"rescore": False},
+                       auth=ADMIN).status_code == 200
+    before, files = [v.id for v in versions(world)], checkpoint_files(world)
+
+    def broken(config, evaluate_gold):
+        Path(config.out).write_bytes(b"half a checkpoint")  # written, then the run fails
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(finetune_module, "finetune", broken)
+    job = train(client)
+    assert job["status"] == "failed" and "the disk is full" in job["error"]
+    assert [v.id for v in versions(world)] == before and checkpoint_files(world) == files
+    assert client.get("/api/models", auth=ADMIN).json()["active"] == trained["version_id"]
+    from capscope.annotation.model_versions import activate_version
+
+    activate_version(world["store"], None)  # back to the default model for the other tests
+
+
+def test_one_job_at_a_time(world, monkeypatch):
+    import capscope.demo.finetune as finetune_module
+
+    client = serve(world)
+    release = threading.Event()
+
+    def slow(config, evaluate_gold):
+        while not release.is_set():
+            if config.should_stop():
+                raise finetune_module.Cancelled()
+            time.sleep(0.01)
+        raise RuntimeError("stopped by the test")
+
+    monkeypatch.setattr(finetune_module, "finetune", slow)
+    first = client.post("/api/models/train", json={"dataset": DATASET, "steps": 5}, auth=ADMIN)
+    assert first.status_code == 202
+    second = client.post("/api/models/train", json={"dataset": DATASET, "steps": 5}, auth=ADMIN)
+    assert second.status_code == 409 and "still running" in second.json()["detail"]
+    release.set()
+    assert client.app.state.training.wait(first.json()["job"]["id"], 60)["status"] == "failed"
+
+
+# ---------------------------------------------------------------- activation
+
+def test_activation_under_concurrent_scoring_loses_no_request(world, trained):
+    client = serve(world)
+    new_sha = next(v.sha256 for v in versions(world) if v.id == trained["version_id"])
+    body = {"image": png_base64(), "caption": "a red circle", "metrics": ["infometic"]}
+    assert row_shas(client.post("/api/score", json=body, auth=ANN).json()) == {demo_sha()}  # built: the default
+    results, stop = [], threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            response = client.post("/api/score", json=body, auth=ANN)
+            results.append((response.status_code, row_shas(response.json()) if response.status_code == 200 else None))
+
+    threads = [threading.Thread(target=hammer) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    activated = client.post(f"/api/models/{trained['version_id']}/activate", json={"rescore": False}, auth=ADMIN)
+    time.sleep(0.5)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert activated.status_code == 200 and activated.json()["active"] == trained["version_id"]
+    assert results and all(status == 200 for status, _ in results)
+    assert {sha for _, shas in results for sha in shas} <= {demo_sha(), new_sha}
+    assert results[-1][1] == {new_sha}
+    assert row_shas(client.post("/api/score", json=body, auth=ANN).json()) == {new_sha}
+
+
+def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
+    from capscope.annotation.model_versions import activate_version
+    from capscope.annotation.queue import queue_view, set_queue_order
+
+    store = world["store"]
+    activate_version(store, None)
+    set_queue_order(store, DATASET, "uncertainty")
+    client = serve(world)
+    response = client.post(f"/api/models/{trained['version_id']}/activate", auth=ADMIN)
+    assert response.status_code == 200, response.text
+    tag = response.json()["model_version"]
+    assert tag.startswith(f"v{trained['version_id']}:") and response.json()["rescoring"]["dataset"] == DATASET
+    status = client.app.state.activations.wait_rescore(120)
+    assert status["state"] == "done" and status["scored"] == status["total"] > 0, status
+    with store.read() as session:
+        tags = set(session.scalars(select(Prediction.model_version)))
+        mine = [(p.metric, bool(p.token_scores), p.uncertainty is not None)
+                for p in session.scalars(select(Prediction).where(Prediction.model_version == tag))]
+    assert tags == {tag} and len(mine) == status["scored"]
+    assert set(mine) == {("infometic", True, True)}
+    assert queue_view(store, DATASET)["ranked"] == status["scored"]
+    # the annotator's item view shows the version's predictions
+    item = client.get("/api/items/next", params={"dataset": DATASET, "predictions": True}, auth=ANN).json()
+    assert [p["model_version"] for p in item["predictions"]] == [tag]
+
+    restarted = serve(world)  # a new process on the same database
+    assert restarted.get("/api/models", auth=ADMIN).json()["active"] == trained["version_id"]
+    body = {"image": png_base64(), "caption": "a red circle", "metrics": ["infometic"]}
+    new_sha = next(v.sha256 for v in versions(world) if v.id == trained["version_id"])
+    assert row_shas(restarted.post("/api/score", json=body, auth=ANN).json()) == {new_sha}
+    assert restarted.app.state.models.version == tag
+    activate_version(store, None)
+    set_queue_order(store, DATASET, "sequential")
+
+
+# ---------------------------------------------------------------- access and bad input
+
+@pytest.mark.parametrize("method,url", [("get", "/api/models"), ("post", "/api/models/train"),
+                                        ("get", "/api/models/jobs/1"), ("post", "/api/models/jobs/1/cancel"),
+                                        ("post", "/api/models/1/activate")])
+def test_admin_only(world, method, url):
+    client = serve(world)
+    assert client.request(method, url).status_code == 401
+    response = client.request(method, url, auth=ANN, json={"dataset": DATASET})
+    assert response.status_code == 403 and "admin" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("method,url,body,status,says", [
+    ("post", "/api/models/train", {"dataset": "nowhere"}, 404, "no dataset"),
+    ("post", "/api/models/train", {"dataset": "default", "steps": 5}, 422, "no labels"),
+    ("post", "/api/models/train", {"dataset": DATASET, "init": 999}, 404, "no model version"),
+    ("post", "/api/models/train", {"dataset": DATASET, "init": "best"}, 422, None),
+    ("post", "/api/models/train", {"dataset": DATASET, "steps": 0}, 422, None),
+    ("post", "/api/models/train", {"dataset": DATASET, "minutes": -1}, 422, None),
+    ("post", "/api/models/train", {"dataset": DATASET, "holdout": 1.5}, 422, None),
+    ("post", "/api/models/999/activate", None, 404, "no model version"),
+    ("post", "/api/models/0/activate", None, 422, None),
+    ("post", "/api/models/abc/activate", None, 422, None),
+    ("get", "/api/models/jobs/nope", None, 404, "no training job"),
+    ("post", "/api/models/jobs/nope/cancel", None, 404, "no training job"),
+])
+def test_bad_input_is_4xx_with_a_reason(world, method, url, body, status, says):
+    client = serve(world)
+    response = client.request(method, url, auth=ADMIN, **({"json": body} if body is not None else {}))
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert says is None or says in json.dumps(detail)
+    assert not checkpoint_files(world) or all(name.endswith((".pt", ".json")) for name in checkpoint_files(world))
