@@ -32,6 +32,8 @@ from capscope.metrics.jsonl import read_json_lines
 from capscope.ui_annotate import Annotator, build_annotate
 from capscope.ui_explore import DatasetScores, build_admin, build_benchmark, build_explore
 from capscope.ui_inspect import banner, build_inspect
+from capscope.training import Activations, TrainingJobs, models_folder
+from capscope.ui_model_versions import build_model_versions
 from capscope.ui_models import TOKEN_RULE_NOTES, Models
 
 log = logging.getLogger(__name__)
@@ -108,9 +110,13 @@ def token_rule_note(rule: str) -> str:
 
 
 def build_ui(store: Store, models: Models | None = None, examples: list[dict] | None = None,
-             lease_seconds: int | None = None, data_roots: DataRoots | None = None) -> gr.Blocks:
-    """The page; `data_roots`: the folders whose files a user may name (default the data folder)."""
+             lease_seconds: int | None = None, data_roots: DataRoots | None = None,
+             training: TrainingJobs | None = None, activations: Activations | None = None) -> gr.Blocks:
+    """The page; `data_roots`: the folders whose files a user may name (default the data folder);
+    `training`, `activations`: the server's fine-tuning jobs and model versions (app/training.py)."""
     models = models or Models()
+    training = training or TrainingJobs(store, models, models_folder(store))
+    activations = activations or Activations(store, models)
     annotator = Annotator(store, models, **({"lease_seconds": lease_seconds} if lease_seconds else {}))
     scores = DatasetScores(store, models)
     with gr.Blocks(title="capscope") as demo:
@@ -130,6 +136,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
                 bench = build_benchmark(store, scores, data_roots)
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
                 admin = build_admin(store)
+                model_versions = build_model_versions(store, training, activations)
 
         def whoami(request: gr.Request):
             name = getattr(request, "username", None)
@@ -145,7 +152,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
         demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
                   concurrency_id="model", concurrency_limit=1)
-        for part in (explore, bench, admin):
+        for part in (explore, bench, admin, model_versions):
             for fn, inputs, outputs in part["load"]:
                 demo.load(fn, inputs, outputs, api_visibility="private")
         del tabs
@@ -168,7 +175,8 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
         except Exception as err:  # the UI still works on an empty store
             log.warning("demo dataset not seeded: %s", err)
     demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None),
-                    getattr(app.state, "data_roots", None))
+                    getattr(app.state, "data_roots", None), getattr(app.state, "training", None),
+                    getattr(app.state, "activations", None))
     demo.queue(default_concurrency_limit=1)
 
     def login(name: str, password: str) -> bool:

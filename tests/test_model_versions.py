@@ -298,3 +298,20 @@ def test_bad_input_is_4xx_with_a_reason(world, method, url, body, status, says):
     detail = response.json()["detail"]
     assert says is None or says in json.dumps(detail)
     assert not checkpoint_files(world) or all(name.endswith((".pt", ".json")) for name in checkpoint_files(world))
+
+
+# ---------------------------------------------------------------- the Admin tab's Models panel
+
+def test_models_panel_logic(world, trained):
+    from capscope.ui import build_ui
+    from capscope.ui_model_versions import activate_click, job_line, start_training, versions_rows
+
+    client = serve(world)
+    training, activations = client.app.state.training, client.app.state.activations
+    (row,) = [r for r in versions_rows(world["store"]) if r[0] == trained["version_id"]]
+    assert row[2] == demo_sha()[:12] and row[3] == DATASET and " → " in row[4] and row[6] == ""
+    assert f"version {trained['version_id']} added" in job_line(trained)
+    assert "no labels" in start_training(training, "default", 1, 5)
+    assert training.last() is None  # nothing started
+    assert activate_click(activations, 999).startswith("Not activated: no model version 999")
+    assert build_ui(world["store"], client.app.state.models, training=training, activations=activations)
