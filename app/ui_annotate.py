@@ -77,7 +77,8 @@ class Suggestions:
 
     def _stored(self, user: UserInfo, item: dict):
         full = workflow.get_item(self.store, user, item["item_id"], include_predictions=True)
-        stored = {p["metric"]: p for p in full.get("predictions") or [] if p.get("token_scores")}
+        # newest first per metric (workflow.predictions_of): after an activation, the active version's
+        stored = {p["metric"]: p for p in reversed(full.get("predictions") or []) if p.get("token_scores")}
         metric = next((m for m in metric_names(kind="token") if m in stored), None)
         if metric is None:
             return None

@@ -315,3 +315,27 @@ def test_models_panel_logic(world, trained):
     assert training.last() is None  # nothing started
     assert activate_click(activations, 999).startswith("Not activated: no model version 999")
     assert build_ui(world["store"], client.app.state.models, training=training, activations=activations)
+
+
+def test_annotate_suggestions_follow_the_newest_prediction(world, monkeypatch):
+    import capscope.ui_annotate as ui_annotate
+    from sqlalchemy import delete
+
+    from capscope.annotation.model_versions import queued_items, store_version_predictions
+    from capscope.annotation.users import get_user
+
+    store = world["store"]
+    item = queued_items(store, DATASET, 1)[0]
+    row = {"metrics": {"infometic": {"token_scores": [0.5] * len(item["tokens"])}}}
+    store_version_predictions(store, "v8:older", [(item["caption_id"], row)])
+    time.sleep(0.01)
+    store_version_predictions(store, "v9:newer", [(item["caption_id"], row)])
+    seen = []
+    monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule: seen.append(stored) or "x")
+    try:
+        ui_annotate.Suggestions(store, None)._stored(get_user(store, ADMIN[0]),
+                                                      {"item_id": item["caption_id"], "tokens": item["tokens"]})
+    finally:
+        with store.write() as session:
+            session.execute(delete(Prediction).where(Prediction.model_version.in_(["v8:older", "v9:newer"])))
+    assert [s["model_version"] for s in seen] == ["v9:newer"]
