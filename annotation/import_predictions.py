@@ -46,11 +46,12 @@ def _write_predictions(session, dataset: str, rows, report: ImportReport) -> Non
             report.errors.append(RowError(line, external_id, f"no caption with this id in dataset {dataset!r}"))
             continue
         for metric, result in metrics.items():
-            _upsert_prediction(session, ids[external_id], str(metric)[:50], version, result or {})
+            upsert_prediction(session, ids[external_id], str(metric)[:50], version, result or {})
         report.added += 1
 
 
-def _upsert_prediction(session, caption_id: int, metric: str, version: str, result: dict) -> None:
+def upsert_prediction(session, caption_id: int, metric: str, version: str, result: dict) -> None:
+    """Store (or replace) one metric's result for a caption under `version`."""
     prediction = session.scalar(select(Prediction).where(
         Prediction.caption_id == caption_id, Prediction.metric == metric, Prediction.model_version == version))
     if prediction is None:
