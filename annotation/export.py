@@ -70,6 +70,11 @@ def captokeneval_row(item: ItemData) -> dict:
     return row
 
 
+def captokeneval_items(store: Store, dataset: str | None = None) -> list[dict]:
+    """The export's CapTokenEval items in memory (what fine-tuning learns from)."""
+    return [captokeneval_row(item) for item in iter_items(store, dataset)]
+
+
 def _iter_captokeneval(store: Store, dataset: str | None) -> Iterator[str]:
     for item in iter_items(store, dataset):
         yield json.dumps(captokeneval_row(item), ensure_ascii=False) + "\n"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from capscope.cli import CapscopeError
 from capscope.cmd_score import add_clip4dm_options, add_precision_option
+from capscope.demo.shifts import SHIFTS
 from capscope.metrics.constants import TOKEN_RULES
 
 
@@ -14,6 +15,8 @@ def register(sub) -> None:
     data.add_argument("--out", required=True, type=Path, help="output folder")
     data.add_argument("--n", type=int, default=500, help="number of scenes (each gives a clean and a polluted caption)")
     data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--shift", choices=SHIFTS, default=None,
+                      help="draw the scenes in a changed appearance the demo model never saw (labels unchanged)")
     data.add_argument("--judgements", action="store_true",
                       help="also write judgements/flickr8k.json: graded captions rated by three simulated raters "
                            "(Flickr8k-Expert layout, docs/benchmarks.md)")
@@ -40,7 +43,8 @@ def register(sub) -> None:
 
 
 def _training_options(parser, minutes: float) -> None:
-    parser.add_argument("--minutes", type=float, default=minutes, help=f"training time budget (default {minutes:g})")
+    budget = "15; fine-tuning: 5" if minutes is None else f"{minutes:g}"
+    parser.add_argument("--minutes", type=float, default=minutes, help=f"training time budget (default {budget})")
     parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -50,7 +54,7 @@ def _training_options(parser, minutes: float) -> None:
 
 def _head_options(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="images per step (each: clean, polluted, second caption)")
-    parser.add_argument("--lr", type=float, default=7e-4)
+    parser.add_argument("--lr", type=float, default=None, help="learning rate (default 7e-4; fine-tuning: 5e-4)")
     parser.add_argument("--intra-layers", type=int, default=2, help="layers of each intra-modal encoder")
     parser.add_argument("--inter-layers", type=int, default=2, help="layers of the inter-modal encoder")
     parser.add_argument("--demo-scenes", type=int, default=4000, help="demo scenes encoded once (captions are drawn afresh each step)")
@@ -66,8 +70,23 @@ def register_train_infometic(targets) -> None:
     head.add_argument("--clip-pretrained", default=None, help="open_clip pretrained tag or file")
     head.add_argument("--resume", action="store_true", help="continue from OUT's training state")
     head.add_argument("--half", action="store_true", help="save fp16 weights")
-    _training_options(head, 15.0)
+    _training_options(head, None)
     _head_options(head)
+    tune = head.add_argument_group("fine-tuning on labels (docs/fine-tuning.md)")
+    tune.add_argument("--labels", type=Path, default=None, help="CapTokenEval file (as `capscope export` writes it)")
+    tune.add_argument("--dataset", default=None, help="a dataset in the store: gold labels, else the judgements' majority")
+    tune.add_argument("--db", default=None, help="database URL for --dataset (default: $CAPSCOPE_DB_URL or the local file)")
+    tune.add_argument("--init", default=None, help="the checkpoint to start from: a file, or `demo` for the bundled model")
+    tune.add_argument("--holdout", type=float, default=0.2, help="share of images held out for the before/after figures")
+    tune.add_argument("--anchor", type=float, default=None, help="pull towards the parent's weights (L2-SP; default 0.05)")
+    tune.add_argument("--train", choices=("head", "visual"), default="visual",
+                      help="what learns: the head, or the head and CLIP's image tower (default)")
+    tune.add_argument("--swaps", type=int, default=2,
+                      help="copies of each fully-correct item with one word swapped (labelled wrong); 0: none")
+    tune.add_argument("--check-gold", type=Path, default=None,
+                      help="another CapTokenEval file scored before and after (e.g. the parent's own world)")
+    tune.add_argument("--token-rule", choices=TOKEN_RULES, default="relative", help="the verdict rule of the figures")
+    tune.add_argument("--json", action="store_true", help="print the report as one JSON object")
     head.set_defaults(func=run_train_infometic)
 
 
@@ -106,7 +125,7 @@ def run_demo_data(args) -> int:
 
     if args.n < 1:
         raise CapscopeError("--n must be at least 1")
-    counts = write_demo_data(args.out, args.n, args.seed)
+    counts = write_demo_data(args.out, args.n, args.seed, shift=args.shift)
     print(f"wrote {counts['scenes']} scenes, {counts['gold_items']} gold items to "
           f"{args.out / 'captokeneval.jsonl'}, {counts['training_rows']} training rows to {args.out / 'train.jsonl'}")
     if args.judgements:
@@ -139,7 +158,8 @@ def _info_config(args, **overrides):
 
     values = dict(
         out=args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
-        threads=args.threads, checkpoint_minutes=args.checkpoint_minutes, batch_size=args.batch_size, lr=args.lr,
+        threads=args.threads, checkpoint_minutes=args.checkpoint_minutes, batch_size=args.batch_size,
+        lr=7e-4 if args.lr is None else args.lr,
         intra_layers=args.intra_layers, inter_layers=args.inter_layers, demo_scenes=args.demo_scenes,
         probe_gold=args.probe_gold,
     )
@@ -151,6 +171,12 @@ def run_train_infometic(args) -> int:
     from capscope.bench.evaluate import evaluate_gold
     from capscope.demo.train_infometic import state_path, train_infometic
 
+    if args.labels is not None or args.dataset is not None:
+        return run_finetune(args)
+    if args.init is not None:
+        raise CapscopeError("--init fine-tunes: give the labels too (--labels FILE or --dataset NAME)")
+    if args.minutes is None and args.steps is None:
+        args.minutes = 15.0
     if args.clip is None and args.clip_model is None:
         raise CapscopeError("give --clip (a demo CLIP from `capscope train clip`) or --clip-model/--clip-pretrained")
     if args.clip is not None and not args.clip.is_file():
@@ -163,6 +189,67 @@ def run_train_infometic(args) -> int:
                                  data=args.data, resume=args.resume, half=args.half),
                     evaluate_gold=evaluate_gold)
     return 0
+
+
+def run_finetune(args) -> int:
+    import json
+
+    from capscope.bench.evaluate import evaluate_gold
+    from capscope.demo.finetune import FinetuneConfig, FinetuneError, finetune, format_report
+
+    if (args.labels is None) == (args.dataset is None):
+        raise CapscopeError("give one of --labels FILE or --dataset NAME")
+    if args.init is None:
+        raise CapscopeError("--init: the checkpoint to fine-tune (a file, or `demo` for the bundled model)")
+    items, base_dir, labels = labels_for(args)
+    if args.minutes is None and args.steps is None:
+        args.minutes = 5.0
+    config = FinetuneConfig(
+        out=args.out, init=init_checkpoint(args.init), items=items, base_dir=base_dir, labels=labels,
+        holdout=args.holdout, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
+        threads=args.threads, token_rule=args.token_rule, check_gold=args.check_gold, progress=not args.json,
+        swaps=args.swaps, train=args.train, **({"anchor": args.anchor} if args.anchor is not None else {}),
+        **({"lr": args.lr} if args.lr is not None else {}),
+    )
+    try:
+        report = finetune(config, evaluate_gold)
+    except FinetuneError as err:
+        raise CapscopeError(str(err)) from None
+    print(json.dumps(report) if args.json else format_report(report, args.out))
+    return 0
+
+
+def init_checkpoint(value: str) -> Path:
+    from capscope.metrics.loading import demo_model_path
+
+    path = demo_model_path() if value == "demo" else Path(value)
+    if not path.is_file():
+        raise CapscopeError(f"--init: no checkpoint at {path}")
+    return path
+
+
+def labels_for(args) -> tuple[list[dict], Path, dict]:
+    """(CapTokenEval items, folder their image paths start from, what the labels are)."""
+    from capscope.demo.finetune import items_sha256
+    from capscope.metrics.checksums import file_sha256
+    from capscope.metrics.jsonl import JsonlError, read_json_lines
+
+    if args.labels is not None:
+        if not args.labels.is_file():
+            raise CapscopeError(f"--labels: no file at {args.labels}")
+        try:
+            items = read_json_lines(args.labels)
+        except JsonlError as err:
+            raise CapscopeError(f"--labels: {err}") from None
+        return items, args.labels.parent, {"source": "file", "file": args.labels.name,
+                                           "sha256": file_sha256(args.labels)}
+    from capscope.annotation.export import captokeneval_items
+    from capscope.cmd_annotate import open_store
+
+    items = captokeneval_items(open_store(args), args.dataset)
+    if not items:
+        raise CapscopeError(f"--dataset: no items in dataset {args.dataset!r}")
+    return items, Path("."), {"source": "dataset", "dataset": args.dataset, "sha256": items_sha256(items)}
 
 
 def run_train_demo(args) -> int:

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from capscope.metrics.text import tokenize
 
+from .shifts import shifted_pixels
 from .scenes import (
     Caption, Scene, make_caption, make_scene, pollute, region_label, scene_regions, scene_rng,
 )
@@ -86,7 +88,8 @@ def demo_scene(seed: int, index: int):
     return scene, clean, polluted, regions
 
 
-def write_demo_data(out: Path, n: int, seed: int, progress: bool = True) -> dict:
+def write_demo_data(out: Path, n: int, seed: int, progress: bool = True, shift: str | None = None) -> dict:
+    """`n` scenes (made with `seed`) drawn under an appearance `shift` (demo/shifts.py) when given."""
     from tqdm import tqdm
 
     out = Path(out)
@@ -98,7 +101,7 @@ def write_demo_data(out: Path, n: int, seed: int, progress: bool = True) -> dict
             image = f"images/{scene_id}.png"
             scene, clean, polluted, regions = demo_scene(seed, index)
             pixels, masks = scene.render()
-            scene.image().save(out / image)
+            Image.fromarray(shifted_pixels(shift, scene, pixels, masks, seed)).save(out / image)
             for suffix, caption in (("clean", clean), ("polluted", polluted)):
                 item = gold_item(f"{scene_id}-{suffix}", image, scene, caption, regions, masks)
                 item["twin"] = f"{scene_id}-{'polluted' if suffix == 'clean' else 'clean'}"

@@ -1,0 +1,557 @@
+"""Fine-tuning an InfoMetIC-family checkpoint on a team's own token and region
+labels (`capscope train infometic --labels FILE | --dataset NAME --init ...`).
+
+The labels are CapTokenEval items (docs/formats.md §3): a token labelled
+"correct"/"incorrect" supervises the text side, a region labelled
+"mentioned"/"unmentioned" the vision side; a null label is unknown and
+supervises nothing. CLIP stays frozen, so every image, region and caption is
+encoded once and each step runs the head alone: minutes on two CPU cores.
+
+Losses on the labelled items:
+- the token verifier's per-piece logits, class-balanced BCE (capscope
+  checkpoints; what decides the verdicts);
+- eq. 9 of the paper on the text attention (the mass on correct words), for
+  every checkpoint, the released one included;
+- eq. 10 on the region attention (the mass on mentioned regions) and a
+  BCE pushing labelled-unmentioned regions below the null slot;
+- not forgetting: an L2 pull of every trained weight towards the parent's
+  (L2-SP, Li et al. 2018), `anchor` times the squared distance.
+The parts that train are the head's (`head_parameters`); see
+docs/fine-tuning.md for what was measured with other choices.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from capscope.metrics.errors import CapscopeError
+
+log = logging.getLogger(__name__)
+
+UNKNOWN = 3        # a piece of a semantic word nobody labelled: counts as a word, supervises nothing
+FIGURE_KEYS = ("text_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "vision_accuracy", "region_auroc")
+
+
+class FinetuneError(CapscopeError, ValueError):
+    """Labels or a checkpoint that cannot be fine-tuned on; says why."""
+
+
+class Cancelled(Exception):
+    """Raised inside the loop when `should_stop` says so; nothing is written."""
+
+
+@dataclass
+class FinetuneConfig:
+    out: Path
+    init: Path                              # the parent checkpoint file
+    items: list[dict]                       # CapTokenEval items
+    base_dir: Path                          # where the items' relative image paths start
+    labels: dict                            # what the labels are, recorded in the checkpoint
+    holdout: float = 0.2                    # share of images held out for the figures
+    minutes: float | None = 5.0
+    steps: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    batch_size: int = 32
+    lr: float = 5e-4
+    anchor: float = 0.05                    # L2-SP weight
+    swaps: int = 2                          # swapped copies per fully-correct item (swapped_items)
+    train: str = "visual"                   # "head": the head alone; "visual": the head and CLIP's image tower
+    token_rule: str = "relative"
+    check_gold: Path | None = None          # another gold file scored before and after (the parent's world)
+    progress: bool = True
+    on_progress: Callable[[dict], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+
+
+@dataclass
+class Split:
+    train: list[dict]
+    held: list[dict]
+    held_images: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- labels
+
+def labelled(item: dict) -> bool:
+    tokens = any(t.get("semantic") and t.get("label") in ("correct", "incorrect") for t in item.get("tokens") or [])
+    regions = any(r.get("label") in ("mentioned", "unmentioned") for r in item.get("regions") or [])
+    return tokens or regions
+
+
+def split_by_image(items: list[dict], holdout: float, seed: int) -> Split:
+    """Labelled items, split so that one image's captions fall on one side."""
+    if not 0 <= holdout < 1:
+        raise FinetuneError(f"--holdout must be in [0, 1), not {holdout}")
+    usable = [item for item in items if labelled(item)]
+    images = sorted({str(item["image"]) for item in usable})
+    if len(images) < (2 if holdout > 0 else 1):
+        raise FinetuneError(f"{len(usable)} labelled items on {len(images)} images: too few to fine-tune "
+                            "and hold some out (label more, or --holdout 0)")
+    order = np.random.default_rng(seed).permutation(len(images))
+    n_held = min(max(int(round(holdout * len(images))), 1 if holdout > 0 else 0), len(images) - 1)
+    held = {images[i] for i in order[:n_held]}
+    return Split([i for i in usable if str(i["image"]) not in held],
+                 [i for i in usable if str(i["image"]) in held], sorted(held))
+
+
+def label_counts(items: list[dict]) -> dict:
+    tokens = [t["label"] for i in items for t in i["tokens"] if t.get("semantic") and t.get("label")]
+    regions = [r["label"] for i in items for r in i["regions"] if r.get("label")]
+    return {"items": len(items), "tokens": len(tokens), "incorrect_tokens": tokens.count("incorrect"),
+            "regions": len(regions), "mentioned_regions": regions.count("mentioned")}
+
+
+def items_sha256(items: list[dict]) -> str:
+    """A digest of the labels themselves (ids, captions, labels), stable across key order."""
+    digest = hashlib.sha256()
+    for item in sorted(items, key=lambda i: str(i["id"])):
+        digest.update(json.dumps([str(item["id"]), item["caption"],
+                                  [t.get("label") for t in item["tokens"]],
+                                  [r.get("label") for r in item["regions"]]]).encode())
+    return digest.hexdigest()
+
+
+def swapped_items(items: list[dict], rng: np.random.Generator, per_item: int, nlp=None) -> list[dict]:
+    """More wrong words than a team labels: copies of the fully-correct items
+    with one correct word swapped for another labelled word of the same part
+    of speech (InfoMetIC's own pollution, eq. 9, from the team's vocabulary).
+    The swapped word is labelled incorrect, the others keep their labels,
+    regions become unknown (the swap may change which one is meant)."""
+    from capscope.metrics.text import load_spacy, tokenize
+
+    nlp = nlp or load_spacy()
+    tags = {}
+    vocabulary: dict[str, set[str]] = {}
+    for item in items:
+        doc = nlp(item["caption"])
+        by_start = {t.idx: t.pos_ or "X" for t in doc}
+        tags[id(item)] = by_start
+        for token in item["tokens"]:
+            if token.get("semantic") and token.get("label") == "correct":
+                vocabulary.setdefault(by_start.get(token["start"], "X"), set()).add(token["text"].lower())
+    out = []
+    for item in items:
+        labels = [t.get("label") for t in item["tokens"] if t.get("semantic")]
+        if "incorrect" in labels or "correct" not in labels:
+            continue
+        for _ in range(per_item):
+            swapped = _swap_one(item, tags[id(item)], vocabulary, rng, nlp, tokenize)
+            if swapped is not None:
+                out.append(swapped)
+    return out
+
+
+def _swap_one(item: dict, tags: dict, vocabulary: dict, rng, nlp, tokenize) -> dict | None:
+    choices = [i for i, t in enumerate(item["tokens"]) if t.get("semantic") and t.get("label") == "correct"]
+    index = choices[int(rng.integers(len(choices)))]
+    token = item["tokens"][index]
+    options = sorted(vocabulary.get(tags.get(token["start"], "X"), set()) - {token["text"].lower()})
+    if not options:
+        return None
+    word = options[int(rng.integers(len(options)))]
+    caption = item["caption"][: token["start"]] + word + item["caption"][token["end"]:]
+    tokens = [t.to_dict() for t in tokenize(caption, nlp)]
+    if len(tokens) != len(item["tokens"]):
+        return None
+    for i, (new, old) in enumerate(zip(tokens, item["tokens"])):
+        new["label"] = "incorrect" if i == index else (old.get("label") if new["semantic"] else None)
+    return {**item, "id": f"{item['id']}~swap{index}-{word}", "caption": caption, "tokens": tokens,
+            "regions": [{**r, "label": None} for r in item["regions"]]}
+
+
+# ---------------------------------------------------------------- tensors
+
+@dataclass
+class LabelledSet:
+    """Every training item as fixed head inputs (CLIP is frozen) with its labels."""
+
+    inputs: list[list[torch.Tensor]]        # per item: v_g, regions, boxes, size, t_g, tokens, mask
+    piece_labels: list[torch.Tensor]        # per item: L (1 correct, 0 wrong, 2 other, -1 unknown/none)
+    region_labels: list[torch.Tensor]       # per item: n (1 mentioned, 0 unmentioned, -1 unknown)
+    image_of: list[int] = field(default_factory=list)           # per item: its (image, regions) index
+    pixels: list[torch.Tensor] = field(default_factory=list)    # per (image, regions): 1 + n CLIP inputs, fp16
+
+    def buckets(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for i, labels in enumerate(self.region_labels):
+            out.setdefault(len(labels), []).append(i)
+        return out
+
+    def batch(self, index: list[int], device, visual=None) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Head inputs of the items; with `visual` (CLIP's image tower, training)
+        the image features are computed afresh from the kept CLIP inputs."""
+        inputs = [torch.stack([self.inputs[i][k] for i in index]).to(device) for k in range(7)]
+        if visual is not None:
+            inputs[0], inputs[1] = self._image_features(index, device, visual)
+        return (inputs, torch.stack([self.piece_labels[i] for i in index]).to(device),
+                torch.stack([self.region_labels[i] for i in index]).to(device))
+
+    def _image_features(self, index: list[int], device, visual) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = sorted({self.image_of[i] for i in index})
+        feats = visual(torch.cat([self.pixels[k] for k in keys]).to(device).float()).float()
+        by_key, start = {}, 0
+        for k in keys:
+            by_key[k] = feats[start : start + len(self.pixels[k])]
+            start += len(self.pixels[k])
+        rows = [by_key[self.image_of[i]] for i in index]
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1:] for r in rows])
+
+
+def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: bool,
+                 keep_pixels: bool = False) -> LabelledSet:
+    """Image features once per distinct (image, regions), caption features once
+    per item; with `keep_pixels`, also CLIP's inputs (the image and its region
+    crops, preprocessed) for training the image tower."""
+    from capscope.metrics.images import read_image
+    from capscope.metrics.pairs import PreparedPair
+    from capscope.metrics.regions import given_regions
+    from capscope.metrics.text import Token
+
+    from .infometic_data import IGNORE, OTHER, encode_bank
+
+    keys, where = {}, []
+    for item in items:
+        key = (str(item["image"]), tuple(tuple(float(v) for v in r["box"]) for r in item["regions"]))
+        where.append(keys.setdefault(key, len(keys)))
+
+    def images():
+        for (image, boxes) in keys:
+            path = Path(image) if Path(image).is_absolute() else Path(base_dir) / image
+            try:
+                picture = read_image(path)
+            except Exception as err:  # noqa: BLE001 - any unreadable image is the same error to the user
+                raise FinetuneError(f"cannot read image {image}: {err}") from None
+            yield picture, given_regions([{"box": list(b)} for b in boxes], *picture.size)
+
+    if any(not item["regions"] for item in items):
+        raise FinetuneError("every item needs its regions (InfoMetIC judges a caption against regions)")
+    bank = encode_bank(backbone, images(), len(keys), progress)
+    pixels = [clip_inputs(backbone, picture, regions) for picture, regions in images()] if keep_pixels else []
+    inputs, piece_labels, region_labels = [], [], []
+    for start in range(0, len(items), 64):
+        chunk = items[start : start + 64]
+        pairs = [PreparedPair(i["caption"], [Token(t["text"], t["start"], t["end"], bool(t["semantic"]))
+                                             for t in i["tokens"]]) for i in chunk]
+        pieces, t_g, tokens, masks = metric.text_inputs(pairs)
+        for b, item in enumerate(chunk):
+            bank_index = where[start + b]
+            v_g, regions, boxes, size = bank.batch([bank_index])
+            inputs.append([v_g[0], regions[0], boxes[0], size[0], t_g[b].clone(), tokens[b].clone(), masks[b]])
+            labels = torch.full((tokens.shape[1],), IGNORE, dtype=torch.long)
+            for k, piece in enumerate(pieces[b]):
+                labels[k + 1] = OTHER
+                token = None if piece.token is None else item["tokens"][piece.token]
+                if token is not None and token.get("semantic"):
+                    labels[k + 1] = {"correct": 1, "incorrect": 0}.get(token.get("label"), UNKNOWN)
+            piece_labels.append(labels)
+            region_labels.append(torch.tensor([{"mentioned": 1, "unmentioned": 0}.get(r.get("label"), IGNORE)
+                                               for r in item["regions"]], dtype=torch.long))
+    return LabelledSet(inputs, piece_labels, region_labels, where, pixels)
+
+
+def clip_inputs(backbone, picture, regions) -> torch.Tensor:
+    """What `ClipBackbone.image_features` feeds CLIP for one image: the image,
+    then each region's crop, preprocessed (1 + n) x 3 x S x S, kept in fp16."""
+    from capscope.metrics.encoder import crop_region
+
+    crops = [picture] + [crop_region(picture, region, backbone.crop) for region in regions]
+    return torch.stack([backbone.preprocess(c.convert("RGB")) for c in crops]).half()
+
+
+# ---------------------------------------------------------------- losses
+
+def region_loss(out: dict, labels: torch.Tensor) -> torch.Tensor:
+    """Eq. 10 on mentioned regions, and each labelled-unmentioned region's
+    attention logit pushed below the null slot's (a region nobody mentions
+    should draw less mass than "nothing")."""
+    import torch.nn.functional as F
+
+    from .train_infometic import vision_token_loss
+
+    mentioned = vision_token_loss(out["region_log_attention"], labels)
+    log_attention = out["region_log_attention"]
+    n = labels.shape[1]
+    null = log_attention[:, n:n + 1] if log_attention.shape[1] > n else None
+    unmentioned = labels == 0
+    if null is None or not unmentioned.any():
+        return mentioned
+    margin = (log_attention[:, :n] - null)[unmentioned]
+    return mentioned + F.softplus(margin).mean()
+
+
+def token_losses(out: dict, labels: torch.Tensor, token_rule: str) -> torch.Tensor:
+    from .train_infometic import text_token_loss, verify_loss
+
+    loss = share_loss(out["text_log_attention"], labels, token_rule)
+    if out.get("checks") is not None and "logits" in out["checks"]:
+        return loss + verify_loss(out["checks"]["logits"], labels)
+    return loss + text_token_loss(out["text_log_attention"], labels)
+
+
+def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: str, sharpness: float = 2.0):
+    """What decides a verdict, trained directly: each labelled piece's share of
+    the text attention against the token rule's threshold for its caption
+    (metrics.families.word_threshold), as a class-balanced logistic loss on
+    sharpness * log(share / threshold)."""
+    import torch.nn.functional as F
+
+    from capscope.metrics.constants import BETA
+    from capscope.metrics.families import word_threshold
+
+    semantic = ((labels == 0) | (labels == 1) | (labels == UNKNOWN)).sum(-1)
+    thresholds = torch.tensor([word_threshold(token_rule, BETA, int(n)) for n in semantic],
+                              device=log_attention.device, dtype=log_attention.dtype)
+    margin = sharpness * (log_attention - thresholds.log()[:, None])
+    parts = []
+    for value in (0, 1):
+        chosen = labels == value
+        if chosen.any():
+            parts.append(F.binary_cross_entropy_with_logits(margin[chosen], margin[chosen].new_full(
+                (int(chosen.sum()),), float(value))))
+    return sum(parts) / len(parts) if parts else log_attention.sum() * 0
+
+
+def anchor_loss(params: list[torch.Tensor], parent: list[torch.Tensor]) -> torch.Tensor:
+    return sum(((p - p0) ** 2).sum() for p, p0 in zip(params, parent))
+
+
+# ---------------------------------------------------------------- the run
+
+def load_parent(path: Path, device):
+    """(InfoMetIC model in float32, clip name, clip config, crop dict, raw checkpoint)."""
+    import open_clip
+
+    from capscope.metrics.loading import read_checkpoint
+    from capscope.metrics.scorer import load_infometic
+
+    from .train_infometic import PLAIN_CROP
+
+    raw = read_checkpoint(path, "InfoMetIC", "--init")
+    model, clip_name = load_infometic(raw, str(path))
+    capscope_format = isinstance(raw, dict) and "head_config" in raw
+    crop = dict(raw["crop"]) if capscope_format and isinstance(raw.get("crop"), dict) else dict(PLAIN_CROP)
+    clip_config = raw.get("clip_config") if capscope_format else None
+    clip_config = clip_config or open_clip.get_model_config(clip_name)
+    for p in model.clip_backbone.parameters():
+        p.requires_grad_(False)
+    return model.float().to(device), clip_name, clip_config, crop, raw
+
+
+def parent_half(raw) -> bool:
+    """Whether the parent's head weights were saved in fp16 (the child is saved the same way)."""
+    state = raw.get("state_dict", raw) if isinstance(raw, dict) else {}
+    heads = [v for k, v in state.items() if not k.startswith("clip_backbone.") and torch.is_tensor(v)
+             and v.is_floating_point()]
+    return bool(heads) and all(v.dtype == torch.float16 for v in heads)
+
+
+def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
+    """Fine-tune, save the child checkpoint atomically at `config.out` and the
+    before/after figures beside it; returns the report. `evaluate_gold` is
+    `capscope.bench.evaluate.evaluate_gold` (passed in: demo/ does not import bench/).
+    Raises Cancelled (nothing written) when `should_stop` turns true."""
+    from capscope.metrics.checksums import file_sha256
+    from capscope.metrics.encoder import ClipBackbone, CropStyle
+    from capscope.metrics.families import InfoFamilyMetric
+    from capscope.metrics.loading import resolve_device
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    device = resolve_device(config.device)
+    split = split_by_image(config.items, config.holdout, config.seed)
+    if not split.train:
+        raise FinetuneError("no labelled item left to train on after the hold-out")
+    model, clip_name, clip_config, crop, raw = load_parent(config.init, device)
+    report = {"parent": {"file": Path(config.init).name, "sha256": file_sha256(config.init)},
+              "labels": {**config.labels, "train": label_counts(split.train), "held_out": label_counts(split.held)},
+              "holdout": {"share": config.holdout, "images": len(split.held_images), "seed": config.seed},
+              "token_rule": config.token_rule}
+    _progress(config, {"stage": "figures before", "fraction": 0.0})
+    report["before"] = held_figures(config, config.init, split.held, evaluate_gold)
+    backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, clip_name, device, CropStyle(**crop))
+    metric = InfoFamilyMetric("infometic", backbone)
+    _progress(config, {"stage": "encoding", "fraction": 0.0})
+    swaps = swapped_items(split.train, np.random.default_rng(config.seed), config.swaps) if config.swaps else []
+    report["labels"]["swapped_copies"] = len(swaps)
+    if config.train not in TRAIN_PARTS:
+        raise FinetuneError(f"--train must be one of {', '.join(TRAIN_PARTS)}, not {config.train!r}")
+    data = encode_items(backbone, metric, split.train + swaps, config.base_dir, config.progress,
+                        keep_pixels=config.train == "visual")
+    training = train_head(model, data, config, device)
+    _save_child(config, model, clip_name, clip_config, crop, raw, report, training)
+    _progress(config, {"stage": "figures after", "fraction": 1.0})
+    report["after"] = held_figures(config, config.out, split.held, evaluate_gold)
+    if config.check_gold:
+        report["check_gold"] = {"file": Path(config.check_gold).name,
+                                "before": gold_file_figures(config, config.init, evaluate_gold),
+                                "after": gold_file_figures(config, config.out, evaluate_gold)}
+    report["training"] = training
+    figures_path(config.out).write_text(json.dumps(report, indent=1))
+    _save_child(config, model, clip_name, clip_config, crop, raw, report, training)   # figures inside too
+    return report
+
+
+FROZEN = ("verifier.bias_scale",)   # the verifier's weight in the text attention: see the module docstring
+
+
+TRAIN_PARTS = ("head", "visual")
+
+
+def trainable_parameters(model, parts: str) -> list[torch.Tensor]:
+    """The head's parameters (less FROZEN), and with "visual" CLIP's image tower's."""
+    head = {id(p) for p in model.head_parameters()}
+    chosen = [p for name, p in model.named_parameters()
+              if id(p) in head and p.requires_grad and name not in FROZEN]
+    if parts == "visual":
+        for p in model.clip_backbone.visual.parameters():
+            p.requires_grad_(True)
+            chosen.append(p)
+    return chosen
+
+
+def train_head(model, data: LabelledSet, config: FinetuneConfig, device) -> dict:
+    from tqdm import tqdm
+
+    from .schedule import TrainState, budget_spent, warmup_cosine
+
+    trainable = trainable_parameters(model, config.train)
+    visual = model.clip_backbone.encode_image if config.train == "visual" else None
+    parent = [p.detach().clone() for p in trainable]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=0.0)
+    buckets = data.buckets()
+    weights = np.array([len(v) for v in buckets.values()], dtype=float)
+    state, losses = TrainState(), []
+    steps = config.steps
+    bar = tqdm(total=steps, desc="fine-tune infometic", unit="step", disable=not config.progress, mininterval=5.0)
+    model.train()
+    while not budget_spent(state, steps, config.minutes):
+        if config.should_stop is not None and config.should_stop():
+            raise Cancelled()
+        started = time.monotonic()
+        rng = np.random.default_rng(np.random.SeedSequence([config.seed, 23, state.step]))
+        bucket = list(buckets.values())[int(rng.choice(len(buckets), p=weights / weights.sum()))]
+        index = [bucket[int(i)] for i in rng.choice(len(bucket), size=min(config.batch_size, len(bucket)), replace=False)]
+        inputs, piece_labels, region_labels = data.batch(index, device, visual)
+        for group in optimizer.param_groups:
+            group["lr"] = warmup_cosine(config.lr, state.step, state.elapsed, warmup_steps=10,
+                                        minutes=config.minutes, steps=steps, floor=0.1)
+        out = model.outputs(*inputs)
+        loss = token_losses(out, piece_labels, config.token_rule) + region_loss(out, region_labels)
+        loss = loss + config.anchor * anchor_loss(trainable, parent)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        state.elapsed += time.monotonic() - started
+        state.step += 1
+        bar.update(1)
+        _progress(config, {"stage": "training", "step": state.step, "loss": losses[-1],
+                           "fraction": _fraction(state, steps, config.minutes)})
+    bar.close()
+    model.eval()
+    return {"steps": state.step, "minutes": round(state.elapsed / 60, 2), "seed": config.seed, "lr": config.lr,
+            "anchor": config.anchor, "batch_size": config.batch_size, "trained": config.train,
+            "first_loss": round(float(np.mean(losses[:10])), 4) if losses else None,
+            "last_loss": round(float(np.mean(losses[-10:])), 4) if losses else None}
+
+
+def _fraction(state, steps: int | None, minutes: float | None) -> float:
+    parts = [state.step / steps] if steps else []
+    if minutes:
+        parts.append(state.elapsed / (60 * minutes))
+    return min(max(parts, default=0.0), 1.0)
+
+
+def _progress(config: FinetuneConfig, event: dict) -> None:
+    if config.on_progress is not None:
+        config.on_progress(event)
+
+
+def _save_child(config, model, clip_name, clip_config, crop, raw, report, training) -> None:
+    from capscope.metrics.infometic import capscope_checkpoint
+
+    from .clip_model import write_atomically
+
+    half = parent_half(raw)
+    child = capscope_checkpoint(model, clip_name, clip_config, crop=dict(crop), training=training,
+                                parent=report["parent"], labels=report["labels"],
+                                figures={k: report.get(k) for k in ("before", "after", "check_gold") if k in report})
+    child["state_dict"] = {k: (v.half() if half and v.is_floating_point() else v).detach().cpu().clone()
+                           for k, v in child["state_dict"].items()}
+    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(Path(config.out), lambda tmp: torch.save(child, tmp))
+
+
+def figures_path(checkpoint: Path) -> Path:
+    """Where the before/after figures of a fine-tuned checkpoint are saved: beside it."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.stem + ".figures.json")
+
+
+def held_figures(config: FinetuneConfig, checkpoint: Path, items: list[dict], evaluate_gold) -> dict | None:
+    if not items:
+        return None
+    return _figures(config, checkpoint, items, config.base_dir, evaluate_gold)
+
+
+def gold_file_figures(config: FinetuneConfig, checkpoint: Path, evaluate_gold) -> dict:
+    from capscope.metrics.jsonl import read_json_lines
+
+    gold = Path(config.check_gold)
+    return _figures(config, checkpoint, read_json_lines(gold), gold.parent, evaluate_gold)
+
+
+def _figures(config: FinetuneConfig, checkpoint: Path, items: list[dict], base_dir: Path, evaluate_gold) -> dict:
+    from capscope.metrics.scorer import Scorer
+
+    scorer = Scorer(["infometic"], device=config.device, regions="given", infometic_checkpoint=str(checkpoint),
+                    token_rule=config.token_rule)
+    figures = evaluate_gold(scorer, "infometic", items, base_dir, token_rule=config.token_rule)
+    out = {k: _round(figures.get(k)) for k in FIGURE_KEYS}
+    out["trivial_text_accuracy"] = _round(figures["trivial"]["text_accuracy"])
+    out["n_items"] = len(items)
+    return out
+
+
+def _round(value):
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+
+
+def format_report(report: dict, out: Path) -> str:
+    """The before/after table `capscope train infometic --labels ...` prints."""
+    names = {"text_accuracy": "text accuracy", "incorrect_token_f1": "wrong-word F1",
+             "incorrect_token_auroc": "wrong-word AUROC", "vision_accuracy": "vision accuracy",
+             "region_auroc": "region AUROC", "trivial_text_accuracy": "text accuracy, all words correct"}
+    train, held = report["labels"]["train"], report["labels"]["held_out"]
+    lines = [f"fine-tuned {report['parent']['file']} (sha256 {report['parent']['sha256'][:12]}...) "
+             f"on {train['items']} items ({train['tokens']} labelled words, {train['regions']} labelled regions); "
+             f"{report['training']['steps']} steps in {report['training']['minutes']} min",
+             f"held out: {held['items']} items on {report['holdout']['images']} images "
+             f"(token rule {report['token_rule']})", ""]
+    tables = [("held-out", report.get("before"), report.get("after"))]
+    if "check_gold" in report:
+        tables.append((report["check_gold"]["file"], report["check_gold"]["before"], report["check_gold"]["after"]))
+    for title, before, after in tables:
+        if not before:
+            lines.append(f"{title}: nothing held out (--holdout 0)")
+            continue
+        lines.append(f"{title:<34} {'before':>8} {'after':>8}")
+        for key, name in names.items():
+            show = lambda v: "-" if v is None else f"{v:.3f}"
+            lines.append(f"  {name:<32} {show(before.get(key)):>8} {show(after.get(key)):>8}")
+        lines.append("")
+    lines.append(f"saved {out} and {figures_path(out).name}")
+    return "\n".join(lines)

@@ -1,0 +1,131 @@
+"""Fine-tuning on a team's labels (`capscope train infometic --labels/--init`):
+the split, the swapped copies, the shifted demo world, and a real fine-tune of
+the bundled demo model on a shifted world that moves held-out figures up."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from capscope.cli import main
+from capscope.demo.finetune import FinetuneError, figures_path, split_by_image, swapped_items
+from capscope.demo.shifts import SHIFTS, shifted_pixels
+from capscope.metrics.checksums import file_sha256
+from capscope.metrics.jsonl import read_json_lines
+from capscope.metrics.loading import demo_model_path
+
+
+def item(image, labels=("correct",), regions=("mentioned",), caption="a red circle"):
+    tokens = [{"text": w, "start": caption.index(w), "end": caption.index(w) + len(w), "semantic": i > 0,
+               "label": (labels[i - 1] if i - 1 < len(labels) else None) if i > 0 else None}
+              for i, w in enumerate(caption.split())]
+    return {"id": f"{image}-{len(labels)}", "image": image, "caption": caption, "tokens": tokens,
+            "regions": [{"box": [0, 0, 10, 10], "label": r} for r in regions]}
+
+
+def test_split_keeps_each_image_on_one_side_and_is_fixed_by_the_seed():
+    items = [item(f"im{i}.png", caption=c) for i in range(10) for c in ("a red circle", "a blue square")]
+    split = split_by_image(items, 0.2, seed=3)
+    assert len(split.held_images) == 2
+    assert {i["image"] for i in split.held} == set(split.held_images)
+    assert not {i["image"] for i in split.train} & set(split.held_images)
+    assert split_by_image(items, 0.2, seed=3).held_images == split.held_images
+    assert split_by_image(items, 0.2, seed=4).held_images != split.held_images
+
+
+def test_unlabelled_items_are_left_out_and_too_few_is_an_error():
+    unlabelled = item("a.png", labels=(None, None), regions=(None,))
+    split = split_by_image([unlabelled, item("b.png"), item("c.png")], 0.5, seed=0)
+    assert [i["image"] for i in split.train + split.held] != [] and unlabelled not in split.train + split.held
+    with pytest.raises(FinetuneError, match="too few"):
+        split_by_image([item("a.png")], 0.2, seed=0)
+    with pytest.raises(FinetuneError, match="holdout"):
+        split_by_image([item("a.png"), item("b.png")], 1.0, seed=0)
+
+
+def test_a_swapped_copy_has_one_wrong_word_and_unknown_regions():
+    items = [item("a.png", labels=("correct", "correct"), caption="a red circle"),
+             item("b.png", labels=("correct", "correct"), caption="a blue square"),
+             item("c.png", labels=("incorrect", "correct"), caption="a green star")]
+    copies = swapped_items(items, np.random.default_rng(0), per_item=3)
+    assert copies and all(c["image"] in ("a.png", "b.png") for c in copies)   # items with a wrong word are not copied
+    for copy in copies:
+        labels = [t["label"] for t in copy["tokens"] if t["semantic"]]
+        assert labels.count("incorrect") == 1
+        wrong = next(t for t in copy["tokens"] if t["label"] == "incorrect")
+        assert copy["caption"][wrong["start"]:wrong["end"]] == wrong["text"]
+        assert all(r["label"] is None for r in copy["regions"])
+
+
+@pytest.mark.parametrize("shift", SHIFTS)
+def test_a_shift_changes_pixels_but_not_the_shapes_masks(shift):
+    from capscope.demo.scenes import make_scene
+
+    scene = make_scene(np.random.default_rng(1))
+    pixels, masks = scene.render()
+    shifted = shifted_pixels(shift, scene, pixels, masks, seed=0)
+    assert shifted.shape == pixels.shape and shifted.dtype == np.uint8
+    assert (shifted != pixels).any(axis=-1).mean() > 0.3
+    if shift != "outline":
+        for shape, mask in zip(scene.shapes, masks):
+            assert (shifted[mask] == shape.rgb).all()
+    with pytest.raises(ValueError, match="unknown shift"):
+        shifted_pixels("sepia", scene, pixels, masks, seed=0)
+
+
+@pytest.fixture(scope="module")
+def dark_world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dark")
+    assert main(["demo-data", "--out", str(folder), "--n", "90", "--seed", "4", "--shift", "dark"]) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def finetuned(dark_world, tmp_path_factory):
+    out = tmp_path_factory.mktemp("child") / "child.pt"
+    code = main(["train", "infometic", "--labels", str(dark_world / "captokeneval.jsonl"), "--init", "demo",
+                 "--out", str(out), "--steps", "250", "--threads", "2", "--holdout", "0.25", "--json"])
+    assert code == 0
+    return out
+
+
+def test_fine_tuning_on_a_shift_moves_held_out_figures_up(finetuned):
+    report = json.loads(figures_path(finetuned).read_text())
+    before, after = report["before"], report["after"]
+    assert report["labels"]["held_out"]["items"] > 30
+    assert after["incorrect_token_f1"] > before["incorrect_token_f1"]
+    assert after["region_auroc"] > before["region_auroc"] + 0.03
+    assert after["text_accuracy"] > before["text_accuracy"]
+
+
+def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(finetuned, dark_world):
+    from capscope.metrics.scorer import Scorer
+
+    raw = torch.load(finetuned, map_location="cpu", weights_only=False)
+    assert raw["parent"]["sha256"] == file_sha256(demo_model_path())
+    assert raw["labels"]["source"] == "file"
+    assert raw["labels"]["sha256"] == file_sha256(dark_world / "captokeneval.jsonl")
+    assert raw["labels"]["train"]["items"] + raw["labels"]["held_out"]["items"] == 180
+    assert raw["figures"]["after"] == json.loads(figures_path(finetuned).read_text())["after"]
+    scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(finetuned))
+    gold = read_json_lines(dark_world / "captokeneval.jsonl")[0]
+    row = scorer.score(str(dark_world / gold["image"]), gold["caption"],
+                       regions=[{"box": r["box"]} for r in gold["regions"]])
+    assert row["model"]["checkpoints"]["infometic"]["sha256"] == file_sha256(finetuned)
+    assert len(row["metrics"]["infometic"]["token_scores"]) == len(row["tokens"])
+
+
+def test_fine_tune_input_errors_are_user_errors(tmp_path, dark_world, capsys):
+    labels = str(dark_world / "captokeneval.jsonl")
+    out = str(tmp_path / "x.pt")
+    assert main(["train", "infometic", "--labels", labels, "--out", out]) == 2
+    assert "--init" in capsys.readouterr().err
+    assert main(["train", "infometic", "--labels", labels, "--init", str(tmp_path / "no.pt"), "--out", out]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert main(["train", "infometic", "--labels", str(tmp_path / "none.jsonl"), "--init", "demo", "--out", out]) == 2
+    assert "no file" in capsys.readouterr().err
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(read_json_lines(labels)[0] | {"image": str(dark_world / "images/scene00000.png")}) + "\n")
+    assert main(["train", "infometic", "--labels", str(one), "--init", "demo", "--out", out, "--steps", "1"]) == 2
+    assert "too few" in capsys.readouterr().err
+    assert not (tmp_path / "x.pt").exists()
