@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import html
 import logging
+import re
 import threading
 from datetime import datetime
 from typing import Callable
@@ -63,16 +64,24 @@ class Suggestions:
         self.store, self.models = store, models
         self._cache = LRUCache(SUGGESTIONS_KEPT)
 
-    def cached(self, item_id: int) -> tuple[set[int], set[int], str] | None:
-        return self._cache[item_id] if item_id in self._cache else None
+    def _key(self, item_id: int) -> tuple[int, str | None]:
+        """Kept per item and per server model: an activation makes every item look again."""
+        return item_id, getattr(self.models, "version", None)
 
-    def get(self, user: UserInfo, item: dict, compute: bool = True) -> tuple[set[int], set[int], str] | None:
-        """Cached, else stored, else (with `compute`) scored now."""
-        if item["item_id"] in self._cache:
-            return self._cache[item["item_id"]]
+    def cached(self, item_id: int) -> tuple[set[int], set[int], str, str | None] | None:
+        key = self._key(item_id)
+        return self._cache[key] if key in self._cache else None
+
+    def get(self, user: UserInfo, item: dict,
+            compute: bool = True) -> tuple[set[int], set[int], str, str | None] | None:
+        """(wrong words, mentioned regions, metric, model version or None for
+        the server's default model): cached, else stored, else (with `compute`) scored now."""
+        key = self._key(item["item_id"])
+        if key in self._cache:
+            return self._cache[key]
         found = self._stored(user, item) or (self._computed(item) if compute else None)
         if found is not None:
-            self._cache[item["item_id"]] = found
+            self._cache[key] = found
         return found
 
     def _stored(self, user: UserInfo, item: dict):
@@ -83,14 +92,19 @@ class Suggestions:
         if metric is None:
             return None
         token_rule = self.models.token_rule if self.models is not None else DEFAULT_TOKEN_RULE
-        return _decided(item, stored[metric], metric, token_rule)
+        return (*_decided(item, stored[metric], metric, token_rule), stored[metric].get("model_version"))
 
     def _computed(self, item: dict):
         if self.models is None:
             return None
         try:
-            row = self.models.score(_image(self.store_path(item)), item["caption"],
-                                    regions=[{"box": r["box"]} for r in item["regions"]], tokens=item["tokens"])
+            image, regions = _image(self.store_path(item)), [{"box": r["box"]} for r in item["regions"]]
+            if hasattr(self.models, "current"):  # the scorer and its version tag as one pair
+                scorer, version = self.models.current()
+                row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"])
+            else:
+                version = getattr(self.models, "version", None)
+                row = self.models.score(image, item["caption"], regions=regions, tokens=item["tokens"])
         except Exception as err:  # a missing model must not break annotation
             log.warning("pre-labels unavailable for item %s: %s", item["item_id"], err)
             return None
@@ -100,7 +114,7 @@ class Suggestions:
         result = row["metrics"][metric]
         wrong = {i for i, c in enumerate(result.get("token_correct") or []) if c is False}
         mentioned = {i for i, m in enumerate(result.get("region_mentioned") or []) if m}
-        return wrong, mentioned, metric
+        return wrong, mentioned, metric, version
 
     def store_path(self, item: dict) -> str:
         return item["_path"]
@@ -255,7 +269,7 @@ def build_annotate(annotator: Annotator) -> dict:
                 c["tokens"] = gr.HighlightedText(label="Caption · click a word to mark it incorrect",
                                                  interactive=False, elem_id="cs-annotate-tokens",
                                                  elem_classes="cs-tokens")
-                c["suggested"] = gr.Markdown("", visible=True)
+                c["suggested"] = gr.Markdown("", visible=True, elem_id="cs-suggested")
                 with gr.Row():
                     c["submit"] = gr.Button("Submit & next (s)", variant="primary", elem_id="cs-submit")
                     c["skip"] = gr.Button("Skip (k)", elem_id="cs-skip")
@@ -369,9 +383,24 @@ def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
             ui_draw.thumbnails(image, boxes, chosen))
 
 
+VERSION_TAG = re.compile(r"v\d+:[0-9a-f]{1,64}")  # annotation/model_versions.py's version_tag
+
+
+def suggestion_source(version: str | None) -> str:
+    """Who made a suggestion: a model version by its tag, the server's default
+    model (None), or predictions imported from a file (any other tag)."""
+    if version is None:
+        return "the server's default model"
+    if VERSION_TAG.fullmatch(version):
+        return f"model version **{version}**"
+    return "imported predictions"
+
+
 def suggestions_hint(suggestion: tuple | None, computed: bool) -> str:
+    """The line under the caption; it says which model version made the suggestions."""
     if suggestion:
-        return "Model suggestions (" + suggestion[2] + "): faint red words, dashed boxes."
+        return (f"Model suggestions from {suggestion_source(suggestion[3])} ({suggestion[2]}): "
+                "faint red words, dashed boxes.")
     return "No model suggestions for this item." if computed else "Model suggestions are being computed…"
 
 

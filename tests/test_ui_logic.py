@@ -427,7 +427,7 @@ def test_admin_only_checks_the_callers_role(dataset):
 
 
 def test_suggestions_prefer_infometic_predictions(dataset):
-    from capscope.ui_annotate import Suggestions
+    from capscope.ui_annotate import Suggestions, suggestions_hint
 
     store, ann, _, _ = dataset
     scores = ui_explore.DatasetScores(store, models=None)
@@ -436,8 +436,13 @@ def test_suggestions_prefer_infometic_predictions(dataset):
     info["metrics"].update(hice["metrics"])
     scores.store_predictions([({"id": "s0-clean", "dataset": "demo"}, info)])
     item = Annotator(store).next(ann)
-    wrong, mentioned, metric = Suggestions(store, None).get(ann, item)
+    wrong, mentioned, metric, version = Suggestions(store, None).get(ann, item)
     assert metric == "infometic" and wrong == {1} and mentioned == {0, 2}
+    assert version == '{"demo": true}'  # the row's "model", as imported: not a model version's tag
+    assert "imported predictions (infometic)" in suggestions_hint((wrong, mentioned, metric, version), False)
+    assert "model version **v3:0123456789ab** (infometic)" in suggestions_hint(({1}, set(), metric, "v3:0123456789ab"),
+                                                                              False)
+    assert "the server's default model" in suggestions_hint(({1}, set(), metric, None), True)
 
 
 def test_stored_predictions_are_decided_under_the_servers_token_rule():
@@ -469,6 +474,9 @@ def test_label_clicks_never_run_the_model_for_suggestions(dataset):
     assert suggestions.get(ann, item, compute=False) is None and CountingModels.calls == 0
     assert suggestions.get(ann, item)[:2] == ({1}, {0, 2}) and CountingModels.calls == 1
     assert suggestions.cached(item["item_id"]) is not None
+    suggestions.models.version = "v1:0123456789ab"  # an activation: the item is looked at again
+    assert suggestions.cached(item["item_id"]) is None
+    assert suggestions.get(ann, item)[3] == "v1:0123456789ab" and CountingModels.calls == 2
 
 
 def test_without_any_model_the_page_says_so_and_scoring_fails_softly():
