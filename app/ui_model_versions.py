@@ -88,7 +88,10 @@ def activate_click(activations: Activations, version) -> str:
         result = activations.activate(int(version))
     except AnnotationError as err:
         return f"Not activated: {err}"
-    return f"Version {result['active']} is active ({result['model_version']}). " + job_line(None, result["rescoring"])
+    text = f"Version {result['active']} is active ({result['model_version']})."
+    if result["rescoring"] is not None:  # its progress is the progress line's, which keeps up to date
+        text += f" Its dataset **{result['rescoring']['dataset']}**'s queued items are scored again with it."
+    return text
 
 
 def build_model_versions(store: Store, training: TrainingJobs, activations: Activations) -> dict:
