@@ -81,8 +81,13 @@ def register_train_infometic(targets) -> None:
     tune.add_argument("--anchor", type=float, default=None, help="pull towards the parent's weights (L2-SP; default 0.05)")
     tune.add_argument("--train", choices=("head", "visual"), default="visual",
                       help="what learns: the head, or the head and CLIP's image tower (default)")
+    tune.add_argument("--visual-blocks", type=int, default=2,
+                      help="with --train visual: how many of the image tower's last blocks learn (default 2)")
     tune.add_argument("--swaps", type=int, default=2,
                       help="copies of each fully-correct item with one word swapped (labelled wrong); 0: none")
+    tune.add_argument("--replay", default=None,
+                      help="labelled items of the parent's own world to mix in (a CapTokenEval file, or `demo`)")
+    tune.add_argument("--replay-items", type=int, default=200, help="how many replay items (default 200)")
     tune.add_argument("--check-gold", type=Path, default=None,
                       help="another CapTokenEval file scored before and after (e.g. the parent's own world)")
     tune.add_argument("--token-rule", choices=TOKEN_RULES, default="relative", help="the verdict rule of the figures")
@@ -208,7 +213,8 @@ def run_finetune(args) -> int:
         out=args.out, init=init_checkpoint(args.init), items=items, base_dir=base_dir, labels=labels,
         holdout=args.holdout, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
         threads=args.threads, token_rule=args.token_rule, check_gold=args.check_gold, progress=not args.json,
-        swaps=args.swaps, train=args.train, **({"anchor": args.anchor} if args.anchor is not None else {}),
+        swaps=args.swaps, train=args.train, visual_blocks=args.visual_blocks,
+        replay=args.replay, replay_items=args.replay_items, **({"anchor": args.anchor} if args.anchor is not None else {}),
         **({"lr": args.lr} if args.lr is not None else {}),
     )
     try:

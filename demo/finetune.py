@@ -66,9 +66,12 @@ class FinetuneConfig:
     lr: float = 5e-4
     anchor: float = 0.05                    # L2-SP weight
     swaps: int = 2                          # swapped copies per fully-correct item (swapped_items)
-    train: str = "visual"                   # "head": the head alone; "visual": the head and CLIP's image tower
+    train: str = "visual"                   # "head": the head alone; "visual": also the top of CLIP's image tower
+    visual_blocks: int = 2                  # blocks of the image tower that train with "visual"
     token_rule: str = "relative"
     check_gold: Path | None = None          # another gold file scored before and after (the parent's world)
+    replay: str | None = None               # labelled items of the parent's own world mixed in: a file or "demo"
+    replay_items: int = 200
     progress: bool = True
     on_progress: Callable[[dict], None] | None = None
     should_stop: Callable[[], bool] | None = None
@@ -170,6 +173,33 @@ def _swap_one(item: dict, tags: dict, vocabulary: dict, rng, nlp, tokenize) -> d
             "regions": [{**r, "label": None} for r in item["regions"]]}
 
 
+def replay_items(source: str | Path | None, n: int, seed: int) -> list[dict]:
+    """Labelled items of the parent's own world, trained on beside the team's so
+    that the child does not forget it: the first `n` items of a CapTokenEval
+    file, or `n` fresh demo-world items for "demo" (image paths made absolute)."""
+    import tempfile
+
+    from capscope.metrics.jsonl import read_json_lines
+
+    if not source:
+        return []
+    if str(source) == "demo":
+        from .dataset import write_demo_data
+
+        folder = Path(tempfile.mkdtemp(prefix="capscope-replay-"))
+        write_demo_data(folder, (n + 1) // 2, seed=seed + 7919, progress=False)
+        path = folder / "captokeneval.jsonl"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise FinetuneError(f"--replay: no file at {path}")
+    items = [item for item in read_json_lines(path) if labelled(item)][:n]
+    for item in items:
+        image = Path(str(item["image"]))
+        item["image"] = str(image if image.is_absolute() else path.parent / image)
+    return items
+
+
 # ---------------------------------------------------------------- tensors
 
 @dataclass
@@ -180,7 +210,7 @@ class LabelledSet:
     piece_labels: list[torch.Tensor]        # per item: L (1 correct, 0 wrong, 2 other, -1 unknown/none)
     region_labels: list[torch.Tensor]       # per item: n (1 mentioned, 0 unmentioned, -1 unknown)
     image_of: list[int] = field(default_factory=list)           # per item: its (image, regions) index
-    pixels: list[torch.Tensor] = field(default_factory=list)    # per (image, regions): 1 + n CLIP inputs, fp16
+    stems: list[torch.Tensor] = field(default_factory=list)     # per (image, regions): (1 + n) x T x W, fp16
 
     def buckets(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -189,8 +219,9 @@ class LabelledSet:
         return out
 
     def batch(self, index: list[int], device, visual=None) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """Head inputs of the items; with `visual` (CLIP's image tower, training)
-        the image features are computed afresh from the kept CLIP inputs."""
+        """Head inputs of the items; with `visual` (the trained top of CLIP's
+        image tower, a VisualTop) the image features are computed afresh from
+        the kept stem activations."""
         inputs = [torch.stack([self.inputs[i][k] for i in index]).to(device) for k in range(7)]
         if visual is not None:
             inputs[0], inputs[1] = self._image_features(index, device, visual)
@@ -199,20 +230,20 @@ class LabelledSet:
 
     def _image_features(self, index: list[int], device, visual) -> tuple[torch.Tensor, torch.Tensor]:
         keys = sorted({self.image_of[i] for i in index})
-        feats = visual(torch.cat([self.pixels[k] for k in keys]).to(device).float()).float()
+        feats = visual.top(torch.cat([self.stems[k] for k in keys]).to(device).float()).float()
         by_key, start = {}, 0
         for k in keys:
-            by_key[k] = feats[start : start + len(self.pixels[k])]
-            start += len(self.pixels[k])
+            by_key[k] = feats[start : start + len(self.stems[k])]
+            start += len(self.stems[k])
         rows = [by_key[self.image_of[i]] for i in index]
         return torch.stack([r[0] for r in rows]), torch.stack([r[1:] for r in rows])
 
 
 def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: bool,
-                 keep_pixels: bool = False) -> LabelledSet:
+                 visual: VisualTop | None = None) -> LabelledSet:
     """Image features once per distinct (image, regions), caption features once
-    per item; with `keep_pixels`, also CLIP's inputs (the image and its region
-    crops, preprocessed) for training the image tower."""
+    per item; with `visual`, also the frozen stem's activations of the image
+    and its region crops, for training the top of the image tower."""
     from capscope.metrics.images import read_image
     from capscope.metrics.pairs import PreparedPair
     from capscope.metrics.regions import given_regions
@@ -237,7 +268,8 @@ def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: 
     if any(not item["regions"] for item in items):
         raise FinetuneError("every item needs its regions (InfoMetIC judges a caption against regions)")
     bank = encode_bank(backbone, images(), len(keys), progress)
-    pixels = [clip_inputs(backbone, picture, regions) for picture, regions in images()] if keep_pixels else []
+    stems = [visual.stem(clip_inputs(backbone, picture, regions)).half() for picture, regions in images()] \
+        if visual is not None else []
     inputs, piece_labels, region_labels = [], [], []
     for start in range(0, len(items), 64):
         chunk = items[start : start + 64]
@@ -257,16 +289,52 @@ def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: 
             piece_labels.append(labels)
             region_labels.append(torch.tensor([{"mentioned": 1, "unmentioned": 0}.get(r.get("label"), IGNORE)
                                                for r in item["regions"]], dtype=torch.long))
-    return LabelledSet(inputs, piece_labels, region_labels, where, pixels)
+    return LabelledSet(inputs, piece_labels, region_labels, where, stems)
 
 
 def clip_inputs(backbone, picture, regions) -> torch.Tensor:
     """What `ClipBackbone.image_features` feeds CLIP for one image: the image,
-    then each region's crop, preprocessed (1 + n) x 3 x S x S, kept in fp16."""
+    then each region's crop, preprocessed: (1 + n) x 3 x S x S."""
     from capscope.metrics.encoder import crop_region
 
     crops = [picture] + [crop_region(picture, region, backbone.crop) for region in regions]
-    return torch.stack([backbone.preprocess(c.convert("RGB")) for c in crops]).half()
+    return torch.stack([backbone.preprocess(c.convert("RGB")) for c in crops]).to(backbone.device)
+
+
+class VisualTop:
+    """An open_clip ViT image tower cut in two: a frozen stem (patch
+    embedding and the first blocks), run once per crop with its output kept,
+    and a trained top (the last `blocks` blocks, the pooling norm and the
+    projection), run every step. `top(stem(x))` equals `visual(x)`."""
+
+    def __init__(self, visual, blocks: int):
+        if not all(hasattr(visual, a) for a in ("_embeds", "_pool", "transformer", "proj")):
+            raise FinetuneError("--train visual needs an open_clip VisionTransformer image tower (use --train head)")
+        self.visual = visual
+        self.cut = max(len(visual.transformer.resblocks) - blocks, 0)
+
+    def _blocks(self, x, blocks):
+        batch_first = getattr(self.visual.transformer, "batch_first", True)
+        x = x if batch_first else x.transpose(0, 1)
+        for block in blocks:
+            x = block(x)
+        return x if batch_first else x.transpose(0, 1)
+
+    @torch.no_grad()
+    def stem(self, pixels):
+        return self._blocks(self.visual._embeds(pixels), self.visual.transformer.resblocks[: self.cut])
+
+    def top(self, x):
+        pooled, _ = self.visual._pool(self._blocks(x, self.visual.transformer.resblocks[self.cut :]))
+        return pooled if self.visual.proj is None else pooled @ self.visual.proj
+
+    def parameters(self) -> list:
+        trained = [p for block in self.visual.transformer.resblocks[self.cut :] for p in block.parameters()]
+        for name in ("ln_post", "attn_pool"):
+            module = getattr(self.visual, name, None)
+            if isinstance(module, torch.nn.Module):
+                trained += list(module.parameters())
+        return trained + ([self.visual.proj] if self.visual.proj is not None else [])
 
 
 # ---------------------------------------------------------------- losses
@@ -385,11 +453,14 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
     _progress(config, {"stage": "encoding", "fraction": 0.0})
     swaps = swapped_items(split.train, np.random.default_rng(config.seed), config.swaps) if config.swaps else []
     report["labels"]["swapped_copies"] = len(swaps)
+    replay = replay_items(config.replay, config.replay_items, config.seed)
+    if replay:
+        report["labels"]["replay"] = {"from": Path(str(config.replay)).name, **label_counts(replay)}
     if config.train not in TRAIN_PARTS:
         raise FinetuneError(f"--train must be one of {', '.join(TRAIN_PARTS)}, not {config.train!r}")
-    data = encode_items(backbone, metric, split.train + swaps, config.base_dir, config.progress,
-                        keep_pixels=config.train == "visual")
-    training = train_head(model, data, config, device)
+    visual = VisualTop(model.clip_backbone.visual, config.visual_blocks) if config.train == "visual" else None
+    data = encode_items(backbone, metric, split.train + swaps + replay, config.base_dir, config.progress, visual)
+    training = train_head(model, data, config, device, visual)
     _save_child(config, model, clip_name, clip_config, crop, raw, report, training)
     _progress(config, {"stage": "figures after", "fraction": 1.0})
     report["after"] = held_figures(config, config.out, split.held, evaluate_gold)
@@ -409,25 +480,23 @@ FROZEN = ("verifier.bias_scale",)   # the verifier's weight in the text attentio
 TRAIN_PARTS = ("head", "visual")
 
 
-def trainable_parameters(model, parts: str) -> list[torch.Tensor]:
-    """The head's parameters (less FROZEN), and with "visual" CLIP's image tower's."""
+def trainable_parameters(model, visual: VisualTop | None) -> list[torch.Tensor]:
+    """The head's parameters (less FROZEN), and the image tower's top with `visual`."""
     head = {id(p) for p in model.head_parameters()}
     chosen = [p for name, p in model.named_parameters()
               if id(p) in head and p.requires_grad and name not in FROZEN]
-    if parts == "visual":
-        for p in model.clip_backbone.visual.parameters():
-            p.requires_grad_(True)
-            chosen.append(p)
+    for p in visual.parameters() if visual is not None else []:
+        p.requires_grad_(True)
+        chosen.append(p)
     return chosen
 
 
-def train_head(model, data: LabelledSet, config: FinetuneConfig, device) -> dict:
+def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual: VisualTop | None = None) -> dict:
     from tqdm import tqdm
 
     from .schedule import TrainState, budget_spent, warmup_cosine
 
-    trainable = trainable_parameters(model, config.train)
-    visual = model.clip_backbone.encode_image if config.train == "visual" else None
+    trainable = trainable_parameters(model, visual)
     parent = [p.detach().clone() for p in trainable]
     optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=0.0)
     buckets = data.buckets()
@@ -464,6 +533,7 @@ def train_head(model, data: LabelledSet, config: FinetuneConfig, device) -> dict
     model.eval()
     return {"steps": state.step, "minutes": round(state.elapsed / 60, 2), "seed": config.seed, "lr": config.lr,
             "anchor": config.anchor, "batch_size": config.batch_size, "trained": config.train,
+            "visual_blocks": config.visual_blocks if visual is not None else 0,
             "first_loss": round(float(np.mean(losses[:10])), 4) if losses else None,
             "last_loss": round(float(np.mean(losses[-10:])), 4) if losses else None}
 

@@ -129,3 +129,30 @@ def test_fine_tune_input_errors_are_user_errors(tmp_path, dark_world, capsys):
     assert main(["train", "infometic", "--labels", str(one), "--init", "demo", "--out", out, "--steps", "1"]) == 2
     assert "too few" in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_image_tower_cut_in_two_computes_what_it_computed_whole():
+    from capscope.demo.finetune import VisualTop, load_parent
+
+    model, *_ = load_parent(demo_model_path(), torch.device("cpu"))
+    visual = model.clip_backbone.visual
+    pixels = torch.randn(3, 3, 64, 64)
+    whole = visual(pixels)
+    for blocks in (0, 1, 2, len(visual.transformer.resblocks)):
+        cut = VisualTop(visual, blocks)
+        assert torch.allclose(cut.top(cut.stem(pixels)), whole, atol=1e-5)
+    assert len(VisualTop(visual, 2).parameters()) > len(VisualTop(visual, 1).parameters()) > 0
+
+
+def test_replay_items_come_from_the_parent_world_with_absolute_paths(dark_world):
+    from pathlib import Path
+
+    from capscope.demo.finetune import replay_items
+
+    items = replay_items("demo", 6, seed=0)
+    assert len(items) == 6 and all(Path(i["image"]).is_absolute() and Path(i["image"]).is_file() for i in items)
+    from_file = replay_items(dark_world / "captokeneval.jsonl", 4, seed=0)
+    assert [i["id"] for i in from_file] == [i["id"] for i in read_json_lines(dark_world / "captokeneval.jsonl")[:4]]
+    assert replay_items(None, 10, seed=0) == []
+    with pytest.raises(FinetuneError, match="no file"):
+        replay_items(dark_world / "missing.jsonl", 3, seed=0)

@@ -1,0 +1,172 @@
+"""How many labels does fine-tuning need, and does asking for the uncertain
+items first help? (`python -m capscope.label_efficiency --out DIR`)
+
+For each appearance shift of the demo world (demo/shifts.py), in one run:
+- a pool of shifted scenes (two items per scene, a clean caption and its
+  polluted twin) and a separate held-out set of shifted scenes;
+- two orders over the pool: random (seeded) and uncertainty (the parent
+  model's word and region verdicts closest to their threshold first, one
+  caption per image per round: the queue's own `uncertainty` order);
+- for each budget (items labelled), a simulated annotator labels the first
+  items of the order from the gold labels, each label flipped with
+  probability `noise`; the parent is fine-tuned on them with a fixed number of
+  steps and scored on the held-out set and on unshifted demo scenes (does it
+  forget its own world?).
+Writes DIR/label_efficiency.json and DIR/label_efficiency.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+KEYS = ("incorrect_token_f1", "incorrect_token_auroc", "text_accuracy", "region_auroc")
+
+
+def simulated_labels(items: list[dict], noise: float, seed: int) -> list[dict]:
+    """One annotator per item drawing on the gold labels, each flipped with probability `noise`."""
+    rng = np.random.default_rng(seed)
+    flip = {"correct": "incorrect", "incorrect": "correct", "mentioned": "unmentioned", "unmentioned": "mentioned"}
+    out = []
+    for item in items:
+        tokens = [dict(t, label=flip[t["label"]] if t.get("label") and rng.random() < noise else t.get("label"))
+                  for t in item["tokens"]]
+        regions = [dict(r, label=flip[r["label"]] if r.get("label") and rng.random() < noise else r.get("label"))
+                   for r in item["regions"]]
+        out.append(dict(item, tokens=tokens, regions=regions))
+    return out
+
+
+def uncertainty_order(items: list[dict], predictions: list[dict]) -> list[int]:
+    """Item indices in the queue's own `uncertainty` order (annotation/queue.py):
+    word and region verdicts closest to the threshold first, one caption per
+    image per round."""
+    from capscope.annotation.queue import interleave_by_image, item_uncertainty
+
+    images = {image: k for k, image in enumerate(sorted({str(item["image"]) for item in items}))}
+    scored = []
+    for i, (item, p) in enumerate(zip(items, predictions)):
+        value = item_uncertainty("infometic", p.get("token_scores"), p.get("region_scores"))
+        scored.append((i, images[str(item["image"])], -1.0 if value is None else value))
+    return interleave_by_image(scored)
+
+
+def run(args) -> dict:
+    from capscope.bench.evaluate import evaluate_gold, predict
+    from capscope.demo.dataset import write_demo_data
+    from capscope.demo.finetune import FinetuneConfig, finetune
+    from capscope.metrics.jsonl import read_json_lines
+    from capscope.metrics.loading import demo_model_path
+    from capscope.metrics.scorer import Scorer
+
+    out = Path(args.out)
+    parent = Path(args.init) if args.init else demo_model_path()
+    own = out / "own"
+    write_demo_data(own, args.held_scenes, seed=args.seed + 2, progress=False)
+    result = {"parent": parent.name, "steps": args.steps, "noise": args.noise, "budgets": args.budgets,
+              "replay": args.replay,
+              "pool_scenes": args.pool_scenes, "held_scenes": args.held_scenes, "shifts": {}}
+    for shift in args.shifts:
+        pool_dir, held_dir = out / shift / "pool", out / shift / "held"
+        write_demo_data(pool_dir, args.pool_scenes, seed=args.seed, progress=False, shift=shift)
+        write_demo_data(held_dir, args.held_scenes, seed=args.seed + 1, progress=False, shift=shift)
+        pool = read_json_lines(pool_dir / "captokeneval.jsonl")
+        for item in pool:
+            item["image"] = str(pool_dir / item["image"])
+        scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(parent),
+                        token_rule="relative")
+        predictions, _ = predict(scorer, "infometic", pool, pool_dir)
+        orders = {"random": list(np.random.default_rng(args.seed).permutation(len(pool))),
+                  "uncertainty": uncertainty_order(pool, predictions)}
+        held = read_json_lines(held_dir / "captokeneval.jsonl")
+        before = evaluate_gold(scorer, "infometic", held, held_dir, token_rule="relative")
+        shift_result = {"before": {k: before.get(k) for k in KEYS}, "runs": []}
+        for order_name, order in orders.items():
+            for budget in args.budgets:
+                chosen = simulated_labels([pool[i] for i in order[:budget]], args.noise, args.seed + budget)
+                started = time.monotonic()
+                report = finetune(FinetuneConfig(
+                    out=out / shift / f"{order_name}-{budget}.pt", init=parent, items=chosen, base_dir=pool_dir,
+                    labels={"source": "simulated", "order": order_name}, holdout=0.0, minutes=None,
+                    steps=args.steps, seed=args.seed, threads=args.threads, check_gold=held_dir / "captokeneval.jsonl",
+                    replay=args.replay, progress=False), evaluate_gold)
+                after = report["check_gold"]["after"]
+                own_after = _own_world(out / shift / f"{order_name}-{budget}.pt", own, evaluate_gold)
+                run = {"order": order_name, "labels": budget, **{k: after.get(k) for k in KEYS},
+                       "own_world_f1": own_after, "seconds": round(time.monotonic() - started, 1)}
+                log.info("%s %s", shift, run)
+                shift_result["runs"].append(run)
+                (out / "label_efficiency.json").write_text(json.dumps(result | {"shifts": result["shifts"] | {shift: shift_result}}, indent=1))
+        result["shifts"][shift] = shift_result
+    parent_own = evaluate_gold(Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(parent),
+                                      token_rule="relative"), "infometic", read_json_lines(own / "captokeneval.jsonl"),
+                               own, token_rule="relative")
+    result["parent_own_world_f1"] = parent_own["incorrect_token_f1"]
+    (out / "label_efficiency.json").write_text(json.dumps(result, indent=1))
+    plot(result, out / "label_efficiency.png")
+    return result
+
+
+def _own_world(checkpoint: Path, own: Path, evaluate_gold) -> float | None:
+    from capscope.metrics.jsonl import read_json_lines
+    from capscope.metrics.scorer import Scorer
+
+    scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(checkpoint),
+                    token_rule="relative")
+    figures = evaluate_gold(scorer, "infometic", read_json_lines(own / "captokeneval.jsonl"), own, token_rule="relative")
+    return figures["incorrect_token_f1"]
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shifts = list(result["shifts"])
+    fig, axes = plt.subplots(1, len(shifts), figsize=(4.2 * len(shifts), 3.4), squeeze=False)
+    for ax, shift in zip(axes[0], shifts):
+        data = result["shifts"][shift]
+        for order, style in (("random", "o--"), ("uncertainty", "s-")):
+            runs = [r for r in data["runs"] if r["order"] == order]
+            ax.plot([r["labels"] for r in runs], [r["incorrect_token_f1"] for r in runs], style, label=order)
+        ax.axhline(data["before"]["incorrect_token_f1"], color="grey", lw=1, label="before fine-tuning")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("labelled items")
+        ax.set_ylabel("held-out wrong-word F1")
+        ax.set_title(f"shift: {shift}", fontsize=10)
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--init", default=None, help="parent checkpoint (default: the bundled demo model)")
+    parser.add_argument("--shifts", nargs="+", default=["dark", "outline"])
+    parser.add_argument("--budgets", nargs="+", type=int, default=[50, 100, 200, 400])
+    parser.add_argument("--pool-scenes", type=int, default=300)
+    parser.add_argument("--held-scenes", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--noise", type=float, default=0.03, help="chance the simulated annotator flips a label")
+    parser.add_argument("--replay", default="demo", help="the parent's own world mixed in (see --replay of train infometic)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    result = run(args)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
