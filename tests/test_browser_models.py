@@ -21,12 +21,8 @@ from sqlalchemy import select
 from capscope.annotation import workflow
 from capscope.annotation.users import add_user, get_user
 from capscope.db import Prediction, Store
-from ui_support import Served
+from ui_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Served
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ADMIN, ANN = ("boss", "boss-pw-1"), ("ann", "ann-pw-1")
 DATASET = "world"
 STEPS = 5

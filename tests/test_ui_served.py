@@ -17,12 +17,8 @@ from capscope.annotation import workflow
 from capscope.annotation.users import add_user, get_user
 from capscope.server import create_app
 from capscope.ui import demo_examples, mount_ui
-from ui_support import Served, make_demo_checkpoint
+from ui_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Served, make_demo_checkpoint
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ADMIN_PASSWORD = "admin-pw-1"
 browser = pytest.mark.browser
 

@@ -8,6 +8,10 @@ import threading
 import time
 from pathlib import Path
 
+ARTIFACTS = Path(__file__).parent / "artifacts"     # screenshots and timings of the browser tests
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEMO_CLIP_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "capscope-demo-clip.json"
 TINY_CLIP = {
     "embed_dim": 64,
