@@ -85,8 +85,9 @@ def register_train_infometic(targets) -> None:
                       help="with --train visual: how many of the image tower's last blocks learn (default 2)")
     tune.add_argument("--swaps", type=int, default=2,
                       help="copies of each fully-correct item with one word swapped (labelled wrong); 0: none")
-    tune.add_argument("--replay", default=None,
-                      help="labelled items of the parent's own world to mix in (a CapTokenEval file, or `demo`)")
+    tune.add_argument("--replay", default="auto",
+                      help="labelled items of the parent's own world to mix in: a CapTokenEval file, `demo`, or `none` "
+                           "(default: the demo world when --init is the demo model, else none)")
     tune.add_argument("--replay-items", type=int, default=200, help="how many replay items (default 200)")
     tune.add_argument("--check-gold", type=Path, default=None,
                       help="another CapTokenEval file scored before and after (e.g. the parent's own world)")

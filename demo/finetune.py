@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,8 @@ class FinetuneConfig:
     visual_blocks: int = 2                  # blocks of the image tower that train with "visual"
     token_rule: str = "relative"
     check_gold: Path | None = None          # another gold file scored before and after (the parent's world)
-    replay: str | None = None               # labelled items of the parent's own world mixed in: a file or "demo"
+    replay: str | None = "auto"             # the parent's own world mixed in: a file, "demo", None, or "auto"
+                                            # ("demo" when the parent is the bundled demo model, else None)
     replay_items: int = 200
     progress: bool = True
     on_progress: Callable[[dict], None] | None = None
@@ -173,10 +175,20 @@ def _swap_one(item: dict, tags: dict, vocabulary: dict, rng, nlp, tokenize) -> d
             "regions": [{**r, "label": None} for r in item["regions"]]}
 
 
-def replay_items(source: str | Path | None, n: int, seed: int) -> list[dict]:
+def resolved_replay(replay: str | None, init: Path) -> str | None:
+    """ "auto": the demo world when the parent is the bundled demo model, else nothing."""
+    from capscope.metrics.loading import demo_model_path
+
+    if replay != "auto":
+        return None if replay in (None, "", "none") else replay
+    return "demo" if Path(init).resolve() == demo_model_path().resolve() else None
+
+
+def replay_items(source: str | Path | None, n: int, seed: int, scratch: Path | None = None) -> list[dict]:
     """Labelled items of the parent's own world, trained on beside the team's so
     that the child does not forget it: the first `n` items of a CapTokenEval
-    file, or `n` fresh demo-world items for "demo" (image paths made absolute)."""
+    file, or `n` fresh demo-world items for "demo", drawn into `scratch` (image
+    paths made absolute)."""
     import tempfile
 
     from capscope.metrics.jsonl import read_json_lines
@@ -186,7 +198,7 @@ def replay_items(source: str | Path | None, n: int, seed: int) -> list[dict]:
     if str(source) == "demo":
         from .dataset import write_demo_data
 
-        folder = Path(tempfile.mkdtemp(prefix="capscope-replay-"))
+        folder = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="capscope-replay-"))
         write_demo_data(folder, (n + 1) // 2, seed=seed + 7919, progress=False)
         path = folder / "captokeneval.jsonl"
     else:
@@ -453,13 +465,15 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
     _progress(config, {"stage": "encoding", "fraction": 0.0})
     swaps = swapped_items(split.train, np.random.default_rng(config.seed), config.swaps) if config.swaps else []
     report["labels"]["swapped_copies"] = len(swaps)
-    replay = replay_items(config.replay, config.replay_items, config.seed)
-    if replay:
-        report["labels"]["replay"] = {"from": Path(str(config.replay)).name, **label_counts(replay)}
     if config.train not in TRAIN_PARTS:
         raise FinetuneError(f"--train must be one of {', '.join(TRAIN_PARTS)}, not {config.train!r}")
     visual = VisualTop(model.clip_backbone.visual, config.visual_blocks) if config.train == "visual" else None
-    data = encode_items(backbone, metric, split.train + swaps + replay, config.base_dir, config.progress, visual)
+    source = resolved_replay(config.replay, config.init)
+    with tempfile.TemporaryDirectory(prefix="capscope-replay-") as scratch:
+        replay = replay_items(source, config.replay_items, config.seed, Path(scratch))
+        if replay:
+            report["labels"]["replay"] = {"from": Path(str(source)).name, **label_counts(replay)}
+        data = encode_items(backbone, metric, split.train + swaps + replay, config.base_dir, config.progress, visual)
     training = train_head(model, data, config, device, visual)
     _save_child(config, model, clip_name, clip_config, crop, raw, report, training)
     _progress(config, {"stage": "figures after", "fraction": 1.0})

@@ -106,6 +106,7 @@ def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(fi
     assert raw["labels"]["source"] == "file"
     assert raw["labels"]["sha256"] == file_sha256(dark_world / "captokeneval.jsonl")
     assert raw["labels"]["train"]["items"] + raw["labels"]["held_out"]["items"] == 180
+    assert raw["labels"]["replay"]["from"] == "demo" and raw["labels"]["replay"]["items"] == 200
     assert raw["figures"]["after"] == json.loads(figures_path(finetuned).read_text())["after"]
     scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(finetuned))
     gold = read_json_lines(dark_world / "captokeneval.jsonl")[0]
@@ -144,15 +145,18 @@ def test_the_image_tower_cut_in_two_computes_what_it_computed_whole():
     assert len(VisualTop(visual, 2).parameters()) > len(VisualTop(visual, 1).parameters()) > 0
 
 
-def test_replay_items_come_from_the_parent_world_with_absolute_paths(dark_world):
+def test_replay_items_come_from_the_parent_world_with_absolute_paths(dark_world, tmp_path):
     from pathlib import Path
 
-    from capscope.demo.finetune import replay_items
+    from capscope.demo.finetune import replay_items, resolved_replay
 
-    items = replay_items("demo", 6, seed=0)
+    items = replay_items("demo", 6, seed=0, scratch=tmp_path)
     assert len(items) == 6 and all(Path(i["image"]).is_absolute() and Path(i["image"]).is_file() for i in items)
     from_file = replay_items(dark_world / "captokeneval.jsonl", 4, seed=0)
     assert [i["id"] for i in from_file] == [i["id"] for i in read_json_lines(dark_world / "captokeneval.jsonl")[:4]]
     assert replay_items(None, 10, seed=0) == []
+    assert resolved_replay("auto", demo_model_path()) == "demo"
+    assert resolved_replay("auto", tmp_path / "other.pt") is None
+    assert resolved_replay("none", demo_model_path()) is None
     with pytest.raises(FinetuneError, match="no file"):
         replay_items(dark_world / "missing.jsonl", 3, seed=0)
