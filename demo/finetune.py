@@ -316,36 +316,51 @@ def clip_inputs(backbone, picture, regions) -> torch.Tensor:
 class VisualTop:
     """An open_clip ViT image tower cut in two: a frozen stem (patch
     embedding and the first blocks), run once per crop with its output kept,
-    and a trained top (the last `blocks` blocks, the pooling norm and the
-    projection), run every step. `top(stem(x))` equals `visual(x)`."""
+    and a trained top (the last `blocks` blocks, the pooling, its norm and the
+    projection), run every step. `top(stem(x))` equals `visual(x)`.
+
+    The stem's output is caught with a forward pre-hook on the first trained
+    block while the whole tower runs, so the stem is open_clip's own code;
+    the top re-implements only the pooling (class token or mean, norm before
+    or after), and refuses towers it does not know (attention pooling)."""
 
     def __init__(self, visual, blocks: int):
-        if not all(hasattr(visual, a) for a in ("_embeds", "_pool", "transformer", "proj")):
-            raise FinetuneError("--train visual needs an open_clip VisionTransformer image tower (use --train head)")
+        known = all(hasattr(visual, a) for a in ("transformer", "ln_post", "proj", "pool_type"))
+        if not known or getattr(visual, "attn_pool", None) is not None or visual.pool_type not in ("tok", "avg"):
+            raise FinetuneError("--train visual needs an open_clip ViT image tower with class-token or mean "
+                                "pooling (use --train head)")
+        if blocks < 1:
+            raise FinetuneError(f"--visual-blocks must be at least 1, not {blocks}")
         self.visual = visual
         self.cut = max(len(visual.transformer.resblocks) - blocks, 0)
-
-    def _blocks(self, x, blocks):
-        batch_first = getattr(self.visual.transformer, "batch_first", True)
-        x = x if batch_first else x.transpose(0, 1)
-        for block in blocks:
-            x = block(x)
-        return x if batch_first else x.transpose(0, 1)
+        self.batch_first = getattr(visual.transformer, "batch_first", True)
 
     @torch.no_grad()
     def stem(self, pixels):
-        return self._blocks(self.visual._embeds(pixels), self.visual.transformer.resblocks[: self.cut])
+        caught = []
+        hook = self.visual.transformer.resblocks[self.cut].register_forward_pre_hook(
+            lambda _module, args: caught.append(args[0]))
+        try:
+            self.visual(pixels)
+        finally:
+            hook.remove()
+        return caught[0] if self.batch_first else caught[0].transpose(0, 1)
 
     def top(self, x):
-        pooled, _ = self.visual._pool(self._blocks(x, self.visual.transformer.resblocks[self.cut :]))
+        x = x if self.batch_first else x.transpose(0, 1)
+        for block in self.visual.transformer.resblocks[self.cut :]:
+            x = block(x)
+        x = x if self.batch_first else x.transpose(0, 1)
+        pool = (lambda t: t[:, 0]) if self.visual.pool_type == "tok" else (lambda t: t[:, 1:].mean(dim=1))
+        if getattr(self.visual, "final_ln_after_pool", False):
+            pooled = self.visual.ln_post(pool(x))
+        else:
+            pooled = pool(self.visual.ln_post(x))
         return pooled if self.visual.proj is None else pooled @ self.visual.proj
 
     def parameters(self) -> list:
         trained = [p for block in self.visual.transformer.resblocks[self.cut :] for p in block.parameters()]
-        for name in ("ln_post", "attn_pool"):
-            module = getattr(self.visual, name, None)
-            if isinstance(module, torch.nn.Module):
-                trained += list(module.parameters())
+        trained += list(self.visual.ln_post.parameters())
         return trained + ([self.visual.proj] if self.visual.proj is not None else [])
 
 

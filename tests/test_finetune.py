@@ -139,10 +139,24 @@ def test_the_image_tower_cut_in_two_computes_what_it_computed_whole():
     visual = model.clip_backbone.visual
     pixels = torch.randn(3, 3, 64, 64)
     whole = visual(pixels)
-    for blocks in (0, 1, 2, len(visual.transformer.resblocks)):
+    for blocks in (1, 2, len(visual.transformer.resblocks)):
         cut = VisualTop(visual, blocks)
         assert torch.allclose(cut.top(cut.stem(pixels)), whole, atol=1e-5)
     assert len(VisualTop(visual, 2).parameters()) > len(VisualTop(visual, 1).parameters()) > 0
+    with pytest.raises(FinetuneError, match="at least 1"):
+        VisualTop(visual, 0)
+
+
+def test_the_cut_fits_the_released_architecture_too():
+    import open_clip
+
+    from capscope.demo.finetune import VisualTop
+
+    visual = open_clip.create_model("ViT-B-32-quickgelu", pretrained=None).visual.eval()   # random weights
+    pixels = torch.randn(2, 3, 224, 224)
+    cut = VisualTop(visual, 2)
+    with torch.no_grad():
+        assert torch.allclose(cut.top(cut.stem(pixels)), visual(pixels), atol=1e-4)
 
 
 def test_replay_items_come_from_the_parent_world_with_absolute_paths(dark_world, tmp_path):
