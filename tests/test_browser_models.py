@@ -13,7 +13,6 @@ Playwright (marked `browser`, skipped when /usr/bin/chromium is missing).
 Screenshots go to tests/artifacts/."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -21,7 +20,7 @@ from sqlalchemy import select
 from capscope.annotation import workflow
 from capscope.annotation.users import add_user, get_user
 from capscope.db import Prediction, Store
-from ui_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Served
+from ui_support import Served, launched_chromium, logged_in_page, shot
 
 ADMIN, ANN = ("boss", "boss-pw-1"), ("ann", "ann-pw-1")
 DATASET = "world"
@@ -76,24 +75,7 @@ def served(tmp_path, monkeypatch):
 
 @pytest.fixture
 def chromium():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
-
-
-def logged_in_page(chromium, served, user, password):
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})  # a context of its own: its own login
-    page.goto(served.url + "/")
-    page.fill("input[type=text]", user)
-    page.fill("input[type=password]", password)
-    page.keyboard.press("Enter")
-    page.wait_for_selector("#cs-caption-a", timeout=30_000)
-    return page
+    yield from launched_chromium()
 
 
 def wait_text(page, selector: str, text: str, timeout: float = 30_000) -> str:
@@ -101,11 +83,6 @@ def wait_text(page, selector: str, text: str, timeout: float = 30_000) -> str:
     page.wait_for_function("([s, t]) => (document.querySelector(s)?.innerText || '').includes(t)",
                            arg=[selector, text], timeout=timeout)
     return page.inner_text(selector)
-
-
-def shot(page, name):
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
 
 def choose(page, dropdown: str, option: str) -> None:

@@ -17,7 +17,7 @@ from capscope.annotation import workflow
 from capscope.annotation.users import add_user, get_user
 from capscope.server import create_app
 from capscope.ui import demo_examples, mount_ui
-from ui_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Served, make_demo_checkpoint
+from ui_support import ARTIFACTS, Served, launched_chromium, logged_in_page, shot, make_demo_checkpoint
 
 ADMIN_PASSWORD = "admin-pw-1"
 browser = pytest.mark.browser
@@ -161,29 +161,7 @@ def test_api_requires_login(served):
 
 @pytest.fixture(scope="module")
 def chromium():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
-
-
-def logged_in_page(chromium, served, user, password):
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(served.url + "/")
-    page.fill("input[type=text]", user)
-    page.fill("input[type=password]", password)
-    page.keyboard.press("Enter")
-    page.wait_for_selector("#cs-caption-a", timeout=30_000)
-    return page
-
-
-def shot(page, name):
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+    yield from launched_chromium()
 
 
 def element_colours(page, selector) -> set:

@@ -85,3 +85,34 @@ class Served:
     def __exit__(self, *exc):
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def launched_chromium():
+    """Headless Debian Chromium through Playwright, for a pytest fixture to yield
+    from; skips the test when Chromium is not installed."""
+    import pytest
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def logged_in_page(chromium, served, user, password):
+    """A new page (a context of its own: its own login) signed in to the served app."""
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(served.url + "/")
+    page.fill("input[type=text]", user)
+    page.fill("input[type=password]", password)
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#cs-caption-a", timeout=30_000)
+    return page
+
+
+def shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
