@@ -279,9 +279,15 @@ def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: 
 
     if any(not item["regions"] for item in items):
         raise FinetuneError("every item needs its regions (InfoMetIC judges a caption against regions)")
-    bank = encode_bank(backbone, images(), len(keys), progress)
-    stems = [visual.stem(clip_inputs(backbone, picture, regions)).half() for picture, regions in images()] \
-        if visual is not None else []
+    stems = []
+
+    def images_keeping_stems():   # each image is read once, for its features and its stem
+        for picture, regions in images():
+            if visual is not None:
+                stems.append(visual.stem(clip_inputs(backbone, picture, regions)).half())
+            yield picture, regions
+
+    bank = encode_bank(backbone, images_keeping_stems(), len(keys), progress)
     inputs, piece_labels, region_labels = [], [], []
     for start in range(0, len(items), 64):
         chunk = items[start : start + 64]
