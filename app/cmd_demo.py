@@ -81,14 +81,15 @@ def register_train_infometic(targets) -> None:
     tune.add_argument("--anchor", type=float, default=None, help="pull towards the parent's weights (L2-SP; default 0.05)")
     tune.add_argument("--train", choices=("head", "visual"), default="visual",
                       help="what learns: the head, or the head and CLIP's image tower (default)")
-    tune.add_argument("--visual-blocks", type=int, default=2,
-                      help="with --train visual: how many of the image tower's last blocks learn (default 2)")
+    tune.add_argument("--visual-blocks", type=int, default=4,
+                      help="with --train visual: how many of the image tower's last blocks learn "
+                           "(default 4: all of the demo CLIP's)")
     tune.add_argument("--swaps", type=int, default=2,
                       help="copies of each fully-correct item with one word swapped (labelled wrong); 0: none")
     tune.add_argument("--replay", default="auto",
                       help="labelled items of the parent's own world to mix in: a CapTokenEval file, `demo`, or `none` "
                            "(default: the demo world when --init is the demo model, else none)")
-    tune.add_argument("--replay-items", type=int, default=200, help="how many replay items (default 200)")
+    tune.add_argument("--replay-items", type=int, default=400, help="how many replay items (default 400)")
     tune.add_argument("--check-gold", type=Path, default=None,
                       help="another CapTokenEval file scored before and after (e.g. the parent's own world)")
     tune.add_argument("--token-rule", choices=TOKEN_RULES, default="relative", help="the verdict rule of the figures")

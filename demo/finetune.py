@@ -68,12 +68,12 @@ class FinetuneConfig:
     anchor: float = 0.05                    # L2-SP weight
     swaps: int = 2                          # swapped copies per fully-correct item (swapped_items)
     train: str = "visual"                   # "head": the head alone; "visual": also the top of CLIP's image tower
-    visual_blocks: int = 2                  # blocks of the image tower that train with "visual"
+    visual_blocks: int = 4                  # blocks of the image tower that train with "visual" (all of the demo CLIP's)
     token_rule: str = "relative"
     check_gold: Path | None = None          # another gold file scored before and after (the parent's world)
     replay: str | None = "auto"             # the parent's own world mixed in: a file, "demo", None, or "auto"
                                             # ("demo" when the parent is the bundled demo model, else None)
-    replay_items: int = 200
+    replay_items: int = 400
     progress: bool = True
     on_progress: Callable[[dict], None] | None = None
     should_stop: Callable[[], bool] | None = None

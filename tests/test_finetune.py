@@ -84,7 +84,8 @@ def dark_world(tmp_path_factory):
 def finetuned(dark_world, tmp_path_factory):
     out = tmp_path_factory.mktemp("child") / "child.pt"
     code = main(["train", "infometic", "--labels", str(dark_world / "captokeneval.jsonl"), "--init", "demo",
-                 "--out", str(out), "--steps", "250", "--threads", "2", "--holdout", "0.25", "--json"])
+                 "--out", str(out), "--steps", "250", "--threads", "2", "--holdout", "0.25",
+                 "--replay-items", "100", "--json"])
     assert code == 0
     return out
 
@@ -106,7 +107,7 @@ def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(fi
     assert raw["labels"]["source"] == "file"
     assert raw["labels"]["sha256"] == file_sha256(dark_world / "captokeneval.jsonl")
     assert raw["labels"]["train"]["items"] + raw["labels"]["held_out"]["items"] == 180
-    assert raw["labels"]["replay"]["from"] == "demo" and raw["labels"]["replay"]["items"] == 200
+    assert raw["labels"]["replay"]["from"] == "demo" and raw["labels"]["replay"]["items"] == 100
     assert raw["figures"]["after"] == json.loads(figures_path(finetuned).read_text())["after"]
     scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(finetuned))
     gold = read_json_lines(dark_world / "captokeneval.jsonl")[0]
