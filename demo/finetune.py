@@ -4,20 +4,21 @@ labels (`capscope train infometic --labels FILE | --dataset NAME --init ...`).
 The labels are CapTokenEval items (docs/formats.md §3): a token labelled
 "correct"/"incorrect" supervises the text side, a region labelled
 "mentioned"/"unmentioned" the vision side; a null label is unknown and
-supervises nothing. CLIP stays frozen, so every image, region and caption is
-encoded once and each step runs the head alone: minutes on two CPU cores.
+supervises nothing. CLIP's text tower stays frozen, so every caption is
+encoded once; with `train="visual"` the top `visual_blocks` blocks of the image
+tower train (VisualTop: the frozen stem runs once per crop), else the head alone.
 
 Losses on the labelled items:
+- each labelled word's share of the text attention against the token rule's
+  threshold (share_loss: what decides the verdict);
 - the token verifier's per-piece logits, class-balanced BCE (capscope
-  checkpoints; what decides the verdicts);
-- eq. 9 of the paper on the text attention (the mass on correct words), for
-  every checkpoint, the released one included;
+  checkpoints), or eq. 9 of the paper for a checkpoint without a verifier;
 - eq. 10 on the region attention (the mass on mentioned regions) and a
   BCE pushing labelled-unmentioned regions below the null slot;
 - not forgetting: an L2 pull of every trained weight towards the parent's
-  (L2-SP, Li et al. 2018), `anchor` times the squared distance.
-The parts that train are the head's (`head_parameters`); see
-docs/fine-tuning.md for what was measured with other choices.
+  (L2-SP, Li et al. 2018), `anchor` times the squared distance, and the
+  parent's own world replayed (replay_items).
+docs/fine-tuning.md says what was measured with other choices.
 """
 from __future__ import annotations
 
@@ -189,8 +190,6 @@ def replay_items(source: str | Path | None, n: int, seed: int, scratch: Path | N
     that the child does not forget it: the first `n` items of a CapTokenEval
     file, or `n` fresh demo-world items for "demo", drawn into `scratch` (image
     paths made absolute)."""
-    import tempfile
-
     from capscope.metrics.jsonl import read_json_lines
 
     if not source:
@@ -243,10 +242,7 @@ class LabelledSet:
     def _image_features(self, index: list[int], device, visual) -> tuple[torch.Tensor, torch.Tensor]:
         keys = sorted({self.image_of[i] for i in index})
         feats = visual.top(torch.cat([self.stems[k] for k in keys]).to(device).float()).float()
-        by_key, start = {}, 0
-        for k in keys:
-            by_key[k] = feats[start : start + len(self.stems[k])]
-            start += len(self.stems[k])
+        by_key = dict(zip(keys, feats.split([len(self.stems[k]) for k in keys])))
         rows = [by_key[self.image_of[i]] for i in index]
         return torch.stack([r[0] for r in rows]), torch.stack([r[1:] for r in rows])
 
