@@ -8,6 +8,7 @@ that made it and the uncertainty queue order can follow one version.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -30,6 +31,14 @@ def version_view(row: ModelVersion) -> dict:
 def version_tag(version: dict) -> str:
     """The `model_version` its predictions are stored under."""
     return f"v{version['id']}:{version['sha256'][:12]}"
+
+
+VERSION_TAG = re.compile(r"v\d+:[0-9a-f]{1,64}")
+
+
+def is_version_tag(model_version: str) -> bool:
+    """Whether a stored prediction's `model_version` is a version's tag (not an imported file's)."""
+    return VERSION_TAG.fullmatch(model_version) is not None
 
 
 def add_version(store: Store, *, path: str | Path, sha256: str, name: str | None = None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import html
 import logging
-import re
 import threading
 from datetime import datetime
 from typing import Callable
@@ -22,6 +21,7 @@ from PIL import Image
 from capscope import ui_draw
 from capscope.annotation import browse, workflow
 from capscope.annotation.errors import AnnotationError
+from capscope.annotation.model_versions import is_version_tag
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
@@ -99,12 +99,8 @@ class Suggestions:
             return None
         try:
             image, regions = _image(self.store_path(item)), [{"box": r["box"]} for r in item["regions"]]
-            if hasattr(self.models, "current"):  # the scorer and its version tag as one pair
-                scorer, version = self.models.current()
-                row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"])
-            else:
-                version = getattr(self.models, "version", None)
-                row = self.models.score(image, item["caption"], regions=regions, tokens=item["tokens"])
+            scorer, version = self.models.current()   # the scorer and its version tag as one pair
+            row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"])
         except Exception as err:  # a missing model must not break annotation
             log.warning("pre-labels unavailable for item %s: %s", item["item_id"], err)
             return None
@@ -383,15 +379,12 @@ def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
             ui_draw.thumbnails(image, boxes, chosen))
 
 
-VERSION_TAG = re.compile(r"v\d+:[0-9a-f]{1,64}")  # annotation/model_versions.py's version_tag
-
-
 def suggestion_source(version: str | None) -> str:
     """Who made a suggestion: a model version by its tag, the server's default
     model (None), or predictions imported from a file (any other tag)."""
     if version is None:
         return "the server's default model"
-    if VERSION_TAG.fullmatch(version):
+    if is_version_tag(version):
         return f"model version **{version}**"
     return "imported predictions"
 

@@ -464,8 +464,12 @@ def test_label_clicks_never_run_the_model_for_suggestions(dataset):
 
     class CountingModels:
         calls = 0
+        version = None
 
-        def score(self, *args, **kwargs):
+        def current(self):
+            return None, self.version
+
+        def score_on(self, scorer, *args, **kwargs):
             CountingModels.calls += 1
             return model_row([None, 0.02, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.01, 0.3])
 
