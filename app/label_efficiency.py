@@ -63,7 +63,6 @@ def run(args) -> dict:
     from capscope.demo.finetune import FinetuneConfig, finetune
     from capscope.metrics.jsonl import read_json_lines
     from capscope.metrics.loading import demo_model_path
-    from capscope.metrics.scorer import Scorer
 
     out = Path(args.out)
     parent = Path(args.init) if args.init else demo_model_path()
@@ -79,48 +78,48 @@ def run(args) -> dict:
         pool = read_json_lines(pool_dir / "captokeneval.jsonl")
         for item in pool:
             item["image"] = str(pool_dir / item["image"])
-        scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(parent),
-                        token_rule="relative")
-        predictions, _ = predict(scorer, "infometic", pool, pool_dir)
+        predictions, _ = predict(_scorer(parent), "infometic", pool, pool_dir)
         orders = {"random": list(np.random.default_rng(args.seed).permutation(len(pool))),
                   "uncertainty": uncertainty_order(pool, predictions)}
-        held = read_json_lines(held_dir / "captokeneval.jsonl")
-        before = evaluate_gold(scorer, "infometic", held, held_dir, token_rule="relative")
+        before = _figures(parent, held_dir, evaluate_gold)
         shift_result = {"before": {k: before.get(k) for k in KEYS}, "runs": []}
         for order_name, order in orders.items():
             for budget in args.budgets:
                 chosen = simulated_labels([pool[i] for i in order[:budget]], args.noise, args.seed + budget)
                 started = time.monotonic()
-                report = finetune(FinetuneConfig(
-                    out=out / shift / f"{order_name}-{budget}.pt", init=parent, items=chosen, base_dir=pool_dir,
+                child = out / shift / f"{order_name}-{budget}.pt"
+                finetune(FinetuneConfig(
+                    out=child, init=parent, items=chosen, base_dir=pool_dir,
                     labels={"source": "simulated", "order": order_name}, holdout=0.0, minutes=None,
-                    steps=args.steps, seed=args.seed, threads=args.threads, check_gold=held_dir / "captokeneval.jsonl",
-                    replay=args.replay, progress=False), evaluate_gold)
-                after = report["check_gold"]["after"]
-                own_after = _own_world(out / shift / f"{order_name}-{budget}.pt", own, evaluate_gold)
+                    steps=args.steps, seed=args.seed, threads=args.threads, replay=args.replay, progress=False),
+                    evaluate_gold)
+                after = _figures(child, held_dir, evaluate_gold)
+                own_after = _figures(child, own, evaluate_gold)["incorrect_token_f1"]
                 run = {"order": order_name, "labels": budget, **{k: after.get(k) for k in KEYS},
                        "own_world_f1": own_after, "seconds": round(time.monotonic() - started, 1)}
                 log.info("%s %s", shift, run)
                 shift_result["runs"].append(run)
                 (out / "label_efficiency.json").write_text(json.dumps(result | {"shifts": result["shifts"] | {shift: shift_result}}, indent=1))
         result["shifts"][shift] = shift_result
-    parent_own = evaluate_gold(Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(parent),
-                                      token_rule="relative"), "infometic", read_json_lines(own / "captokeneval.jsonl"),
-                               own, token_rule="relative")
-    result["parent_own_world_f1"] = parent_own["incorrect_token_f1"]
+    result["parent_own_world_f1"] = _figures(parent, own, evaluate_gold)["incorrect_token_f1"]
     (out / "label_efficiency.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "label_efficiency.png")
     return result
 
 
-def _own_world(checkpoint: Path, own: Path, evaluate_gold) -> float | None:
-    from capscope.metrics.jsonl import read_json_lines
+def _scorer(checkpoint: Path):
     from capscope.metrics.scorer import Scorer
 
-    scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(checkpoint),
-                    token_rule="relative")
-    figures = evaluate_gold(scorer, "infometic", read_json_lines(own / "captokeneval.jsonl"), own, token_rule="relative")
-    return figures["incorrect_token_f1"]
+    return Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(checkpoint),
+                  token_rule="relative")
+
+
+def _figures(checkpoint: Path, folder: Path, evaluate_gold) -> dict:
+    """The checkpoint's figures on the gold items of a demo-data folder."""
+    from capscope.metrics.jsonl import read_json_lines
+
+    items = read_json_lines(folder / "captokeneval.jsonl")
+    return evaluate_gold(_scorer(checkpoint), "infometic", items, folder, token_rule="relative")
 
 
 def plot(result: dict, path: Path) -> None:
