@@ -90,6 +90,9 @@ def register_train_infometic(targets) -> None:
                       help="labelled items of the parent's own world to mix in: a CapTokenEval file, `demo`, or `none` "
                            "(default: the demo world when --init is the demo model, else none)")
     tune.add_argument("--replay-items", type=int, default=400, help="how many replay items (default 400)")
+    tune.add_argument("--keep-parent", type=float, default=None,
+                      help="weight of the pull towards the parent's own attention on the replayed items "
+                           "(distillation; default 1, 0: their labels alone)")
     tune.add_argument("--check-gold", type=Path, default=None,
                       help="another CapTokenEval file scored before and after (e.g. the parent's own world)")
     tune.add_argument("--token-rule", choices=TOKEN_RULES, default="relative", help="the verdict rule of the figures")
@@ -217,6 +220,7 @@ def run_finetune(args) -> int:
         threads=args.threads, token_rule=args.token_rule, check_gold=args.check_gold, progress=not args.json,
         swaps=args.swaps, train=args.train, visual_blocks=args.visual_blocks,
         replay=args.replay, replay_items=args.replay_items, **({"anchor": args.anchor} if args.anchor is not None else {}),
+        **({"keep_parent": args.keep_parent} if args.keep_parent is not None else {}),
         **({"lr": args.lr} if args.lr is not None else {}),
     )
     try:

@@ -16,8 +16,9 @@ Losses on the labelled items:
 - eq. 10 on the region attention (the mass on mentioned regions) and a
   BCE pushing labelled-unmentioned regions below the null slot;
 - not forgetting: an L2 pull of every trained weight towards the parent's
-  (L2-SP, Li et al. 2018), `anchor` times the squared distance, and the
-  parent's own world replayed (replay_items).
+  (L2-SP, Li et al. 2018), `anchor` times the squared distance; the parent's
+  own world replayed (replay_items), where the child is also pulled towards
+  the parent's own attention (parent_loss, `keep_parent`).
 docs/fine-tuning.md says what was measured with other choices.
 """
 from __future__ import annotations
@@ -75,6 +76,7 @@ class FinetuneConfig:
     replay: str | None = "auto"             # the parent's own world mixed in: a file, "demo", None, or "auto"
                                             # ("demo" when the parent is the bundled demo model, else None)
     replay_items: int = 400
+    keep_parent: float = 1.0                # weight of parent_loss on the replayed items (0: labels alone)
     progress: bool = True
     on_progress: Callable[[dict], None] | None = None
     should_stop: Callable[[], bool] | None = None
@@ -222,6 +224,8 @@ class LabelledSet:
     region_labels: list[torch.Tensor]       # per item: n (1 mentioned, 0 unmentioned, -1 unknown)
     image_of: list[int] = field(default_factory=list)           # per item: its (image, regions) index
     stems: list[torch.Tensor] = field(default_factory=list)     # per (image, regions): (1 + n) x T x W, fp16
+    teacher: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
+    # per item: the parent's text and region log-attention, kept for the replayed items (keep_parent)
 
     def buckets(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -238,6 +242,16 @@ class LabelledSet:
             inputs[0], inputs[1] = self._image_features(index, device, visual)
         return (inputs, torch.stack([self.piece_labels[i] for i in index]).to(device),
                 torch.stack([self.region_labels[i] for i in index]).to(device))
+
+    def parent_targets(self, index: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(the batch rows of the items with the parent's outputs kept, their text
+        and region log-attention), or None when no item of the batch has them."""
+        rows = [k for k, i in enumerate(index) if self.teacher and self.teacher[i] is not None]
+        if not rows:
+            return None
+        return (torch.tensor(rows, device=device),
+                torch.stack([self.teacher[index[k]][0] for k in rows]).to(device),
+                torch.stack([self.teacher[index[k]][1] for k in rows]).to(device))
 
     def _image_features(self, index: list[int], device, visual) -> tuple[torch.Tensor, torch.Tensor]:
         keys = sorted({self.image_of[i] for i in index})
@@ -419,6 +433,20 @@ def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: st
     return sum(parts) / len(parts) if parts else log_attention.sum() * 0
 
 
+def parent_loss(out: dict, targets: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """KL(parent || child) of the text and the region attention on the items
+    whose parent outputs were kept (the replayed ones): in its own world the
+    child keeps saying what the parent said, not only the labels' verdicts."""
+    if targets is None:
+        return out["text_log_attention"].sum() * 0
+    rows, text, region = targets
+
+    def kl(log_p, log_q):
+        return (log_p.exp() * (log_p - log_q)).sum(-1)
+
+    return (kl(text, out["text_log_attention"][rows]) + kl(region, out["region_log_attention"][rows])).mean()
+
+
 def anchor_loss(params: list[torch.Tensor], parent: list[torch.Tensor]) -> torch.Tensor:
     return sum(((p - p0) ** 2).sum() for p, p0 in zip(params, parent))
 
@@ -491,6 +519,8 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
         if replay:
             report["labels"]["replay"] = {"from": Path(str(source)).name, **label_counts(replay)}
         data = encode_items(backbone, metric, split.train + swaps + replay, config.base_dir, config.progress, visual)
+    if replay and config.keep_parent:
+        keep_parent_outputs(model, data, range(len(data.inputs) - len(replay), len(data.inputs)), device)
     training = train_head(model, data, config, device, visual)
     _save_child(config, model, clip_name, clip_config, crop, raw, report, training)
     _progress(config, {"stage": "figures after", "fraction": 1.0})
@@ -503,6 +533,21 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
     figures_path(config.out).write_text(json.dumps(report, indent=1))
     _save_child(config, model, clip_name, clip_config, crop, raw, report, training)   # figures inside too
     return report
+
+
+@torch.no_grad()
+def keep_parent_outputs(model, data: LabelledSet, items, device, batch: int = 64) -> None:
+    """The parent's text and region log-attention on `items`, the targets of parent_loss."""
+    model.eval()
+    data.teacher = [None] * len(data.inputs)
+    wanted = set(items)
+    for bucket in data.buckets().values():     # items of one bucket have as many regions: they stack
+        chosen = [i for i in bucket if i in wanted]
+        for start in range(0, len(chosen), batch):
+            part = chosen[start : start + batch]
+            out = model.outputs(*data.batch(part, device)[0])
+            for k, i in enumerate(part):
+                data.teacher[i] = (out["text_log_attention"][k].cpu(), out["region_log_attention"][k].cpu())
 
 
 FROZEN = ("verifier.bias_scale",)   # the verifier's weight in the text attention: see the module docstring
@@ -550,6 +595,8 @@ def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual:
         out = model.outputs(*inputs)
         loss = token_losses(out, piece_labels, config.token_rule) + region_loss(out, region_labels)
         loss = loss + config.anchor * anchor_loss(trainable, parent)
+        if config.keep_parent:
+            loss = loss + config.keep_parent * parent_loss(out, data.parent_targets(index, device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -563,7 +610,7 @@ def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual:
     bar.close()
     model.eval()
     return {"steps": state.step, "minutes": round(state.elapsed / 60, 2), "seed": config.seed, "lr": config.lr,
-            "anchor": config.anchor, "batch_size": config.batch_size, "trained": config.train,
+            "anchor": config.anchor, "keep_parent": config.keep_parent, "batch_size": config.batch_size, "trained": config.train,
             "visual_blocks": config.visual_blocks if visual is not None else 0,
             "first_loss": round(float(np.mean(losses[:10])), 4) if losses else None,
             "last_loss": round(float(np.mean(losses[-10:])), 4) if losses else None}

@@ -108,6 +108,7 @@ def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(fi
     assert raw["labels"]["sha256"] == file_sha256(dark_world / "captokeneval.jsonl")
     assert raw["labels"]["train"]["items"] + raw["labels"]["held_out"]["items"] == 180
     assert raw["labels"]["replay"]["from"] == "demo" and raw["labels"]["replay"]["items"] == 100
+    assert raw["training"]["keep_parent"] == 1.0
     assert raw["figures"]["after"] == json.loads(figures_path(finetuned).read_text())["after"]
     scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(finetuned))
     gold = read_json_lines(dark_world / "captokeneval.jsonl")[0]
@@ -175,3 +176,16 @@ def test_replay_items_come_from_the_parent_world_with_absolute_paths(dark_world,
     assert resolved_replay("none", demo_model_path()) is None
     with pytest.raises(FinetuneError, match="no file"):
         replay_items(dark_world / "missing.jsonl", 3, seed=0)
+
+
+def test_parent_loss_is_the_parents_kl_to_the_child_on_the_kept_rows_only():
+    from capscope.demo.finetune import parent_loss
+
+    log = lambda rows: torch.tensor(rows).log()
+    out = {"text_log_attention": log([[0.9, 0.1], [0.25, 0.75]]),
+           "region_log_attention": log([[0.5, 0.5], [0.2, 0.8]])}
+    second_row = (torch.tensor([1]), log([[0.5, 0.5]]), log([[0.2, 0.8]]))
+    # text: 0.5 ln(0.5 / 0.25) + 0.5 ln(0.5 / 0.75); the regions agree
+    assert parent_loss(out, second_row).item() == pytest.approx(0.143841, abs=1e-5)
+    assert parent_loss(out, (torch.tensor([1]), out["text_log_attention"][1:], out["region_log_attention"][1:])).item() == 0
+    assert parent_loss(out, None).item() == 0
