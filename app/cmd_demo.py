@@ -81,15 +81,15 @@ def register_train_infometic(targets) -> None:
     tune.add_argument("--anchor", type=float, default=None, help="pull towards the parent's weights (L2-SP; default 0.05)")
     tune.add_argument("--train", choices=("head", "visual"), default="visual",
                       help="what learns: the head, or the head and CLIP's image tower (default)")
-    tune.add_argument("--visual-blocks", type=int, default=4,
+    tune.add_argument("--visual-blocks", type=int, default=None,
                       help="with --train visual: how many of the image tower's last blocks learn "
                            "(default 4: all of the demo CLIP's)")
-    tune.add_argument("--swaps", type=int, default=2,
-                      help="copies of each fully-correct item with one word swapped (labelled wrong); 0: none")
+    tune.add_argument("--swaps", type=int, default=None,
+                      help="copies of each fully-correct item with one word swapped (labelled wrong; default 2); 0: none")
     tune.add_argument("--replay", default="auto",
                       help="labelled items of the parent's own world to mix in: a CapTokenEval file, `demo`, or `none` "
                            "(default: the demo world when --init is the demo model, else none)")
-    tune.add_argument("--replay-items", type=int, default=400, help="how many replay items (default 400)")
+    tune.add_argument("--replay-items", type=int, default=None, help="how many replay items (default 400)")
     tune.add_argument("--keep-parent", type=float, default=None,
                       help="weight of the pull towards the parent's own attention on the replayed items "
                            "(distillation; default 1, 0: their labels alone)")
@@ -201,6 +201,14 @@ def run_train_infometic(args) -> int:
     return 0
 
 
+# options left unset fall back to FinetuneConfig's defaults (one place for them)
+FINETUNE_TUNABLES = ("swaps", "visual_blocks", "replay_items", "anchor", "keep_parent", "lr")
+
+
+def _given(args, names: tuple[str, ...]) -> dict:
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
 def run_finetune(args) -> int:
     import json
 
@@ -218,10 +226,7 @@ def run_finetune(args) -> int:
         out=args.out, init=init_checkpoint(args.init), items=items, base_dir=base_dir, labels=labels,
         holdout=args.holdout, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
         threads=args.threads, token_rule=args.token_rule, check_gold=args.check_gold, progress=not args.json,
-        swaps=args.swaps, train=args.train, visual_blocks=args.visual_blocks,
-        replay=args.replay, replay_items=args.replay_items, **({"anchor": args.anchor} if args.anchor is not None else {}),
-        **({"keep_parent": args.keep_parent} if args.keep_parent is not None else {}),
-        **({"lr": args.lr} if args.lr is not None else {}),
+        train=args.train, replay=args.replay, **_given(args, FINETUNE_TUNABLES),
     )
     try:
         report = finetune(config, evaluate_gold)
