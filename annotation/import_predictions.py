@@ -3,15 +3,14 @@ stored as pre-annotations of a dataset's captions, matched by id."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from sqlalchemy import select
 
 from capscope.annotation.import_report import ImportReport, RowError
 from capscope.annotation.import_rows import read_jsonl
-from capscope.db import Caption, Dataset, Prediction, Store
-from capscope.metrics.registry import SPECS
+from capscope.annotation.uncertainty import prediction_uncertainty
+from capscope.db import Caption, Dataset, Prediction, Store, Token
 from capscope.db.models import utcnow
 
 
@@ -60,21 +59,7 @@ def upsert_prediction(session, caption_id: int, metric: str, version: str, resul
     prediction.scores = result.get("scores") or {}
     prediction.token_scores = result.get("token_scores") or []
     prediction.region_scores = result.get("region_scores") or []
-    prediction.uncertainty = token_uncertainty(prediction.token_scores, metric_threshold(metric))
+    semantic = list(session.scalars(select(Token.semantic).where(Token.caption_id == caption_id).order_by(Token.index)))
+    prediction.uncertainty = prediction_uncertainty(metric, prediction.token_scores, prediction.region_scores,
+                                                    semantic or None)
     prediction.created_at = utcnow()
-
-
-def token_uncertainty(scores: list, threshold: float = 0.1) -> float | None:
-    """Mean closeness of the token scores to the decision threshold (1 = on it),
-    on the threshold's own scale (InfoMetIC's 0.1 and CLIP4DM's -5e-5 alike)."""
-    values = [s for s in scores if isinstance(s, (int, float)) and math.isfinite(s)]
-    if not values:
-        return None
-    scale = abs(threshold) or 1.0
-    return sum(math.exp(-abs(s - threshold) / scale) for s in values) / len(values)
-
-
-def metric_threshold(metric: str) -> float:
-    """The metric's default word threshold (0.1 for a metric the registry does not know)."""
-    spec = SPECS.get(metric)
-    return spec.threshold if spec is not None and spec.threshold is not None else 0.1

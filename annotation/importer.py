@@ -24,7 +24,7 @@ from capscope.annotation.errors import Invalid
 from capscope.annotation.import_images import (
     ImageFile, decode_image, hash_image_file, resolve_image_path,
 )
-from capscope.annotation.import_predictions import import_predictions, token_uncertainty
+from capscope.annotation.import_predictions import import_predictions
 from capscope.annotation.import_regions import checked_regions, make_proposer, propose_regions
 from capscope.annotation.import_report import ImportReport, RowError, RowProblem
 from capscope.annotation.import_rows import (
@@ -32,6 +32,7 @@ from capscope.annotation.import_rows import (
     row_id_for_report, tokenize,
 )
 from capscope.annotation.import_store import known_state, set_annotators_needed, write_rows
+from capscope.annotation.uncertainty import token_uncertainty
 from capscope.db import Store
 from capscope.metrics.regions import mask_to_rle
 

@@ -6,7 +6,8 @@ hands out first. An admin picks one per dataset:
   its external id, so the same seed gives the same order on SQLite and
   PostgreSQL, and captions added later fall into place without moving the others.
 - `uncertainty`: the items whose word and region verdicts sit closest to the
-  decision threshold under the stored model predictions first (`item_uncertainty`),
+  decision threshold under the stored model predictions first (`item_uncertainty`:
+  the mean entropy of the verdicts under the token rule, annotation/uncertainty.py),
   one caption per image per round (`interleave_by_image`), so that one image's
   captions never come all in a row. Items without a prediction come last, by id.
 - `disagreement`: the items whose submitted judgements split on some token or
@@ -32,8 +33,9 @@ from sqlalchemy import Float, bindparam, case, cast, distinct, exists, func, lit
 from sqlalchemy.orm import aliased
 
 from capscope.annotation.errors import Invalid, NotFound
-from capscope.annotation.import_predictions import metric_threshold, token_uncertainty
-from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, utcnow
+from capscope.annotation.uncertainty import prediction_uncertainty
+from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, Token, utcnow
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
 
 ORDERS = ("sequential", "random", "uncertainty", "disagreement")
@@ -59,10 +61,10 @@ def check_seed(seed) -> int:
 # ---------------------------------------------------------------- setting the order
 
 def set_queue_order(store: Store, dataset: str, order: str, seed: int = 0,
-                    model_version: str | None = None) -> dict:
+                    model_version: str | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
     """Give `dataset` this queue order and seed and rank its captions for it
     (random: by the seed; uncertainty: by the predictions of `model_version`,
-    else each caption's newest). Returns `queue_view`."""
+    else each caption's newest, with words judged by `token_rule`). Returns `queue_view`."""
     check_order(order)
     check_seed(seed)
 
@@ -71,14 +73,15 @@ def set_queue_order(store: Store, dataset: str, order: str, seed: int = 0,
         row.queue_order, row.queue_seed = order, seed
 
     store.run_write(work)
-    _write_ranks(store, dataset, model_version)
+    _write_ranks(store, dataset, model_version, token_rule)
     return queue_view(store, dataset)
 
 
-def refresh_queue(store: Store, dataset: str, model_version: str | None = None) -> dict:
+def refresh_queue(store: Store, dataset: str, model_version: str | None = None,
+                  token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
     """Rank the dataset's captions again under its current order: after new
     predictions (uncertainty) or new captions (random, uncertainty). Returns `queue_view`."""
-    _write_ranks(store, dataset, model_version)
+    _write_ranks(store, dataset, model_version, token_rule)
     return queue_view(store, dataset)
 
 
@@ -106,7 +109,7 @@ def _locked_dataset(session, name: str) -> Dataset:
     return row
 
 
-def _write_ranks(store: Store, dataset: str, model_version: str | None) -> None:
+def _write_ranks(store: Store, dataset: str, model_version: str | None, token_rule: str) -> None:
     """Compute the ranks from a read, then write the ones that change, CHUNK
     captions per transaction: a claim meanwhile (which skips locked captions
     on PostgreSQL) never finds the whole dataset locked. A chunk stops the
@@ -118,7 +121,7 @@ def _write_ranks(store: Store, dataset: str, model_version: str | None) -> None:
         dataset_id, setting = row.id, (row.queue_order, row.queue_seed)
         current = dict(session.execute(select(Caption.id, Caption.queue_rank)
                                        .where(Caption.dataset_id == dataset_id)).all())
-        wanted = _ranks(session, row, model_version)
+        wanted = _ranks(session, row, model_version, token_rule)
     changed = [{"caption": caption_id, "rank": wanted.get(caption_id)} for caption_id in sorted(current)
                if wanted.get(caption_id) != current[caption_id]]
     table = Caption.__table__
@@ -137,13 +140,13 @@ def _write_ranks(store: Store, dataset: str, model_version: str | None) -> None:
             break
 
 
-def _ranks(session, dataset: Dataset, model_version: str | None) -> dict[int, float]:
+def _ranks(session, dataset: Dataset, model_version: str | None, token_rule: str) -> dict[int, float]:
     """caption id -> rank under the dataset's order (captions left out: no rank)."""
     if dataset.queue_order == "random":
         captions = session.execute(select(Caption.id, Caption.external_id).where(Caption.dataset_id == dataset.id))
         return {caption_id: random_rank(dataset.queue_seed, external_id) for caption_id, external_id in captions}
     if dataset.queue_order == "uncertainty":
-        ordered = interleave_by_image(_uncertainties(session, dataset.id, model_version))
+        ordered = interleave_by_image(_uncertainties(session, dataset.id, model_version, token_rule))
         return {caption_id: float(place) for place, caption_id in enumerate(ordered)}
     return {}
 
@@ -158,12 +161,11 @@ def random_rank(seed: int, external_id: str) -> float:
 
 
 def item_uncertainty(metric: str, token_scores: list | None, region_scores: list | None,
-                     stored: float | None = None) -> float | None:
-    """How close a prediction's word and region verdicts sit to the metric's
-    threshold, 0..1 (1 = on it): `token_uncertainty` over every token and
-    region score alike (the InfoMetIC family cuts both at one threshold);
-    the stored token uncertainty when there are no scores."""
-    found = token_uncertainty(list(token_scores or []) + list(region_scores or []), metric_threshold(metric))
+                     stored: float | None = None, semantic: list[bool] | None = None,
+                     token_rule: str = DEFAULT_TOKEN_RULE) -> float | None:
+    """How unsure a prediction is of its word and region verdicts, 0..1 (1 = a
+    coin toss; annotation/uncertainty.py); the stored value when it has no scores."""
+    found = prediction_uncertainty(metric, token_scores, region_scores, semantic, token_rule)
     return found if found is not None else stored
 
 
@@ -175,7 +177,8 @@ def _metric_preference(metric: str) -> int:
     return 1 if spec is not None and spec.follows_token_rule else 2
 
 
-def _uncertainties(session, dataset_id: int, model_version: str | None) -> list[tuple[int, int, float]]:
+def _uncertainties(session, dataset_id: int, model_version: str | None,
+                   token_rule: str = DEFAULT_TOKEN_RULE) -> list[tuple[int, int, float]]:
     """(caption id, image id, uncertainty) of every caption that has a usable
     prediction: of `model_version` when given, else the newest; InfoMetIC's
     first, then its family's, then any metric's with an uncertainty."""
@@ -184,17 +187,30 @@ def _uncertainties(session, dataset_id: int, model_version: str | None) -> list[
              .join(Caption, Prediction.caption_id == Caption.id).where(Caption.dataset_id == dataset_id))
     if model_version is not None:
         query = query.where(Prediction.model_version == model_version)
+    semantic = _semantic_flags(session, dataset_id)
     best: dict[int, tuple] = {}
     for caption_id, image_id, metric, tokens, regions, stored, created, prediction_id in session.execute(
             query.execution_options(yield_per=1000)):
         preference = _metric_preference(metric)
-        value = item_uncertainty(metric, tokens, regions, stored) if preference < 2 or stored is not None else None
+        value = (item_uncertainty(metric, tokens, regions, stored, semantic.get(caption_id), token_rule)
+                 if preference < 2 or stored is not None else None)
         if value is None:
             continue
         key = (-preference, created, prediction_id)  # the largest wins
         if caption_id not in best or key > best[caption_id][0]:
             best[caption_id] = (key, image_id, value)
     return [(caption_id, image_id, value) for caption_id, (_, image_id, value) in best.items()]
+
+
+def _semantic_flags(session, dataset_id: int) -> dict[int, list[bool]]:
+    """caption id -> its tokens' semantic flags, in token order."""
+    flags: dict[int, list[bool]] = defaultdict(list)
+    rows = session.execute(select(Token.caption_id, Token.semantic).join(Caption, Token.caption_id == Caption.id)
+                           .where(Caption.dataset_id == dataset_id).order_by(Token.caption_id, Token.index)
+                           .execution_options(yield_per=5000))
+    for caption_id, semantic in rows:
+        flags[caption_id].append(semantic)
+    return flags
 
 
 def interleave_by_image(scored: list[tuple[int, int, float]]) -> list[int]:

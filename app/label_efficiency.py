@@ -52,7 +52,8 @@ def uncertainty_order(items: list[dict], predictions: list[dict]) -> list[int]:
     images = {image: k for k, image in enumerate(sorted({str(item["image"]) for item in items}))}
     scored = []
     for i, (item, p) in enumerate(zip(items, predictions)):
-        value = item_uncertainty("infometic", p.get("token_scores"), p.get("region_scores"))
+        value = item_uncertainty("infometic", p.get("token_scores"), p.get("region_scores"),
+                                 semantic=[bool(t.get("semantic")) for t in item["tokens"]])
         scored.append((i, images[str(item["image"])], -1.0 if value is None else value))
     return interleave_by_image(scored)
 

@@ -354,7 +354,8 @@ def _add_routes(app: FastAPI) -> None:
     def put_queue(name: str, body: QueueRequest, user: Admin) -> dict:
         """Set the dataset's queue order (and seed) and rank its items for it."""
         seed = 0 if body.seed is None else body.seed
-        return queue.set_queue_order(store, name, body.order, seed, body.model_version)
+        return queue.set_queue_order(store, name, body.order, seed, body.model_version,
+                                     token_rule=app.state.models.token_rule)
 
     @app.get("/api/models")
     def get_models(user: Admin) -> dict:

@@ -333,7 +333,7 @@ class Activations:
                                        on_progress=lambda done, total: self._set(done=done, total=total),
                                        should_stop=stop.is_set)
             if not result["stopped"]:
-                refresh_queue(self.store, dataset, model_version=tag)
+                refresh_queue(self.store, dataset, model_version=tag, token_rule=self.models.token_rule)
             self._set(state="stopped" if result["stopped"] else "done", total=result["total"],
                       scored=result["scored"], failed=result["failed"])
         except Exception as err:  # noqa: BLE001 - shown in the status; the activation itself stands

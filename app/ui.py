@@ -135,7 +135,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
             with gr.Tab("Benchmark", id="benchmark", visible=False) as bench_tab:
                 bench = build_benchmark(store, scores, data_roots)
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
-                admin = build_admin(store)
+                admin = build_admin(store, models.token_rule)
                 model_versions = build_model_versions(store, training, activations)
 
         def whoami(request: gr.Request):

@@ -25,7 +25,7 @@ from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_title
 from capscope.ui_benchmark import build_people_agreement
 from capscope.ui_inspect import shaded_tokens, token_metrics, token_segments
-from capscope.ui_models import Models
+from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
 log = logging.getLogger(__name__)
 
@@ -376,13 +376,13 @@ def show_queue(store: Store, dataset: str):
     return view["order"], view["seed"], queue_text(view)
 
 
-def apply_queue_order(store: Store, dataset: str, order: str, seed) -> str:
+def apply_queue_order(store: Store, dataset: str, order: str, seed, token_rule: str = DEFAULT_TOKEN_RULE) -> str:
     """The Apply order button: `queue.set_queue_order`, its result as text."""
     if not dataset:
         return "**Not applied:** choose a dataset."
     try:
         seed = int(seed or 0)
-        return queue_text(queue.set_queue_order(store, dataset, order, seed))
+        return queue_text(queue.set_queue_order(store, dataset, order, seed, token_rule=token_rule))
     except (AnnotationError, ValueError) as err:
         return f"**Not applied:** {err}"
 
@@ -562,7 +562,7 @@ def build_export(store: Store, c: dict, dataset=None, api: bool = True) -> None:
                  **({"api_name": "export_benchmark_zip"} if api else {"api_visibility": "private"}))
 
 
-def build_admin(store: Store) -> dict:
+def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
     c: dict = {}
     with gr.Row():
         with gr.Column():
@@ -594,7 +594,7 @@ def build_admin(store: Store) -> dict:
     build_export(store, c, None, api=False)
     c["queue_dataset"].change(admin_only(store, lambda d: show_queue(store, d)), c["queue_dataset"],
                               [c["queue_order"], c["queue_seed"], c["queue_result"]], api_visibility="private")
-    c["queue_apply"].click(admin_only(store, lambda d, o, n: apply_queue_order(store, d, o, n)),
+    c["queue_apply"].click(admin_only(store, lambda d, o, n: apply_queue_order(store, d, o, n, token_rule)),
                            [c["queue_dataset"], c["queue_order"], c["queue_seed"]], c["queue_result"],
                            api_visibility="private", concurrency_id="db", concurrency_limit=4)
     c["add"].click(admin_only(store, lambda n, p, r: add_user_action(store, n, p, r)),

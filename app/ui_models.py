@@ -14,17 +14,12 @@ import threading
 from typing import Callable, Sequence
 
 from capscope.metrics.errors import ModelUnavailable
-from capscope.metrics.constants import TOKEN_RULES, check_precision
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
 from capscope.metrics.registry import metric_names
 from capscope.metrics.threads import few_threads
 
 log = logging.getLogger(__name__)
 
-# The page marks words with the length-aware rule by default: with more than ten
-# semantic words even a uniform attention share is under the paper's β = 0.1, and
-# every word of a long caption would be listed as wrong (`capscope score` keeps the
-# paper's rule).
-DEFAULT_TOKEN_RULE = "relative"
 TOKEN_RULE_NOTES = {
     "paper": "a word is wrong when its share of the caption's attention is at most β = 0.1 (InfoMetIC sec. 3.3)",
     "relative": "a word is wrong when its share of the caption's attention is under β scaled to the caption's "

@@ -6,13 +6,13 @@ import math
 import pytest
 
 from capscope.annotation import (
-    import_images, import_predictions, import_regions, import_report, import_rows, importer,
+    import_images, import_predictions, import_regions, import_report, import_rows, importer, uncertainty,
 )
 
 PUBLIC = {
     "ImportOptions": importer, "import_captions": importer, "import_captokeneval": importer,
     "ImportReport": import_report, "RowError": import_report, "RowProblem": import_report,
-    "import_predictions": import_predictions, "token_uncertainty": import_predictions,
+    "import_predictions": import_predictions, "token_uncertainty": uncertainty,
     "read_jsonl": import_rows, "prepare_row": import_rows, "finish_row": import_rows,
     "checked_tokens": import_rows, "TOKEN_LABELS": import_rows, "REGION_LABELS": import_rows,
     "checked_regions": import_regions, "resolve_image_path": import_images, "decode_image": import_images,
@@ -52,8 +52,9 @@ def test_checked_tokens_must_match_the_caption():
 
 def test_token_uncertainty_by_hand():
     # exp(-10·|0.1 - 0.1|) = 1 and exp(-10·|0.2 - 0.1|) = e^-1; non-numbers are left out
-    assert import_predictions.token_uncertainty([0.1, 0.2, None]) == pytest.approx((1 + math.exp(-1)) / 2)
-    assert import_predictions.token_uncertainty([None]) is None
+    assert uncertainty.token_uncertainty([0.1, 0.2, None]) == pytest.approx((1 + math.exp(-1)) / 2)
+    assert uncertainty.token_uncertainty([None]) is None
     # CLIP4DM's negative threshold, on its own scale: on it 1, 1e-4 above it exp(-2)
-    assert import_predictions.token_uncertainty([-5e-5, 5e-5], -5e-5) == pytest.approx((1 + math.exp(-2)) / 2)
-    assert import_predictions.metric_threshold("clip4dm") == -5e-5 and import_predictions.metric_threshold("x") == 0.1
+    assert uncertainty.token_uncertainty([-5e-5, 5e-5], -5e-5) == pytest.approx((1 + math.exp(-2)) / 2)
+    assert uncertainty.prediction_uncertainty("clip4dm", [-5e-5], [5e-5]) == pytest.approx((1 + math.exp(-2)) / 2)
+    assert uncertainty.prediction_uncertainty("x", [0.1], []) == 1.0  # a metric nobody knows: beta

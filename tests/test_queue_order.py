@@ -16,6 +16,7 @@ from annotation_support import fresh_pg_database, make_images, sqlite_url, write
 from capscope.annotation import browse, queue
 from capscope.annotation import workflow as wf
 from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.uncertainty import verdict_entropy
 from capscope.annotation.users import add_user
 from capscope.db import Caption, Dataset, Prediction, Store, utcnow
 
@@ -140,14 +141,48 @@ def test_ranks_are_written_in_chunks_and_only_where_they_change(store, tmp_path,
 
 # ---------------------------------------------------------------- uncertainty
 
-def closeness(score: float) -> float:
-    return math.exp(-abs(score - T) / T)
+def entropy(p: float) -> float:
+    return -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
 
 
-def test_item_uncertainty_counts_tokens_and_regions():
-    assert queue.item_uncertainty("infometic", [T, None], [0.3]) == pytest.approx((1 + closeness(0.3)) / 2)
+def test_verdict_entropy_by_hand():
+    # p = sigmoid(2 ln(share / threshold)) = 1 / (1 + (share / threshold) ** -2)
+    assert verdict_entropy(0.05, 0.05) == pytest.approx(1.0)
+    assert verdict_entropy(0.1, 0.05) == pytest.approx(entropy(0.8)) == pytest.approx(0.721928, abs=1e-6)
+    assert verdict_entropy(0.025, 0.05) == pytest.approx(entropy(0.2))  # half the threshold: as sure as twice it
+    assert verdict_entropy(0.0, 0.05) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_item_uncertainty_counts_semantic_words_and_regions_under_the_token_rule():
+    semantic = [False, True, True, True]
+    # two semantic words scored: the relative threshold is min(0.1, 0.1 * 5 / 2) = 0.1; "a" is not judged
+    assert queue.item_uncertainty("infometic", [0.9, T, 0.2, None], [T], semantic=semantic) \
+        == pytest.approx((1 + entropy(0.8) + 1) / 3)
+    # ten semantic words: 0.05 under the relative rule (0.1 is twice it), beta under the paper's
+    ten = [T] * 10
+    assert queue.item_uncertainty("infometic", ten, [], semantic=[True] * 10) == pytest.approx(entropy(0.8))
+    assert queue.item_uncertainty("infometic", ten, [], semantic=[True] * 10, token_rule="paper") == pytest.approx(1.0)
+    # other metrics: the closeness to their own threshold on its scale
+    assert queue.item_uncertainty("clip4dm", [-5e-5, 5e-5], []) == pytest.approx((1 + math.exp(-2)) / 2)
     assert queue.item_uncertainty("infometic", [], [], stored=0.4) == 0.4
     assert queue.item_uncertainty("infometic", [None], []) is None
+    assert queue.item_uncertainty("infometic", [0.3], [], semantic=[False]) is None
+
+
+def test_stored_uncertainty_judges_the_caption_s_semantic_words(store, tmp_path):
+    from capscope.annotation.import_predictions import upsert_prediction
+
+    import_rows(store, tmp_path, 1)
+    # "a" (not semantic) on the threshold is left out: "red" alone is seen, at twice beta
+    with store.write() as session:
+        upsert_prediction(session, 1, "infometic", "v1", {"token_scores": [T, None, 2 * T], "region_scores": []})
+    with store.read() as session:
+        assert session.scalar(select(Prediction.uncertainty)) == pytest.approx(entropy(0.8))
+
+
+def scores_on_red(score: float) -> list:
+    """Token scores of "a small red square ..." with `score` on "red" alone: one word seen, threshold beta."""
+    return [None, None, score, None]
 
 
 @pytest.fixture()
@@ -155,7 +190,7 @@ def scored(store, tmp_path):
     """7 captions over 3 images (1, 4, 7 | 2, 5 | 3, 6) with InfoMetIC predictions of version v1; 7 has none."""
     import_rows(store, tmp_path, 7, per_item=2)
     for caption_id, score in {1: T, 4: 0.11, 5: 0.105, 2: 0.15, 3: 0.3, 6: 0.2}.items():
-        predict(store, caption_id, [score, None], at=datetime(2024, 1, 1))
+        predict(store, caption_id, scores_on_red(score), at=datetime(2024, 1, 1))
     return store
 
 
@@ -169,12 +204,13 @@ def test_uncertainty_closest_first_one_caption_per_image_per_round(scored):
 
 
 def test_uncertainty_reads_regions_the_model_version_and_infometic_first(scored):
-    # 7's word alone (0.82) would put it after 4 (0.90) on their image; its regions on the threshold lift it (0.94)
-    predict(scored, 7, [0.12], [T, T], at=datetime(2024, 1, 1))
+    # 7's word alone (0.986) would put it after 4 (0.994) on their image; its regions on the threshold lift it
+    # (0.995)
+    predict(scored, 7, scores_on_red(0.115), [T, T], at=datetime(2024, 1, 1))
     assert queue.set_queue_order(scored, "default", "uncertainty")["next"] == [1, 5, 6, 7, 2, 3, 4]
     # a newer version turns the order round (7 has none: its v1 counts); the old one is still asked for by name
     for caption_id, score in {1: 0.4, 2: T, 3: 0.11, 4: 0.3, 5: 0.5, 6: 0.12}.items():
-        predict(scored, caption_id, [score], version="v2", at=datetime(2024, 2, 1))
+        predict(scored, caption_id, scores_on_red(score), version="v2", at=datetime(2024, 2, 1))
     assert queue.refresh_queue(scored, "default")["next"] == [2, 7, 3, 6, 4, 5, 1]
     assert queue.refresh_queue(scored, "default", model_version="v1")["next"] == [1, 5, 6, 7, 2, 3, 4]
     assert queue.refresh_queue(scored, "default", model_version="v2")["next"] == [2, 3, 4, 6, 1, 5, 7]

@@ -1,0 +1,75 @@
+"""How unsure a model is of an item's verdicts: what the queue's `uncertainty`
+order ranks by and Explore's uncertainty column shows, 0..1 (1: a coin toss).
+
+The InfoMetIC family decides a word by its share of the text attention against
+the token rule's threshold for its caption (metrics.families.word_threshold)
+and a region by its share against beta. Each verdict's probability is read as
+sigmoid(SHARPNESS * ln(share / threshold)), the same logistic fine-tuning
+trains (demo/finetune.py, share_loss), and an item's uncertainty is the mean
+binary entropy, in bits, of its semantic words' and its regions' verdicts.
+A share is a ratio scale: a word at half its threshold is as sure as one at
+twice it, however long the caption.
+
+Other metrics (HICE-S's cosines, CLIP4DM's differences) keep a linear
+closeness to their own threshold (`token_uncertainty`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
+from capscope.metrics.families import word_threshold
+from capscope.metrics.registry import SPECS
+
+SHARPNESS = 2.0
+TINY = 1e-12
+
+
+def verdict_entropy(share: float, threshold: float) -> float:
+    """The binary entropy (bits) of one verdict: 1 on the threshold, towards 0 far from it."""
+    p = 1.0 / (1.0 + (max(share, TINY) / threshold) ** -SHARPNESS)
+    if p <= 0.0 or p >= 1.0:
+        return 0.0
+    return -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic: Sequence[bool] | None = None,
+                      token_rule: str = DEFAULT_TOKEN_RULE, beta: float = BETA) -> float | None:
+    """Mean verdict entropy over the semantic words with a score (every scored
+    word when `semantic` is unknown) and the regions with a score."""
+    flags = list(semantic) if semantic is not None else [True] * len(token_scores)
+    words = [s for s, sem in zip(token_scores, flags) if sem and _finite(s)]
+    regions = [s for s in region_scores if _finite(s)]
+    if not words and not regions:
+        return None
+    threshold = word_threshold(token_rule, beta, len(words))
+    values = [verdict_entropy(s, threshold) for s in words] + [verdict_entropy(s, beta) for s in regions]
+    return sum(values) / len(values)
+
+
+def token_uncertainty(scores: Sequence, threshold: float = BETA) -> float | None:
+    """Mean closeness of the scores to a threshold (1 = on it), on the
+    threshold's own scale (HICE-S's 0.2 and CLIP4DM's -5e-5 alike)."""
+    values = [s for s in scores if _finite(s)]
+    if not values:
+        return None
+    scale = abs(threshold) or 1.0
+    return sum(math.exp(-abs(s - threshold) / scale) for s in values) / len(values)
+
+
+def prediction_uncertainty(metric: str, token_scores: Sequence | None, region_scores: Sequence | None,
+                           semantic: Sequence[bool] | None = None,
+                           token_rule: str = DEFAULT_TOKEN_RULE) -> float | None:
+    """One stored prediction's uncertainty: `share_uncertainty` for a metric
+    that follows the token rule, else `token_uncertainty` at its threshold."""
+    spec = SPECS.get(metric)
+    if spec is not None and spec.follows_token_rule:
+        return share_uncertainty(token_scores or [], region_scores or [], semantic, token_rule,
+                                 spec.threshold if spec.threshold is not None else BETA)
+    threshold = spec.threshold if spec is not None and spec.threshold is not None else BETA
+    return token_uncertainty(list(token_scores or []) + list(region_scores or []), threshold)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
