@@ -31,6 +31,8 @@ KEYS = ("incorrect_token_f1", "incorrect_token_auroc", "text_accuracy", "region_
 
 def simulated_labels(items: list[dict], noise: float, seed: int) -> list[dict]:
     """One annotator per item drawing on the gold labels, each flipped with probability `noise`."""
+    if not 0.0 <= noise <= 1.0:
+        raise ValueError(f"noise is a probability, from 0 to 1; got {noise}")
     rng = np.random.default_rng(seed)
     flip = {"correct": "incorrect", "incorrect": "correct", "mentioned": "unmentioned", "unmentioned": "mentioned"}
     out = []

@@ -1,0 +1,60 @@
+"""The label-efficiency study's own parts (app/label_efficiency.py): the
+simulated annotator, the queue's uncertainty order over plain items, and the
+plot. The fine-tunes it runs are tested in test_finetune.py."""
+import json
+
+import pytest
+
+from capscope import label_efficiency as le
+
+
+def item(image: str, labels: list, regions: list = ()) -> dict:
+    return {"image": image, "tokens": [{"text": f"w{i}", "semantic": label is not None, "label": label}
+                                       for i, label in enumerate(labels)],
+            "regions": [{"box": [0, 0, 4, 4], "label": label} for label in regions]}
+
+
+def labels_of(items: list[dict]) -> list:
+    return [[t["label"] for t in x["tokens"]] + [r["label"] for r in x["regions"]] for x in items]
+
+
+def test_simulated_annotator_flips_labels_at_the_noise_rate_and_leaves_unknowns():
+    items = [item("a.png", ["correct", "incorrect", None], ["mentioned", None])]
+    assert labels_of(le.simulated_labels(items, 0.0, seed=1)) == labels_of(items)
+    assert labels_of(le.simulated_labels(items, 1.0, seed=1)) == [["incorrect", "correct", None, "unmentioned", None]]
+    many = [item(f"{i}.png", ["correct"] * 10) for i in range(200)]
+    flipped = sum(label == "incorrect" for row in labels_of(le.simulated_labels(many, 0.1, seed=3)) for label in row)
+    assert 150 <= flipped <= 250  # 2,000 labels at 10%: 200 expected, sd 13
+    assert labels_of(le.simulated_labels(many, 0.1, seed=3)) == labels_of(le.simulated_labels(many, 0.1, seed=3))
+    assert labels_of(items) == [["correct", "incorrect", None, "mentioned", None]]  # the gold is not touched
+
+
+def test_uncertainty_order_is_the_queue_s_over_items():
+    # two semantic words each: the relative threshold is beta = 0.1; a share on it is a coin toss
+    items = [item("a.png", ["correct", "correct"]), item("a.png", ["correct", "correct"]),
+             item("b.png", ["correct", "correct"]), item("b.png", ["correct", "correct"])]
+    predictions = [{"token_scores": [0.1, 0.1], "region_scores": []},    # a: on the threshold
+                   {"token_scores": [0.1, 0.12], "region_scores": []},   # a: nearly
+                   {"token_scores": [0.5, 0.5], "region_scores": []},    # b: sure
+                   {"token_scores": [0.11, 0.3], "region_scores": []}]   # b: less sure
+    # round one: each image's most uncertain (0, then 3); round two: the rest (1, then 2)
+    assert le.uncertainty_order(items, predictions) == [0, 3, 1, 2]
+    # a prediction with no score at all comes last
+    assert le.uncertainty_order(items[:2], [{"token_scores": [None, None]}, predictions[2]]) == [1, 0]
+
+
+def test_plot_draws_each_shift(tmp_path):
+    result = {"shifts": {shift: {"before": {"incorrect_token_f1": 0.2},
+                                 "runs": [{"order": order, "labels": n, "incorrect_token_f1": f1}
+                                          for order in ("random", "uncertainty")
+                                          for n, f1 in ((200, 0.4), (400, 0.5))]}
+                         for shift in ("dark", "outline")}}
+    le.plot(json.loads(json.dumps(result)), tmp_path / "plot.png")
+    png = (tmp_path / "plot.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+@pytest.mark.parametrize("noise", [-0.1, 1.5])
+def test_simulated_annotator_rejects_a_noise_outside_0_1(noise):
+    with pytest.raises(ValueError, match="noise"):
+        le.simulated_labels([item("a.png", ["correct"])], noise, seed=0)
