@@ -522,16 +522,19 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
     if replay and config.keep_parent:
         keep_parent_outputs(model, data, range(len(data.inputs) - len(replay), len(data.inputs)), device)
     training = train_head(model, data, config, device, visual)
-    _save_child(config, model, clip_name, clip_config, crop, raw, report, training)
     _progress(config, {"stage": "figures after", "fraction": 1.0})
-    report["after"] = held_figures(config, config.out, split.held, evaluate_gold)
-    if config.check_gold:
-        report["check_gold"] = {"file": Path(config.check_gold).name,
-                                "before": gold_file_figures(config, config.init, evaluate_gold),
-                                "after": gold_file_figures(config, config.out, evaluate_gold)}
+    with tempfile.TemporaryDirectory(prefix="capscope-child-") as scratch:
+        # the child is scored through the Scorer, from a file: a scratch copy until its figures go inside
+        unrated = Path(scratch) / Path(config.out).name
+        _save_child(unrated, model, clip_name, clip_config, crop, raw, report, training)
+        report["after"] = held_figures(config, unrated, split.held, evaluate_gold)
+        if config.check_gold:
+            report["check_gold"] = {"file": Path(config.check_gold).name,
+                                    "before": gold_file_figures(config, config.init, evaluate_gold),
+                                    "after": gold_file_figures(config, unrated, evaluate_gold)}
     report["training"] = training
+    _save_child(Path(config.out), model, clip_name, clip_config, crop, raw, report, training)
     figures_path(config.out).write_text(json.dumps(report, indent=1))
-    _save_child(config, model, clip_name, clip_config, crop, raw, report, training)   # figures inside too
     return report
 
 
@@ -628,7 +631,7 @@ def _progress(config: FinetuneConfig, event: dict) -> None:
         config.on_progress(event)
 
 
-def _save_child(config, model, clip_name, clip_config, crop, raw, report, training) -> None:
+def _save_child(out: Path, model, clip_name, clip_config, crop, raw, report, training) -> None:
     from capscope.metrics.infometic import capscope_checkpoint
 
     from .clip_model import write_atomically
@@ -639,8 +642,8 @@ def _save_child(config, model, clip_name, clip_config, crop, raw, report, traini
                                 figures={k: report.get(k) for k in ("before", "after", "check_gold") if k in report})
     child["state_dict"] = {k: (v.half() if half and v.is_floating_point() else v).detach().cpu().clone()
                            for k, v in child["state_dict"].items()}
-    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(Path(config.out), lambda tmp: torch.save(child, tmp))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(out, lambda tmp: torch.save(child, tmp))
 
 
 def figures_path(checkpoint: Path) -> Path:

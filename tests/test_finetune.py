@@ -189,3 +189,22 @@ def test_parent_loss_is_the_parents_kl_to_the_child_on_the_kept_rows_only():
     assert parent_loss(out, second_row).item() == pytest.approx(0.143841, abs=1e-5)
     assert parent_loss(out, (torch.tensor([1]), out["text_log_attention"][1:], out["region_log_attention"][1:])).item() == 0
     assert parent_loss(out, None).item() == 0
+
+
+def test_the_fine_tuning_help_states_the_defaults_the_config_uses():
+    import argparse
+    import dataclasses
+    import math
+    import re
+
+    from capscope.cmd_demo import FINETUNE_TUNABLES, register_train_infometic
+    from capscope.demo.finetune import FinetuneConfig
+
+    parser = argparse.ArgumentParser()
+    register_train_infometic(parser.add_subparsers())
+    helps = {action.dest: action.help or "" for sub in parser._subparsers._group_actions
+             for choice in sub.choices.values() for action in choice._actions}
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    for name in FINETUNE_TUNABLES:  # "default 0.05", "fine-tuning: 5e-4", ...
+        stated = [float(v) for v in re.findall(r"(?:default|fine-tuning:) ([0-9][0-9.e-]*)", helps[name])]
+        assert any(math.isclose(v, defaults[name]) for v in stated), (name, defaults[name], helps[name])
