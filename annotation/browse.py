@@ -32,8 +32,13 @@ def _item_figures(now: datetime):
                 .join(submitted, submitted.c.caption_id == votes.c.caption_id)
                 .where(votes.c.k < submitted.c.n)
                 .group_by(votes.c.caption_id).subquery())
-    uncertainty = (select(Prediction.caption_id, func.max(Prediction.uncertainty).label("u"))
-                   .group_by(Prediction.caption_id).subquery())
+    # the newest prediction's (InfoMetIC's first among one import's): what Annotate suggests from
+    newest_first = (Prediction.created_at.desc(), case((Prediction.metric == "infometic", 0), else_=1),
+                    Prediction.id.desc())
+    ranked = (select(Prediction.caption_id, Prediction.uncertainty.label("u"),
+                     func.row_number().over(partition_by=Prediction.caption_id, order_by=newest_first).label("place"))
+              .where(Prediction.uncertainty.is_not(None)).subquery())
+    uncertainty = select(ranked.c.caption_id, ranked.c.u).where(ranked.c.place == 1).subquery()
     flags = select(Flag.caption_id, func.count().label("n")).group_by(Flag.caption_id).subquery()
     return submitted, active, disputed, uncertainty, flags
 

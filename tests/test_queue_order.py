@@ -425,3 +425,13 @@ def test_admin_tab_applies_and_shows_the_order(store, tmp_path):
     assert ui_explore.show_queue(store, "default") == ("random", 7, text_)
     assert ui_explore.apply_queue_order(store, "default", "bogus", 0).startswith("**Not applied:**")
     assert ui_explore.apply_queue_order(store, "", "random", 0).startswith("**Not applied:**")
+
+
+def test_explore_shows_each_item_s_newest_uncertainty(store, tmp_path):
+    import_rows(store, tmp_path, 2)
+    predict(store, 1, [], uncertainty=0.9, at=datetime(2024, 1, 1))
+    predict(store, 1, [], version="v2", uncertainty=0.1, at=datetime(2024, 2, 1))  # activated later: it counts
+    predict(store, 1, [], metric="hice", version="v2", uncertainty=0.7, at=datetime(2024, 2, 1))  # same import
+    predict(store, 2, [], uncertainty=0.5, at=datetime(2024, 1, 1))
+    listed = browse.list_items(store, sort="uncertainty", descending=True)["items"]
+    assert [(row["item_id"], row["uncertainty"]) for row in listed] == [(2, 0.5), (1, 0.1)]
