@@ -44,13 +44,19 @@ def _write_predictions(session, dataset: str, rows, report: ImportReport) -> Non
         if external_id not in ids:
             report.errors.append(RowError(line, external_id, f"no caption with this id in dataset {dataset!r}"))
             continue
-        for metric, result in metrics.items():
-            upsert_prediction(session, ids[external_id], str(metric)[:50], version, result or {})
+        upsert_predictions(session, ids[external_id], version, metrics)
         report.added += 1
 
 
-def upsert_prediction(session, caption_id: int, metric: str, version: str, result: dict) -> None:
-    """Store (or replace) one metric's result for a caption under `version`."""
+def upsert_predictions(session, caption_id: int, version: str, metrics: dict) -> None:
+    """Store (or replace) every metric's result for a caption under `version`."""
+    semantic = list(session.scalars(select(Token.semantic).where(Token.caption_id == caption_id).order_by(Token.index)))
+    for metric, result in metrics.items():
+        _upsert_prediction(session, caption_id, str(metric)[:50], version, result or {}, semantic or None)
+
+
+def _upsert_prediction(session, caption_id: int, metric: str, version: str, result: dict,
+                       semantic: list[bool] | None) -> None:
     prediction = session.scalar(select(Prediction).where(
         Prediction.caption_id == caption_id, Prediction.metric == metric, Prediction.model_version == version))
     if prediction is None:
@@ -59,7 +65,6 @@ def upsert_prediction(session, caption_id: int, metric: str, version: str, resul
     prediction.scores = result.get("scores") or {}
     prediction.token_scores = result.get("token_scores") or []
     prediction.region_scores = result.get("region_scores") or []
-    semantic = list(session.scalars(select(Token.semantic).where(Token.caption_id == caption_id).order_by(Token.index)))
     prediction.uncertainty = prediction_uncertainty(metric, prediction.token_scores, prediction.region_scores,
-                                                    semantic or None)
+                                                    semantic)
     prediction.created_at = utcnow()

@@ -15,7 +15,7 @@ from typing import Callable
 from sqlalchemy import func, select, update
 
 from capscope.annotation.errors import Invalid, NotFound
-from capscope.annotation.import_predictions import upsert_prediction
+from capscope.annotation.import_predictions import upsert_predictions
 from capscope.db import Assignment, Caption, Dataset, ModelVersion, Store
 
 MAX_NAME = 200
@@ -133,8 +133,7 @@ def store_version_predictions(store: Store, model_version: str, rows: list[tuple
 
     def work(session):
         for caption_id, row in rows:
-            for metric, result in (row.get("metrics") or {}).items():
-                upsert_prediction(session, caption_id, str(metric)[:50], model_version, result or {})
+            upsert_predictions(session, caption_id, model_version, row.get("metrics") or {})
         return len(rows)
 
     return store.run_write(work) if rows else 0

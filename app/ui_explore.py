@@ -21,11 +21,12 @@ from capscope.annotation.users import add_user, get_user, list_users
 from capscope.annotation.votes import iter_items, load_item
 from capscope.data_roots import DataRoots
 from capscope.db import Store, data_dir
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_title
 from capscope.ui_benchmark import build_people_agreement
 from capscope.ui_inspect import shaded_tokens, token_metrics, token_segments
-from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
+from capscope.ui_models import Models
 
 log = logging.getLogger(__name__)
 

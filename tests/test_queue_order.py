@@ -170,12 +170,12 @@ def test_item_uncertainty_counts_semantic_words_and_regions_under_the_token_rule
 
 
 def test_stored_uncertainty_judges_the_caption_s_semantic_words(store, tmp_path):
-    from capscope.annotation.import_predictions import upsert_prediction
+    from capscope.annotation.import_predictions import upsert_predictions
 
     import_rows(store, tmp_path, 1)
     # "a" (not semantic) on the threshold is left out: "red" alone is seen, at twice beta
     with store.write() as session:
-        upsert_prediction(session, 1, "infometic", "v1", {"token_scores": [T, None, 2 * T], "region_scores": []})
+        upsert_predictions(session, 1, "v1", {"infometic": {"token_scores": [T, None, 2 * T], "region_scores": []}})
     with store.read() as session:
         assert session.scalar(select(Prediction.uncertainty)) == pytest.approx(entropy(0.8))
 
