@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import case, exists, func, literal, or_, select
 
 from capscope.annotation.errors import Invalid
+from capscope.annotation.queue import PREFERRED_METRIC
 from capscope.annotation.users import UserInfo
 from capscope.annotation.workflow import candidate_captions, holds_slot
 from capscope.db import Assignment, Caption, Dataset, Flag, GoldLabel, Label, Prediction, Store, User, utcnow
@@ -33,7 +34,7 @@ def _item_figures(now: datetime):
                 .where(votes.c.k < submitted.c.n)
                 .group_by(votes.c.caption_id).subquery())
     # the newest prediction's (InfoMetIC's first among one import's): what Annotate suggests from
-    newest_first = (Prediction.created_at.desc(), case((Prediction.metric == "infometic", 0), else_=1),
+    newest_first = (Prediction.created_at.desc(), case((Prediction.metric == PREFERRED_METRIC, 0), else_=1),
                     Prediction.id.desc())
     ranked = (select(Prediction.caption_id, Prediction.uncertainty.label("u"),
                      func.row_number().over(partition_by=Prediction.caption_id, order_by=newest_first).label("place"))

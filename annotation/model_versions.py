@@ -4,7 +4,8 @@ and the predictions a version makes for a dataset's queued items.
 
 A version's predictions are stored under `version_tag(version)` ("v3:<first 12
 hex digits of its sha256>"), so every stored prediction names the checkpoint
-that made it and the uncertainty queue order can follow one version.
+that made it and the uncertainty queue order can follow one version; those of
+the default model, once an admin goes back to it, under `DEFAULT_TAG`.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def version_tag(version: dict) -> str:
     """The `model_version` its predictions are stored under."""
     return f"v{version['id']}:{version['sha256'][:12]}"
 
+
+DEFAULT_TAG = "default-model"  # predictions of the server's default model, stored when an admin goes back to it
 
 VERSION_TAG = re.compile(r"v\d+:[0-9a-f]{1,64}")
 

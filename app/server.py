@@ -380,6 +380,13 @@ def _add_routes(app: FastAPI) -> None:
     def cancel_job(job_id: Annotated[str, Path(max_length=40)], user: Admin) -> dict:
         return {"job": app.state.training.cancel(job_id)}
 
+    @app.post("/api/models/default/activate")
+    def activate_default(user: Admin, body: ActivateRequest | None = None) -> dict:
+        """Go back to the server's default model (kept across restarts); the queued
+        items of the dataset of the version it replaces are scored again."""
+        body = body or ActivateRequest()
+        return app.state.activations.activate(None, body.dataset, rescore=body.rescore)
+
     @app.post("/api/models/{version_id}/activate")
     def activate(version_id: ItemId, user: Admin, body: ActivateRequest | None = None) -> dict:
         """Score with this version from now on (kept across restarts); its dataset's queued items are scored again."""

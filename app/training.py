@@ -267,28 +267,34 @@ class Activations:
             return
         self.models.checkpoint, self.models.version = active["path"], mv.version_tag(active)
 
-    def activate(self, version_id: int, dataset: str | None = None, rescore: bool = True) -> dict:
-        """Build the version's scorer, record it as active, swap it in, then
-        (with `rescore`) score `dataset` (default the version's own) again in the background."""
-        version = mv.get_version(self.store, version_id)
-        if not Path(version["path"]).is_file():
+    def activate(self, version_id: int | None, dataset: str | None = None, rescore: bool = True) -> dict:
+        """Build the version's scorer (None: the server's default model), record
+        it as active, swap it in, then (with `rescore`) score `dataset` again in
+        the background: by default the version's own dataset, or for the default
+        model the dataset of the version it replaces."""
+        version = None if version_id is None else mv.get_version(self.store, version_id)
+        if version is not None and not Path(version["path"]).is_file():
             raise Invalid(f"model version {version_id}'s checkpoint file is missing")
-        target = dataset if dataset is not None else version["dataset"]
         if dataset is not None:
             from capscope.annotation.browse import dataset_names
 
             if dataset not in dataset_names(self.store):
                 raise NotFound(f"no dataset {dataset!r}")
+        checkpoint = version["path"] if version is not None else None
         with self._lock:
+            replaced = mv.active_version(self.store)
+            target = dataset if dataset is not None else (version or replaced or {}).get("dataset")
             try:
-                scorer, unavailable = self.models.build_for(version["path"])
+                scorer, unavailable = self.models.build_for(checkpoint)
             except ModelUnavailable as err:
-                raise Invalid(f"model version {version_id} cannot be loaded: {err}") from None
+                which = f"model version {version_id}" if version is not None else "the default model"
+                raise Invalid(f"{which} cannot be loaded: {err}") from None
             mv.activate_version(self.store, version_id)
-            tag = mv.version_tag(version)
-            self.models.swap(scorer, unavailable, version["path"], tag)
-            rescoring = self._start_rescore(scorer, target, tag) if rescore and target else None
-        return {"active": version_id, "model_version": tag, "rescoring": rescoring}
+            tag = mv.version_tag(version) if version is not None else None
+            self.models.swap(scorer, unavailable, checkpoint, tag)
+            stored_as = tag or mv.DEFAULT_TAG
+            rescoring = self._start_rescore(scorer, target, stored_as) if rescore and target else None
+        return {"active": version_id, "model_version": stored_as, "rescoring": rescoring}
 
     def rescoring(self) -> dict | None:
         with self._status_lock:

@@ -21,7 +21,7 @@ from PIL import Image
 from capscope import ui_draw
 from capscope.annotation import browse, workflow
 from capscope.annotation.errors import AnnotationError
-from capscope.annotation.model_versions import is_version_tag
+from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
@@ -382,7 +382,7 @@ def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
 def suggestion_source(version: str | None) -> str:
     """Who made a suggestion: a model version by its tag, the server's default
     model (None), or predictions imported from a file (any other tag)."""
-    if version is None:
+    if version is None or version == DEFAULT_TAG:
         return "the server's default model"
     if is_version_tag(version):
         return f"model version **{version}**"

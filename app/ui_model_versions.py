@@ -31,8 +31,13 @@ def versions_rows(store: Store) -> list[list]:
     return rows
 
 
-def version_choices(store: Store) -> list[tuple[str, int]]:
-    return [(f"{v['name']} ({v['sha256'][:12]})", v["id"]) for v in mv.list_versions(store)]
+DEFAULT_CHOICE = "default"
+
+
+def version_choices(store: Store) -> list[tuple[str, int | str]]:
+    """Every version, then the server's default model (the way back from a version)."""
+    return ([(f"{v['name']} ({v['sha256'][:12]})", v["id"]) for v in mv.list_versions(store)]
+            + [("the default model", DEFAULT_CHOICE)])
 
 
 def job_line(job: dict | None, rescoring: dict | None = None) -> str:
@@ -85,10 +90,11 @@ def activate_click(activations: Activations, version) -> str:
     if version in (None, ""):
         return "Choose a version."
     try:
-        result = activations.activate(int(version))
+        result = activations.activate(None if version == DEFAULT_CHOICE else int(version))
     except AnnotationError as err:
         return f"Not activated: {err}"
-    text = f"Version {result['active']} is active ({result['model_version']})."
+    text = (f"Version {result['active']} is active ({result['model_version']})." if result["active"] is not None
+            else "The default model is active again.")
     if result["rescoring"] is not None:  # its progress is the progress line's, which keeps up to date
         text += f" Its dataset **{result['rescoring']['dataset']}**'s queued items are scored again with it."
     return text

@@ -265,11 +265,52 @@ def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
     set_queue_order(store, DATASET, "sequential")
 
 
+def test_going_back_to_the_default_model(world, trained):
+    """After a version, the default model again: scored with, kept across a
+    restart, and its predictions of the queue stored and shown as its own."""
+    import capscope.ui_annotate as ui_annotate
+    from sqlalchemy import delete
+
+    from capscope.annotation.model_versions import DEFAULT_TAG, activate_version
+    from capscope.annotation.users import get_user
+
+    store = world["store"]
+    client = serve(world)
+    body = {"image": png_base64(), "caption": "a red circle", "metrics": ["infometic"]}
+    assert client.post(f"/api/models/{trained['version_id']}/activate", json={"rescore": False},
+                       auth=ADMIN).status_code == 200
+    try:
+        response = client.post("/api/models/default/activate", auth=ADMIN)
+        assert response.status_code == 200, response.text
+        result = response.json()
+        assert result["active"] is None and result["model_version"] == DEFAULT_TAG
+        assert result["rescoring"]["dataset"] == DATASET  # the replaced version's dataset
+        status = client.app.state.activations.wait_rescore(120)
+        assert status["state"] == "done" and status["scored"] == status["total"] > 0, status
+        assert row_shas(client.post("/api/score", json=body, auth=ANN).json()) == {demo_sha()}
+        assert client.get("/api/models", auth=ADMIN).json()["active"] is None
+        with store.read() as session:
+            stored = session.scalars(select(Prediction).where(Prediction.model_version == DEFAULT_TAG)).all()
+            assert len(stored) == status["scored"] and all(p.uncertainty is not None for p in stored)
+            caption_id = stored[0].caption_id
+        restarted = serve(world)
+        assert row_shas(restarted.post("/api/score", json=body, auth=ANN).json()) == {demo_sha()}
+        assert restarted.app.state.models.version is None
+        suggestion = ui_annotate.Suggestions(store, None)._stored(
+            get_user(store, ADMIN[0]), {"item_id": caption_id, "tokens": [], "regions": []})
+        assert suggestion[3] == DEFAULT_TAG
+        assert ui_annotate.suggestion_source(suggestion[3]) == "the server's default model"
+    finally:
+        activate_version(store, None)
+        with store.write() as session:
+            session.execute(delete(Prediction).where(Prediction.model_version == DEFAULT_TAG))
+
+
 # ---------------------------------------------------------------- access and bad input
 
 @pytest.mark.parametrize("method,url", [("get", "/api/models"), ("post", "/api/models/train"),
                                         ("get", "/api/models/jobs/1"), ("post", "/api/models/jobs/1/cancel"),
-                                        ("post", "/api/models/1/activate")])
+                                        ("post", "/api/models/1/activate"), ("post", "/api/models/default/activate")])
 def test_admin_only(world, method, url):
     client = serve(world)
     assert client.request(method, url).status_code == 401
@@ -304,7 +345,7 @@ def test_bad_input_is_4xx_with_a_reason(world, method, url, body, status, says):
 
 def test_models_panel_logic(world, trained):
     from capscope.ui import build_ui
-    from capscope.ui_model_versions import activate_click, job_line, start_training, versions_rows
+    from capscope.ui_model_versions import activate_click, job_line, start_training, version_choices, versions_rows
 
     client = serve(world)
     training, activations = client.app.state.training, client.app.state.activations
@@ -314,6 +355,9 @@ def test_models_panel_logic(world, trained):
     assert "no labels" in start_training(training, "default", 1, 5)
     assert training.last() is None  # nothing started
     assert activate_click(activations, 999).startswith("Not activated: no model version 999")
+    assert version_choices(world["store"])[-1] == ("the default model", "default")
+    assert activate_click(activations, "default") == "The default model is active again."
+    assert activations.rescoring() is None  # no version was active: no dataset to score again
     assert build_ui(world["store"], client.app.state.models, training=training, activations=activations)
 
 
