@@ -2,6 +2,7 @@
 the split, the swapped copies, the shifted demo world, and a real fine-tune of
 the bundled demo model on a shifted world that moves held-out figures up."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -189,6 +190,21 @@ def test_parent_loss_is_the_parents_kl_to_the_child_on_the_kept_rows_only():
     assert parent_loss(out, second_row).item() == pytest.approx(0.143841, abs=1e-5)
     assert parent_loss(out, (torch.tensor([1]), out["text_log_attention"][1:], out["region_log_attention"][1:])).item() == 0
     assert parent_loss(out, None).item() == 0
+
+
+def test_share_loss_weighs_wrong_and_correct_words_as_equal_halves():
+    from capscope.demo.finetune import UNKNOWN, share_loss
+
+    # four semantic words (threshold min(0.1, 0.5 / 4) = 0.1), three correct at 0.3, one wrong at the threshold
+    log_attention = torch.tensor([[0.3, 0.3, 0.3, 0.1]]).log()
+    correct, wrong = math.log(10 / 9), math.log(2)  # softplus(-2 ln 3), softplus(0)
+    assert share_loss(log_attention, torch.tensor([[1, 1, 1, 0]]), "relative").item() == pytest.approx(
+        (correct + wrong) / 2, abs=1e-5)
+    # an unknown piece counts as a word (five: threshold 0.1 all the same) but supervises nothing
+    with_unknown = torch.tensor([[0.3, 0.3, 0.2, 0.1, 0.1]]).log()
+    assert share_loss(with_unknown, torch.tensor([[1, 1, UNKNOWN, 1, UNKNOWN]]), "relative").item() == pytest.approx(
+        (2 * correct + math.log(2)) / 3, abs=1e-5)
+    assert share_loss(log_attention, torch.full((1, 4), UNKNOWN), "relative").item() == 0
 
 
 def test_the_fine_tuning_help_states_the_defaults_the_config_uses():
