@@ -10,7 +10,7 @@ tower train (VisualTop: the frozen stem runs once per crop), else the head alone
 
 Losses on the labelled items:
 - each labelled word's share of the text attention against the token rule's
-  threshold (share_loss: what decides the verdict);
+  threshold (share_loss: what decides the verdict), every word weighing the same;
 - the token verifier's per-piece logits, class-balanced BCE (capscope
   checkpoints), or eq. 9 of the paper for a checkpoint without a verifier;
 - eq. 10 on the region attention (the mass on mentioned regions) and a
@@ -77,6 +77,7 @@ class FinetuneConfig:
                                             # ("demo" when the parent is the bundled demo model, else None)
     replay_items: int = 400
     keep_parent: float = 1.0                # weight of parent_loss on the replayed items (0: labels alone)
+    balanced_shares: bool = False           # share_loss with wrong and correct words as equal halves
     progress: bool = True
     on_progress: Callable[[dict], None] | None = None
     should_stop: Callable[[], bool] | None = None
@@ -401,20 +402,24 @@ def region_loss(out: dict, labels: torch.Tensor) -> torch.Tensor:
     return mentioned + F.softplus(margin).mean()
 
 
-def token_losses(out: dict, labels: torch.Tensor, token_rule: str) -> torch.Tensor:
+def token_losses(out: dict, labels: torch.Tensor, token_rule: str, balanced_shares: bool = False) -> torch.Tensor:
     from .train_infometic import text_token_loss, verify_loss
 
-    loss = share_loss(out["text_log_attention"], labels, token_rule)
+    loss = share_loss(out["text_log_attention"], labels, token_rule, balanced=balanced_shares)
     if out.get("checks") is not None and "logits" in out["checks"]:
         return loss + verify_loss(out["checks"]["logits"], labels)
     return loss + text_token_loss(out["text_log_attention"], labels)
 
 
-def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: str, sharpness: float = 2.0):
+def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: str, sharpness: float = 2.0,
+               balanced: bool = False):
     """What decides a verdict, trained directly: each labelled piece's share of
     the text attention against the token rule's threshold for its caption
-    (metrics.families.word_threshold), as a class-balanced logistic loss on
-    sharpness * log(share / threshold)."""
+    (metrics.families.word_threshold), as a logistic loss on
+    sharpness * log(share / threshold). Every labelled piece weighs the same,
+    so the boundary stays where the labels' odds of a wrong word put it;
+    `balanced` weighs wrong and correct pieces as two equal halves instead,
+    which moves it by those odds (about 1:10) and flags more words."""
     import torch.nn.functional as F
 
     from capscope.metrics.constants import BETA
@@ -424,13 +429,14 @@ def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: st
     thresholds = torch.tensor([word_threshold(token_rule, BETA, int(n)) for n in semantic],
                               device=log_attention.device, dtype=log_attention.dtype)
     margin = sharpness * (log_attention - thresholds.log()[:, None])
-    parts = []
-    for value in (0, 1):
-        chosen = labels == value
-        if chosen.any():
-            parts.append(F.binary_cross_entropy_with_logits(margin[chosen], margin[chosen].new_full(
-                (int(chosen.sum()),), float(value))))
-    return sum(parts) / len(parts) if parts else log_attention.sum() * 0
+    labelled = (labels == 0) | (labels == 1)
+    if not labelled.any():
+        return log_attention.sum() * 0
+    correct = labels[labelled] == 1
+    losses = F.binary_cross_entropy_with_logits(margin[labelled], correct.to(margin.dtype), reduction="none")
+    if not balanced:
+        return losses.mean()
+    return torch.stack([losses[side].mean() for side in (correct, ~correct) if side.any()]).mean()
 
 
 def parent_loss(out: dict, targets: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
@@ -596,7 +602,8 @@ def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual:
             group["lr"] = warmup_cosine(config.lr, state.step, state.elapsed, warmup_steps=10,
                                         minutes=config.minutes, steps=steps, floor=0.1)
         out = model.outputs(*inputs)
-        loss = token_losses(out, piece_labels, config.token_rule) + region_loss(out, region_labels)
+        loss = (token_losses(out, piece_labels, config.token_rule, config.balanced_shares)
+                + region_loss(out, region_labels))
         loss = loss + config.anchor * anchor_loss(trainable, parent)
         if config.keep_parent:
             loss = loss + config.keep_parent * parent_loss(out, data.parent_targets(index, device))
@@ -613,7 +620,8 @@ def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual:
     bar.close()
     model.eval()
     return {"steps": state.step, "minutes": round(state.elapsed / 60, 2), "seed": config.seed, "lr": config.lr,
-            "anchor": config.anchor, "keep_parent": config.keep_parent, "batch_size": config.batch_size, "trained": config.train,
+            "anchor": config.anchor, "keep_parent": config.keep_parent,
+            "balanced_shares": config.balanced_shares, "batch_size": config.batch_size, "trained": config.train,
             "visual_blocks": config.visual_blocks if visual is not None else 0,
             "first_loss": round(float(np.mean(losses[:10])), 4) if losses else None,
             "last_loss": round(float(np.mean(losses[-10:])), 4) if losses else None}

@@ -192,18 +192,20 @@ def test_parent_loss_is_the_parents_kl_to_the_child_on_the_kept_rows_only():
     assert parent_loss(out, None).item() == 0
 
 
-def test_share_loss_weighs_wrong_and_correct_words_as_equal_halves():
+def test_share_loss_weighs_every_labelled_word_the_same_unless_balanced():
     from capscope.demo.finetune import UNKNOWN, share_loss
 
     # four semantic words (threshold min(0.1, 0.5 / 4) = 0.1), three correct at 0.3, one wrong at the threshold
     log_attention = torch.tensor([[0.3, 0.3, 0.3, 0.1]]).log()
+    labels = torch.tensor([[1, 1, 1, 0]])
     correct, wrong = math.log(10 / 9), math.log(2)  # softplus(-2 ln 3), softplus(0)
-    assert share_loss(log_attention, torch.tensor([[1, 1, 1, 0]]), "relative").item() == pytest.approx(
+    assert share_loss(log_attention, labels, "relative").item() == pytest.approx((3 * correct + wrong) / 4, abs=1e-5)
+    assert share_loss(log_attention, labels, "relative", balanced=True).item() == pytest.approx(
         (correct + wrong) / 2, abs=1e-5)
     # an unknown piece counts as a word (five: threshold 0.1 all the same) but supervises nothing
     with_unknown = torch.tensor([[0.3, 0.3, 0.2, 0.1, 0.1]]).log()
-    assert share_loss(with_unknown, torch.tensor([[1, 1, UNKNOWN, 1, UNKNOWN]]), "relative").item() == pytest.approx(
-        (2 * correct + math.log(2)) / 3, abs=1e-5)
+    assert share_loss(with_unknown, torch.tensor([[1, 1, UNKNOWN, 0, UNKNOWN]]), "relative").item() == pytest.approx(
+        (2 * correct + wrong) / 3, abs=1e-5)
     assert share_loss(log_attention, torch.full((1, 4), UNKNOWN), "relative").item() == 0
 
 
@@ -222,5 +224,8 @@ def test_the_fine_tuning_help_states_the_defaults_the_config_uses():
              for choice in sub.choices.values() for action in choice._actions}
     defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
     for name in FINETUNE_TUNABLES:  # "default 0.05", "fine-tuning: 5e-4", ...
+        if isinstance(defaults[name], bool):  # a flag
+            assert defaults[name] is False and "default off" in helps[name], (name, helps[name])
+            continue
         stated = [float(v) for v in re.findall(r"(?:default|fine-tuning:) ([0-9][0-9.e-]*)", helps[name])]
         assert any(math.isclose(v, defaults[name]) for v in stated), (name, defaults[name], helps[name])
