@@ -3,7 +3,8 @@ Annotate tab, an admin fine-tunes a model version on the dataset's labels in
 the Admin tab's Models panel, watches the job end and the version appear with
 its held-out figures and parent, activates it; the item on the annotator's
 screen, looked at again, and their next item show suggestions that name the
-new version (the tag its stored predictions carry).
+new version (the tag its stored predictions carry); back on the default
+model, the suggestions say so again.
 
 The served app is `capscope serve`'s (REST API and UI on one port) over a
 SQLite store holding four demo-world scenes with gold labels, except the
@@ -98,7 +99,7 @@ def table_row(page, selector: str, row: int) -> list[str]:
 
 
 def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chromium, served):
-    from capscope.annotation.model_versions import list_versions
+    from capscope.annotation.model_versions import DEFAULT_TAG, list_versions
     from capscope.metrics.checksums import file_sha256
     from capscope.metrics.loading import demo_model_path
 
@@ -178,5 +179,15 @@ def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chrom
                                      .where(Prediction.caption_id == third["item_id"])))
     assert stored == {tag}
     shot(annotator, "annotate-new-version.png")
+
+    # 5. the admin goes back to the default model; the item on screen, looked at again, follows it
+    choose(admin, "#cs-models-version", "the default model")
+    admin.click("#cs-models-activate")
+    wait_text(admin, "#cs-models-result", "The default model is active again.")
+    wait_text(admin, "#cs-models-progress", f"Re-scoring {DATASET} with {DEFAULT_TAG}: done", timeout=60_000)
+    assert list_versions(store)[0]["active"] is False
+    annotator.click("#cs-next")
+    hint = wait_text(annotator, "#cs-suggested", "the server's default model")
+    assert "Model suggestions from the server's default model (infometic)" in hint, hint
     admin.close()
     annotator.close()
