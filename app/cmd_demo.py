@@ -96,6 +96,9 @@ def register_train_infometic(targets) -> None:
     tune.add_argument("--balanced-shares", action="store_const", const=True, default=None,
                       help="weigh wrong and correct words as equal halves in the share loss (default off: every "
                            "word the same, which keeps the verdicts' boundary where the labels put it)")
+    tune.add_argument("--augment", action="store_const", const=True, default=None,
+                      help="with --train visual: new brightness, contrast and mirroring of the images each step "
+                           "(default off; no mirroring when a caption says left or right)")
     tune.add_argument("--check-gold", type=Path, default=None,
                       help="another CapTokenEval file scored before and after (e.g. the parent's own world)")
     tune.add_argument("--token-rule", choices=TOKEN_RULES, default="relative", help="the verdict rule of the figures")
@@ -205,7 +208,8 @@ def run_train_infometic(args) -> int:
 
 
 # options left unset fall back to FinetuneConfig's defaults (one place for them)
-FINETUNE_TUNABLES = ("swaps", "visual_blocks", "replay_items", "anchor", "keep_parent", "lr", "balanced_shares")
+FINETUNE_TUNABLES = ("swaps", "visual_blocks", "replay_items", "anchor", "keep_parent", "lr", "balanced_shares",
+                     "augment")
 
 
 def _given(args, names: tuple[str, ...]) -> dict:

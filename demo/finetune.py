@@ -78,6 +78,7 @@ class FinetuneConfig:
     replay_items: int = 400
     keep_parent: float = 1.0                # weight of parent_loss on the replayed items (0: labels alone)
     balanced_shares: bool = False           # share_loss with wrong and correct words as equal halves
+    augment: bool = False                   # with "visual": new brightness, contrast and mirroring each step
     progress: bool = True
     on_progress: Callable[[dict], None] | None = None
     should_stop: Callable[[], bool] | None = None
@@ -218,13 +219,15 @@ def replay_items(source: str | Path | None, n: int, seed: int, scratch: Path | N
 
 @dataclass
 class LabelledSet:
-    """Every training item as fixed head inputs (CLIP is frozen) with its labels."""
+    """Every training item as head inputs with its labels (the image features
+    are computed afresh each step when the image tower trains)."""
 
     inputs: list[list[torch.Tensor]]        # per item: v_g, regions, boxes, size, t_g, tokens, mask
     piece_labels: list[torch.Tensor]        # per item: L (1 correct, 0 wrong, 2 other, -1 unknown/none)
     region_labels: list[torch.Tensor]       # per item: n (1 mentioned, 0 unmentioned, -1 unknown)
     image_of: list[int] = field(default_factory=list)           # per item: its (image, regions) index
     stems: list[torch.Tensor] = field(default_factory=list)     # per (image, regions): (1 + n) x T x W, fp16
+    pixels: list[torch.Tensor] = field(default_factory=list)    # instead of stems with augment: (1 + n) x 3 x S x S
     teacher: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
     # per item: the parent's text and region log-attention, kept for the replayed items (keep_parent)
 
@@ -234,12 +237,17 @@ class LabelledSet:
             out.setdefault(len(labels), []).append(i)
         return out
 
-    def batch(self, index: list[int], device, visual=None) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    def batch(self, index: list[int], device, visual=None, augment: Augment | None = None,
+              rng: np.random.Generator | None = None) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """Head inputs of the items; with `visual` (the trained top of CLIP's
         image tower, a VisualTop) the image features are computed afresh from
-        the kept stem activations."""
+        the kept stem activations, or with `augment` from the kept pixels
+        changed anew (a mirrored image's boxes mirrored too)."""
         inputs = [torch.stack([self.inputs[i][k] for i in index]).to(device) for k in range(7)]
-        if visual is not None:
+        if visual is not None and augment is not None:
+            inputs[0], inputs[1], mirrored = self._augmented_features(index, device, visual, augment, rng)
+            inputs[2] = torch.where(mirrored[:, None, None], mirror_boxes(inputs[2], inputs[3]), inputs[2])
+        elif visual is not None:
             inputs[0], inputs[1] = self._image_features(index, device, visual)
         return (inputs, torch.stack([self.piece_labels[i] for i in index]).to(device),
                 torch.stack([self.region_labels[i] for i in index]).to(device))
@@ -257,16 +265,73 @@ class LabelledSet:
     def _image_features(self, index: list[int], device, visual) -> tuple[torch.Tensor, torch.Tensor]:
         keys = sorted({self.image_of[i] for i in index})
         feats = visual.top(torch.cat([self.stems[k] for k in keys]).to(device).float()).float()
-        by_key = dict(zip(keys, feats.split([len(self.stems[k]) for k in keys])))
+        return self._rows(index, keys, feats, [len(self.stems[k]) for k in keys])
+
+    def _augmented_features(self, index, device, visual, augment, rng) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        keys = sorted({self.image_of[i] for i in index})
+        changed = [augment(self.pixels[k].to(device).float(), rng) for k in keys]
+        feats = visual.top(visual.stem(torch.cat([pixels for pixels, _ in changed]))).float()
+        v_g, regions = self._rows(index, keys, feats, [len(self.pixels[k]) for k in keys])
+        flipped = {k: m for k, (_, m) in zip(keys, changed)}
+        return v_g, regions, torch.tensor([flipped[self.image_of[i]] for i in index], device=device)
+
+    def _rows(self, index, keys, feats, sizes) -> tuple[torch.Tensor, torch.Tensor]:
+        by_key = dict(zip(keys, feats.split(sizes)))
         rows = [by_key[self.image_of[i]] for i in index]
         return torch.stack([r[0] for r in rows]), torch.stack([r[1:] for r in rows])
 
 
+class Augment:
+    """A new appearance for an image and its region crops, the same for all of
+    them: brightness and contrast scaled by up to `strength` either way, and a
+    mirror image half of the time when `mirror`. Hue stays: colours are what
+    captions name. Works on preprocessed pixels (normalized with `mean`, `std`)."""
+
+    def __init__(self, mean, std, strength: float = 0.4, mirror: bool = True):
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
+        self.strength, self.mirror = strength, mirror
+
+    def __call__(self, pixels: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, bool]:
+        mean, std = self.mean.to(pixels.device), self.std.to(pixels.device)
+        raw = pixels * std + mean
+        brightness, contrast = rng.uniform(1 - self.strength, 1 + self.strength, size=2)
+        gray = raw.mean(dim=(1, 2, 3), keepdim=True)
+        raw = ((raw - gray) * float(contrast) + gray) * float(brightness)
+        mirrored = bool(self.mirror and rng.random() < 0.5)
+        if mirrored:
+            raw = raw.flip(-1)
+        return (raw.clamp(0, 1) - mean) / std, mirrored
+
+
+SIDE_WORDS = frozenset({"left", "right", "leftmost", "rightmost"})
+
+
+def names_a_side(items: list[dict]) -> bool:
+    """Whether a caption says left or right: a mirror image would make it wrong."""
+    return any(word.strip(".,;:!?") in SIDE_WORDS for item in items for word in item["caption"].lower().split())
+
+
+def mirror_boxes(boxes: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Boxes (B x n x 4, x1 y1 x2 y2 in pixels) of images (sizes B x 2, W H) mirrored left to right."""
+    width = sizes[:, 0, None]
+    return torch.stack([width - boxes[..., 2], boxes[..., 1], width - boxes[..., 0], boxes[..., 3]], dim=-1)
+
+
+def preprocess_normalization(preprocess) -> tuple[list[float], list[float]]:
+    """The (mean, std) of the Normalize step of a torchvision preprocess."""
+    for step in getattr(preprocess, "transforms", []):
+        if hasattr(step, "mean") and hasattr(step, "std"):
+            return list(step.mean), list(step.std)
+    raise FinetuneError("--augment needs the CLIP preprocess's Normalize step")
+
+
 def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: bool,
-                 visual: VisualTop | None = None) -> LabelledSet:
+                 visual: VisualTop | None = None, keep_pixels: bool = False) -> LabelledSet:
     """Image features once per distinct (image, regions), caption features once
     per item; with `visual`, also the frozen stem's activations of the image
-    and its region crops, for training the top of the image tower."""
+    and its region crops, for training the top of the image tower (their
+    preprocessed pixels instead with `keep_pixels`, to be changed each step)."""
     from capscope.metrics.images import read_image
     from capscope.metrics.pairs import PreparedPair
     from capscope.metrics.regions import given_regions
@@ -290,11 +355,13 @@ def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: 
 
     if any(not item["regions"] for item in items):
         raise FinetuneError("every item needs its regions (InfoMetIC judges a caption against regions)")
-    stems = []
+    stems, pixels = [], []
 
     def images_keeping_stems():   # each image is read once, for its features and its stem
         for picture, regions in images():
-            if visual is not None:
+            if visual is not None and keep_pixels:
+                pixels.append(clip_inputs(backbone, picture, regions).half())
+            elif visual is not None:
                 stems.append(visual.stem(clip_inputs(backbone, picture, regions)).half())
             yield picture, regions
 
@@ -318,7 +385,7 @@ def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: 
             piece_labels.append(labels)
             region_labels.append(torch.tensor([{"mentioned": 1, "unmentioned": 0}.get(r.get("label"), IGNORE)
                                                for r in item["regions"]], dtype=torch.long))
-    return LabelledSet(inputs, piece_labels, region_labels, where, stems)
+    return LabelledSet(inputs, piece_labels, region_labels, where, stems, pixels)
 
 
 def clip_inputs(backbone, picture, regions) -> torch.Tensor:
@@ -328,6 +395,10 @@ def clip_inputs(backbone, picture, regions) -> torch.Tensor:
 
     crops = [picture] + [crop_region(picture, region, backbone.crop) for region in regions]
     return torch.stack([backbone.preprocess(c.convert("RGB")) for c in crops]).to(backbone.device)
+
+
+class _StemDone(Exception):
+    pass
 
 
 class VisualTop:
@@ -355,10 +426,16 @@ class VisualTop:
     @torch.no_grad()
     def stem(self, pixels):
         caught = []
-        hook = self.visual.transformer.resblocks[self.cut].register_forward_pre_hook(
-            lambda _module, args: caught.append(args[0]))
+
+        def catch(_module, args):
+            caught.append(args[0])
+            raise _StemDone   # the blocks above the cut need not run
+
+        hook = self.visual.transformer.resblocks[self.cut].register_forward_pre_hook(catch)
         try:
             self.visual(pixels)
+        except _StemDone:
+            pass
         finally:
             hook.remove()
         return caught[0] if self.batch_first else caught[0].transpose(0, 1)
@@ -504,6 +581,10 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
     split = split_by_image(config.items, config.holdout, config.seed)
     if not split.train:
         raise FinetuneError("no labelled item left to train on after the hold-out")
+    if config.train not in TRAIN_PARTS:
+        raise FinetuneError(f"--train must be one of {', '.join(TRAIN_PARTS)}, not {config.train!r}")
+    if config.augment and config.train != "visual":
+        raise FinetuneError("--augment changes images, so it needs --train visual")
     model, clip_name, clip_config, crop, raw = load_parent(config.init, device)
     report = {"parent": {"file": Path(config.init).name, "sha256": file_sha256(config.init)},
               "labels": {**config.labels, "train": label_counts(split.train), "held_out": label_counts(split.held)},
@@ -516,18 +597,20 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
     _progress(config, {"stage": "encoding", "fraction": 0.0})
     swaps = swapped_items(split.train, np.random.default_rng(config.seed), config.swaps) if config.swaps else []
     report["labels"]["swapped_copies"] = len(swaps)
-    if config.train not in TRAIN_PARTS:
-        raise FinetuneError(f"--train must be one of {', '.join(TRAIN_PARTS)}, not {config.train!r}")
     visual = VisualTop(model.clip_backbone.visual, config.visual_blocks) if config.train == "visual" else None
+    augment = None
+    if config.augment:
+        augment = Augment(*preprocess_normalization(backbone.preprocess), mirror=not names_a_side(split.train))
     source = resolved_replay(config.replay, config.init)
     with tempfile.TemporaryDirectory(prefix="capscope-replay-") as scratch:
         replay = replay_items(source, config.replay_items, config.seed, Path(scratch))
         if replay:
             report["labels"]["replay"] = {"from": Path(str(source)).name, **label_counts(replay)}
-        data = encode_items(backbone, metric, split.train + swaps + replay, config.base_dir, config.progress, visual)
+        data = encode_items(backbone, metric, split.train + swaps + replay, config.base_dir, config.progress, visual,
+                            keep_pixels=augment is not None)
     if replay and config.keep_parent:
         keep_parent_outputs(model, data, range(len(data.inputs) - len(replay), len(data.inputs)), device)
-    training = train_head(model, data, config, device, visual)
+    training = train_head(model, data, config, device, visual, augment)
     _progress(config, {"stage": "figures after", "fraction": 1.0})
     with tempfile.TemporaryDirectory(prefix="capscope-child-") as scratch:
         # the child is scored through the Scorer, from a file: a scratch copy until its figures go inside
@@ -576,7 +659,8 @@ def trainable_parameters(model, visual: VisualTop | None) -> list[torch.Tensor]:
     return chosen
 
 
-def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual: VisualTop | None = None) -> dict:
+def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual: VisualTop | None = None,
+               augment: Augment | None = None) -> dict:
     from tqdm import tqdm
 
     from .schedule import TrainState, budget_spent, warmup_cosine
@@ -597,7 +681,7 @@ def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual:
         rng = np.random.default_rng(np.random.SeedSequence([config.seed, 23, state.step]))
         bucket = list(buckets.values())[int(rng.choice(len(buckets), p=weights / weights.sum()))]
         index = [bucket[int(i)] for i in rng.choice(len(bucket), size=min(config.batch_size, len(bucket)), replace=False)]
-        inputs, piece_labels, region_labels = data.batch(index, device, visual)
+        inputs, piece_labels, region_labels = data.batch(index, device, visual, augment, rng)
         for group in optimizer.param_groups:
             group["lr"] = warmup_cosine(config.lr, state.step, state.elapsed, warmup_steps=10,
                                         minutes=config.minutes, steps=steps, floor=0.1)
@@ -621,7 +705,10 @@ def train_head(model, data: LabelledSet, config: FinetuneConfig, device, visual:
     model.eval()
     return {"steps": state.step, "minutes": round(state.elapsed / 60, 2), "seed": config.seed, "lr": config.lr,
             "anchor": config.anchor, "keep_parent": config.keep_parent,
-            "balanced_shares": config.balanced_shares, "batch_size": config.batch_size, "trained": config.train,
+            "balanced_shares": config.balanced_shares,
+            "augment": None if augment is None else ("brightness, contrast, mirror" if augment.mirror
+                                                     else "brightness, contrast"),
+            "batch_size": config.batch_size, "trained": config.train,
             "visual_blocks": config.visual_blocks if visual is not None else 0,
             "first_loss": round(float(np.mean(losses[:10])), 4) if losses else None,
             "last_loss": round(float(np.mean(losses[-10:])), 4) if losses else None}

@@ -132,6 +132,9 @@ def test_fine_tune_input_errors_are_user_errors(tmp_path, dark_world, capsys):
     one.write_text(json.dumps(read_json_lines(labels)[0] | {"image": str(dark_world / "images/scene00000.png")}) + "\n")
     assert main(["train", "infometic", "--labels", str(one), "--init", "demo", "--out", out, "--steps", "1"]) == 2
     assert "too few" in capsys.readouterr().err
+    assert main(["train", "infometic", "--labels", labels, "--init", "demo", "--out", out, "--steps", "1",
+                 "--train", "head", "--augment"]) == 2
+    assert "--train visual" in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists()
 
 
@@ -148,6 +151,34 @@ def test_the_image_tower_cut_in_two_computes_what_it_computed_whole():
     assert len(VisualTop(visual, 2).parameters()) > len(VisualTop(visual, 1).parameters()) > 0
     with pytest.raises(FinetuneError, match="at least 1"):
         VisualTop(visual, 0)
+
+
+def test_augment_changes_brightness_and_contrast_alike_for_a_crop_and_mirrors_its_boxes():
+    from capscope.demo.finetune import Augment, mirror_boxes, names_a_side
+
+    mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+    as_pixels = lambda raw: (raw - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+    raw = torch.rand(2, 3, 8, 8) * 0.5 + 0.2
+    unchanged, mirrored = Augment(mean, std, strength=0.0, mirror=False)(as_pixels(raw), np.random.default_rng(0))
+    assert not mirrored and torch.allclose(unchanged, as_pixels(raw), atol=1e-5)
+
+    gray = torch.full((2, 3, 8, 8), 0.5)       # a flat image: contrast changes nothing, brightness scales it
+    rng_seed = 3
+    brightness, _contrast = np.random.default_rng(rng_seed).uniform(0.6, 1.4, size=2)
+    changed, _ = Augment(mean, std, strength=0.4, mirror=False)(as_pixels(gray), np.random.default_rng(rng_seed))
+    assert torch.allclose(changed, as_pixels(torch.full_like(gray, 0.5 * brightness)), atol=1e-5)
+
+    flips = [Augment(mean, std, strength=0.0)(as_pixels(raw), np.random.default_rng(s)) for s in range(20)]
+    assert 0 < sum(m for _, m in flips) < 20
+    flipped = next(p for p, m in flips if m)
+    assert torch.allclose(flipped, as_pixels(raw).flip(-1), atol=1e-5)
+
+    assert names_a_side([{"caption": "a red star, left of a circle."}])
+    assert not names_a_side([{"caption": "a bright star."}, {"caption": "leftover shapes"}])
+
+    boxes = torch.tensor([[[10.0, 20.0, 30.0, 40.0], [0.0, 0.0, 100.0, 50.0]]])
+    assert mirror_boxes(boxes, torch.tensor([[100.0, 50.0]])).tolist() == [[[70.0, 20.0, 90.0, 40.0],
+                                                                            [0.0, 0.0, 100.0, 50.0]]]
 
 
 def test_the_cut_fits_the_released_architecture_too():
