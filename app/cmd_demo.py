@@ -232,7 +232,7 @@ def run_finetune(args) -> int:
     config = FinetuneConfig(
         out=args.out, init=init_checkpoint(args.init), items=items, base_dir=base_dir, labels=labels,
         holdout=args.holdout, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
-        threads=args.threads, token_rule=args.token_rule, check_gold=args.check_gold, progress=not args.json,
+        threads=args.threads, token_rule=args.token_rule, check=check_set(args.check_gold), progress=not args.json,
         train=args.train, replay=args.replay, **_given(args, FINETUNE_TUNABLES),
     )
     try:
@@ -250,6 +250,21 @@ def init_checkpoint(value: str) -> Path:
     if not path.is_file():
         raise CapscopeError(f"--init: no checkpoint at {path}")
     return path
+
+
+def check_set(path: Path | None):
+    """The --check-gold file's items, read before any training (a bad file fails at once)."""
+    from capscope.demo.finetune import CheckSet
+    from capscope.metrics.jsonl import JsonlError
+
+    if path is None:
+        return None
+    if not path.is_file():
+        raise CapscopeError(f"--check-gold: no file at {path}")
+    try:
+        return CheckSet.from_file(path)
+    except JsonlError as err:
+        raise CapscopeError(f"--check-gold: {err}") from None
 
 
 def labels_for(args) -> tuple[list[dict], Path, dict]:

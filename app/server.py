@@ -89,6 +89,8 @@ class TrainRequest(BaseModel):
     steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     holdout: float = Field(default=0.2, ge=0, lt=1)
     seed: StrictInt = Field(default=0, ge=0, lt=2**32)
+    check_dataset: str | None = Field(default=None, max_length=200,
+                                      description="another dataset whose labels are scored before and after")
 
 
 class ActivateRequest(BaseModel):
@@ -369,7 +371,8 @@ def _add_routes(app: FastAPI) -> None:
     def train(body: TrainRequest, user: Admin) -> dict:
         """Fine-tune InfoMetIC on the dataset's labels in the background (one job at a time)."""
         job_id = app.state.training.start(body.dataset, body.init, minutes=body.minutes, steps=body.steps,
-                                          holdout=body.holdout, seed=body.seed, admin=user.name)
+                                          holdout=body.holdout, seed=body.seed, admin=user.name,
+                                          check_dataset=body.check_dataset)
         return {"job": app.state.training.job(job_id)}
 
     @app.get("/api/models/jobs/{job_id}")

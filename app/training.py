@@ -89,11 +89,13 @@ class TrainingJobs:
     # ------------------------------------------------------------ the calls
 
     def start(self, dataset: str, init: str | int = "active", minutes: float | None = None,
-              steps: int | None = None, holdout: float = 0.2, seed: int = 0, admin: str | None = None) -> str:
+              steps: int | None = None, holdout: float = 0.2, seed: int = 0, admin: str | None = None,
+              check_dataset: str | None = None) -> str:
         """Check the request, then fine-tune in the background; returns the job id.
+        `check_dataset`: another dataset whose labels are scored before and after
+        (e.g. the parent's own world: does the child forget it?).
         Raises NotFound (dataset, version), Invalid (no labels, bad numbers), Conflict (a job is running)."""
-        from capscope.annotation.export import captokeneval_items
-        from capscope.demo.finetune import FinetuneError, items_sha256, labelled, split_by_image
+        from capscope.demo.finetune import CheckSet, FinetuneError, items_sha256, labelled, split_by_image
 
         minutes, steps = _check_budget(minutes, steps)
         if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 <= holdout < 1:
@@ -103,14 +105,11 @@ class TrainingJobs:
         with self._lock:  # refuse early; checked again below before the thread starts
             self._refuse_if_running()
         init_path, parent_id = self._init(init)
-        from capscope.annotation.browse import dataset_names
-
-        if dataset not in dataset_names(self.store):
-            raise NotFound(f"no dataset {dataset!r}")
-        items = captokeneval_items(self.store, dataset)
-        if not any(labelled(item) for item in items):
-            raise Invalid(f"dataset {dataset!r} has no labels to learn from (no gold labels and no submitted "
-                          "judgements on its words or regions)")
+        items = self._dataset_items(dataset, "to learn from")
+        check = None
+        if check_dataset is not None:
+            checked = [item for item in self._dataset_items(check_dataset, "to check on") if labelled(item)]
+            check = CheckSet({"dataset": check_dataset}, checked, Path("."))
         try:
             split_by_image(items, float(holdout), seed)
         except FinetuneError as err:
@@ -121,11 +120,11 @@ class TrainingJobs:
             job_id = str(next(self._ids))
             job = {"id": job_id, "dataset": dataset, "init": init, "parent_file": init_path.name,
                    "parent_id": parent_id, "minutes": minutes, "steps": steps, "holdout": holdout, "seed": seed,
-                   "admin": admin, "status": "running", "stage": "starting", "fraction": 0.0, "step": None,
-                   "loss": None, "error": None, "version_id": None, "started_at": _now(), "finished_at": None}
+                   "check_dataset": check_dataset, "admin": admin, "status": "running", "stage": "starting",
+                   "fraction": 0.0, "step": None, "loss": None, "error": None, "version_id": None, "started_at": _now(), "finished_at": None}
             self._jobs[job_id], self._stop[job_id], self._last = job, threading.Event(), job_id
             thread = threading.Thread(target=self._run, name=f"capscope-finetune-{job_id}", daemon=True,
-                                      args=(job_id, init_path, parent_id, items, labels))
+                                      args=(job_id, init_path, parent_id, items, labels, check))
             self._threads[job_id] = thread
             thread.start()
         return job_id
@@ -164,6 +163,20 @@ class TrainingJobs:
         if self._last and self._jobs[self._last]["status"] == "running":
             raise Conflict(f"training job {self._last} is still running; cancel it or wait for it to end")
 
+    def _dataset_items(self, dataset: str, purpose: str) -> list[dict]:
+        """The dataset's CapTokenEval items (gold where set, else the judgements' majority); some must carry a label."""
+        from capscope.annotation.browse import dataset_names
+        from capscope.annotation.export import captokeneval_items
+        from capscope.demo.finetune import labelled
+
+        if dataset not in dataset_names(self.store):
+            raise NotFound(f"no dataset {dataset!r}")
+        items = captokeneval_items(self.store, dataset)
+        if not any(labelled(item) for item in items):
+            raise Invalid(f"dataset {dataset!r} has no labels {purpose} (no gold labels and no submitted "
+                          "judgements on its words or regions)")
+        return items
+
     def _init(self, init) -> tuple[Path, int | None]:
         """(parent checkpoint file, its version id or None)."""
         from capscope.metrics.loading import demo_model_path
@@ -194,7 +207,8 @@ class TrainingJobs:
             changes["loss"] = round(float(event["loss"]), 5)
         self._update(job_id, **changes)
 
-    def _run(self, job_id: str, init_path: Path, parent_id: int | None, items: list[dict], labels: dict) -> None:
+    def _run(self, job_id: str, init_path: Path, parent_id: int | None, items: list[dict], labels: dict,
+             check) -> None:
         from capscope.bench.evaluate import evaluate_gold
         from capscope.demo.finetune import Cancelled, FinetuneConfig, figures_path, finetune
         from capscope.metrics.checksums import file_sha256
@@ -205,7 +219,7 @@ class TrainingJobs:
         stop = self._stop[job_id]
         config = FinetuneConfig(out=out, init=init_path, items=items, base_dir=Path("."), labels=labels,
                                 holdout=float(job["holdout"]), minutes=job["minutes"], steps=job["steps"],
-                                seed=job["seed"], device=self.device, token_rule=self.models.token_rule,
+                                seed=job["seed"], device=self.device, token_rule=self.models.token_rule, check=check,
                                 progress=False, on_progress=lambda event: self._on_progress(job_id, event),
                                 should_stop=stop.is_set)
         try:
@@ -223,7 +237,7 @@ class TrainingJobs:
                                      labels=report["labels"],
                                      figures={"before": report.get("before"), "after": report.get("after"),
                                               "training": report.get("training"),
-                                              "holdout": report.get("holdout")})
+                                              "holdout": report.get("holdout"), "check": report.get("check_gold")})
         except Cancelled:
             _remove(out, figures_path(out), out.with_name(out.name + ".tmp"))
             self._update(job_id, status="cancelled", stage="cancelled", finished_at=_now())

@@ -13,7 +13,7 @@ from capscope.training import Activations, TrainingJobs
 from capscope.ui_explore import admin_only
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
-           "active"]
+           "checked on", "its F1 before → after", "active"]
 TICK_SECONDS = 2.0
 
 
@@ -26,8 +26,10 @@ def versions_rows(store: Store) -> list[list]:
     rows = []
     for v in mv.list_versions(store):
         parent = f"v{v['parent_id']}" if v["parent_id"] else (v["parent_sha256"] or "")[:12]
+        check = v["figures"].get("check") or {}
         rows.append([v["id"], v["name"], parent, v["dataset"] or "", _figure(v["figures"], "incorrect_token_f1"),
-                     _figure(v["figures"], "incorrect_token_auroc"), "✓" if v["active"] else ""])
+                     _figure(v["figures"], "incorrect_token_auroc"), check.get("dataset") or check.get("file") or "",
+                     _figure(check, "incorrect_token_f1") if check else "", "✓" if v["active"] else ""])
     return rows
 
 
@@ -68,12 +70,12 @@ def running(training: TrainingJobs, activations: Activations) -> bool:
     return bool((job and job["status"] == "running") or (rescoring and rescoring["state"] == "running"))
 
 
-def start_training(training: TrainingJobs, dataset, minutes, steps) -> str:
+def start_training(training: TrainingJobs, dataset, minutes, steps, check_dataset=None) -> str:
     if not dataset:
         return "Choose a dataset."
     try:
         job_id = training.start(dataset, "active", minutes=float(minutes) if minutes else None,
-                                steps=int(steps) if steps else None)
+                                steps=int(steps) if steps else None, check_dataset=check_dataset or None)
     except AnnotationError as err:
         return f"Not started: {err}"
     return job_line(training.job(job_id))
@@ -109,6 +111,8 @@ def build_model_versions(store: Store, training: TrainingJobs, activations: Acti
         c["minutes"] = gr.Number(label="Minutes", value=5, minimum=0, elem_id="cs-models-minutes")
         c["steps"] = gr.Number(label="Steps (optional)", value=None, precision=0, minimum=0,
                                elem_id="cs-models-steps")
+        c["check"] = gr.Dropdown(label="Check on (optional)", info="another dataset, scored before and after",
+                                 choices=[], elem_id="cs-models-check")
         c["train"] = gr.Button("Train", elem_id="cs-models-train")
         c["cancel"] = gr.Button("Cancel", elem_id="cs-models-cancel")
     c["progress"] = gr.Markdown("No training job yet.", elem_id="cs-models-progress")
@@ -126,13 +130,16 @@ def build_model_versions(store: Store, training: TrainingJobs, activations: Acti
     outputs = [c["progress"], c["table"], c["version"], c["timer"]]
     c["timer"].tick(admin_only(store, refresh, len(outputs)), None, outputs, api_visibility="private",
                     queue=False, show_progress="hidden")
-    c["train"].click(admin_only(store, lambda d, m, s: (start_training(training, d, m, s), gr.Timer(active=True))),
-                     [c["dataset"], c["minutes"], c["steps"]], [c["progress"], c["timer"]], api_visibility="private")
+    c["train"].click(admin_only(store, lambda d, m, s, k: (start_training(training, d, m, s, k), gr.Timer(active=True))),
+                     [c["dataset"], c["minutes"], c["steps"], c["check"]], [c["progress"], c["timer"]],
+                     api_visibility="private")
     c["cancel"].click(admin_only(store, lambda: cancel_training(training)), None, c["progress"],
                       api_visibility="private", queue=False)
     c["activate"].click(admin_only(store, lambda v: (activate_click(activations, v), gr.Timer(active=True))),
                         c["version"], [c["result"], c["timer"]], api_visibility="private", concurrency_id="model",
                         concurrency_limit=1)
     c["load"] = [(admin_only(store, refresh, len(outputs)), None, outputs),
-                 (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None, c["dataset"])]
+                 (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None, c["dataset"]),
+                 (admin_only(store, lambda: gr.update(choices=[""] + browse.dataset_names(store)), 1), None,
+                  c["check"])]
     return c

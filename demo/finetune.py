@@ -72,7 +72,7 @@ class FinetuneConfig:
     train: str = "visual"                   # "head": the head alone; "visual": also the top of CLIP's image tower
     visual_blocks: int = 4                  # blocks of the image tower that train with "visual" (all of the demo CLIP's)
     token_rule: str = "relative"
-    check_gold: Path | None = None          # another gold file scored before and after (the parent's world)
+    check: CheckSet | None = None           # other gold items scored before and after (the parent's world)
     replay: str | None = "auto"             # the parent's own world mixed in: a file, "demo", None, or "auto"
                                             # ("demo" when the parent is the bundled demo model, else None)
     replay_items: int = 400
@@ -82,6 +82,22 @@ class FinetuneConfig:
     progress: bool = True
     on_progress: Callable[[dict], None] | None = None
     should_stop: Callable[[], bool] | None = None
+
+
+@dataclass
+class CheckSet:
+    """Gold items scored before and after fine-tuning, to see what the child forgets:
+    a CapTokenEval file's (`from_file`) or a store dataset's."""
+    source: dict            # {"file": name} or {"dataset": name}, as the report names it
+    items: list[dict]
+    base_dir: Path          # where the items' relative image paths start
+
+    @classmethod
+    def from_file(cls, path: Path) -> "CheckSet":
+        from capscope.metrics.jsonl import read_json_lines
+
+        path = Path(path)
+        return cls({"file": path.name}, read_json_lines(path), path.parent)
 
 
 @dataclass
@@ -617,10 +633,10 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
         unrated = Path(scratch) / Path(config.out).name
         _save_child(unrated, model, clip_name, clip_config, crop, raw, report, training)
         report["after"] = held_figures(config, unrated, split.held, evaluate_gold)
-        if config.check_gold:
-            report["check_gold"] = {"file": Path(config.check_gold).name,
-                                    "before": gold_file_figures(config, config.init, evaluate_gold),
-                                    "after": gold_file_figures(config, unrated, evaluate_gold)}
+        if config.check is not None:
+            report["check_gold"] = {**config.check.source,
+                                    "before": check_figures(config, config.init, evaluate_gold),
+                                    "after": check_figures(config, unrated, evaluate_gold)}
     report["training"] = training
     _save_child(Path(config.out), model, clip_name, clip_config, crop, raw, report, training)
     figures_path(config.out).write_text(json.dumps(report, indent=1))
@@ -753,11 +769,8 @@ def held_figures(config: FinetuneConfig, checkpoint: Path, items: list[dict], ev
     return _figures(config, checkpoint, items, config.base_dir, evaluate_gold)
 
 
-def gold_file_figures(config: FinetuneConfig, checkpoint: Path, evaluate_gold) -> dict:
-    from capscope.metrics.jsonl import read_json_lines
-
-    gold = Path(config.check_gold)
-    return _figures(config, checkpoint, read_json_lines(gold), gold.parent, evaluate_gold)
+def check_figures(config: FinetuneConfig, checkpoint: Path, evaluate_gold) -> dict:
+    return _figures(config, checkpoint, config.check.items, config.check.base_dir, evaluate_gold)
 
 
 def _figures(config: FinetuneConfig, checkpoint: Path, items: list[dict], base_dir: Path, evaluate_gold) -> dict:
@@ -789,7 +802,9 @@ def format_report(report: dict, out: Path) -> str:
              f"(token rule {report['token_rule']})", ""]
     tables = [("held-out", report.get("before"), report.get("after"))]
     if "check_gold" in report:
-        tables.append((report["check_gold"]["file"], report["check_gold"]["before"], report["check_gold"]["after"]))
+        check = report["check_gold"]
+        title = check.get("file") or f"dataset {check.get('dataset')}"
+        tables.append((title, check["before"], check["after"]))
     for title, before, after in tables:
         if not before:
             lines.append(f"{title}: nothing held out (--holdout 0)")

@@ -1,7 +1,8 @@
 """Closing the loop in a real browser: an annotator labels an item in the
 Annotate tab, an admin fine-tunes a model version on the dataset's labels in
 the Admin tab's Models panel, watches the job end and the version appear with
-its held-out figures and parent, activates it; the item on the annotator's
+its held-out figures, its parent and its figures on a second dataset chosen
+as the check set, activates it; the item on the annotator's
 screen, looked at again, and their next item show suggestions that name the
 new version (the tag its stored predictions carry); back on the default
 model, the suggestions say so again.
@@ -25,6 +26,7 @@ from ui_support import Served, launched_chromium, logged_in_page, shot
 
 ADMIN, ANN = ("boss", "boss-pw-1"), ("ann", "ann-pw-1")
 DATASET = "world"
+CHECK = "home"   # another labelled dataset, scored before and after as the check set
 STEPS = 5
 
 pytestmark = pytest.mark.browser
@@ -63,6 +65,9 @@ def served(tmp_path, monkeypatch):
     store = Store(f"sqlite:///{tmp_path / 'loop.db'}")
     import_captokeneval(store, jsonl, ImportOptions(dataset=DATASET, annotators_per_item=1, regions="none",
                                                     progress=False))
+    write_demo_data(tmp_path / "home", 2, seed=5, progress=False)
+    import_captokeneval(store, tmp_path / "home" / "captokeneval.jsonl",
+                        ImportOptions(dataset=CHECK, annotators_per_item=1, regions="none", progress=False))
     add_user(store, *ADMIN, role="admin")
     add_user(store, *ANN)
     app = create_app(store=store, scorer_factory=factory, models_dir=tmp_path / "models")
@@ -88,8 +93,10 @@ def wait_text(page, selector: str, text: str, timeout: float = 30_000) -> str:
 
 def choose(page, dropdown: str, option: str) -> None:
     """Pick an option of a gr.Dropdown (by its elem_id) as a user does: open it, click the option."""
-    page.locator(f"{dropdown} input").first.click()
-    page.get_by_role("option", name=option, exact=True).click()
+    field = page.locator(f"{dropdown} input").first
+    field.click()
+    # two dropdowns' option lists can be in the page at once: take the one this field controls
+    page.locator(f"#{field.get_attribute('aria-controls')}").get_by_role("option", name=option, exact=True).click()
 
 
 def table_row(page, selector: str, row: int) -> list[str]:
@@ -133,6 +140,7 @@ def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chrom
     wait_text(admin, "#cs-models-progress", "No training job yet.")
     choose(admin, "#cs-models-dataset", DATASET)
     admin.locator("#cs-models-steps input").fill(str(STEPS))
+    choose(admin, "#cs-models-check", CHECK)
     admin.click("#cs-models-train")
     wait_text(admin, "#cs-models-progress", f"Job 1 on {DATASET}: running")
     progress = wait_text(admin, "#cs-models-progress", ": done", timeout=120_000)
@@ -147,9 +155,14 @@ def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chrom
     demo_sha = file_sha256(demo_model_path())[:12]
     f1, auroc = ({side: f"{version['figures'][side][key]:.3f}" for side in ("before", "after")}
                  for key in ("incorrect_token_f1", "incorrect_token_auroc"))
-    # id, name, parent (the demo model, by sha256), dataset, held-out F1 and AUROC before → after, not active
+    check = version["figures"]["check"]
+    assert check["dataset"] == CHECK and check["before"]["n_items"] == 4, check
+    check_f1 = {side: f"{check[side]['incorrect_token_f1']:.3f}" for side in ("before", "after")}
+    # id, name, parent (the demo model, by sha256), dataset, held-out F1 and AUROC before → after,
+    # the check dataset and its F1 before → after, not active
     assert row == ["1", "v1", demo_sha, DATASET, f"{f1['before']} → {f1['after']}",
-                   f"{auroc['before']} → {auroc['after']}", ""], row
+                   f"{auroc['before']} → {auroc['after']}", CHECK, f"{check_f1['before']} → {check_f1['after']}",
+                   ""], row
     shot(admin, "models-trained.png")
 
     # 3. the admin activates it; the queued items are scored again under its tag

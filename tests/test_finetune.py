@@ -84,9 +84,11 @@ def dark_world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def finetuned(dark_world, tmp_path_factory):
     out = tmp_path_factory.mktemp("child") / "child.pt"
+    check = dark_world / "check.jsonl"   # image paths relative to the check file, as to a labels file
+    check.write_text("".join(json.dumps(i) + "\n" for i in read_json_lines(dark_world / "captokeneval.jsonl")[:6]))
     code = main(["train", "infometic", "--labels", str(dark_world / "captokeneval.jsonl"), "--init", "demo",
                  "--out", str(out), "--steps", "250", "--threads", "2", "--holdout", "0.25",
-                 "--replay-items", "100", "--json"])
+                 "--replay-items", "100", "--check-gold", str(check), "--json"])
     assert code == 0
     return out
 
@@ -111,6 +113,9 @@ def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(fi
     assert raw["labels"]["replay"]["from"] == "demo" and raw["labels"]["replay"]["items"] == 100
     assert raw["training"]["keep_parent"] == 1.0
     assert raw["figures"]["after"] == json.loads(figures_path(finetuned).read_text())["after"]
+    check = raw["figures"]["check_gold"]
+    assert check["file"] == "check.jsonl" and check["before"]["n_items"] == check["after"]["n_items"] == 6
+    assert {"text_accuracy", "incorrect_token_f1", "region_auroc"} <= set(check["before"]) & set(check["after"])
     scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(finetuned))
     gold = read_json_lines(dark_world / "captokeneval.jsonl")[0]
     row = scorer.score(str(dark_world / gold["image"]), gold["caption"],
@@ -135,6 +140,9 @@ def test_fine_tune_input_errors_are_user_errors(tmp_path, dark_world, capsys):
     assert main(["train", "infometic", "--labels", labels, "--init", "demo", "--out", out, "--steps", "1",
                  "--train", "head", "--augment"]) == 2
     assert "--train visual" in capsys.readouterr().err
+    assert main(["train", "infometic", "--labels", labels, "--init", "demo", "--out", out, "--steps", "1",
+                 "--check-gold", str(tmp_path / "none.jsonl")]) == 2
+    assert "--check-gold: no file" in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists()
 
 

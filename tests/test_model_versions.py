@@ -98,7 +98,7 @@ def demo_sha() -> str:
 def trained(world):
     """One fine-tuned version, trained through the API (not active)."""
     client = serve(world)
-    job = train(client)
+    job = train(client, check_dataset=DATASET)  # checked on its own labels: any labelled dataset will do
     assert job["status"] == "done", job
     return client.get(f"/api/models/jobs/{job['id']}", auth=ADMIN).json()["job"]
 
@@ -127,6 +127,9 @@ def test_training_through_the_api_records_a_version(world, trained):
     for side in ("before", "after"):
         assert {"incorrect_token_f1", "incorrect_token_auroc", "text_accuracy"} <= set(version["figures"][side])
     assert version["figures"]["training"]["steps"] == 5
+    check = version["figures"]["check"]
+    assert check["dataset"] == DATASET and check["before"]["n_items"] == check["after"]["n_items"] == 8
+    assert trained["check_dataset"] == DATASET
     assert "path" not in version and version["file"].endswith(".pt")
     assert trained["fraction"] == 1.0 and trained["step"] == 5 and trained["loss"] is not None
 
@@ -322,6 +325,9 @@ def test_admin_only(world, method, url):
     ("post", "/api/models/train", {"dataset": "nowhere"}, 404, "no dataset"),
     ("post", "/api/models/train", {"dataset": "default", "steps": 5}, 422, "no labels"),
     ("post", "/api/models/train", {"dataset": DATASET, "init": 999}, 404, "no model version"),
+    ("post", "/api/models/train", {"dataset": DATASET, "check_dataset": "nowhere"}, 404, "no dataset 'nowhere'"),
+    ("post", "/api/models/train", {"dataset": DATASET, "check_dataset": "default", "steps": 5}, 422,
+     "no labels to check on"),
     ("post", "/api/models/train", {"dataset": DATASET, "init": "best"}, 422, None),
     ("post", "/api/models/train", {"dataset": DATASET, "steps": 0}, 422, None),
     ("post", "/api/models/train", {"dataset": DATASET, "minutes": -1}, 422, None),
@@ -350,7 +356,8 @@ def test_models_panel_logic(world, trained):
     client = serve(world)
     training, activations = client.app.state.training, client.app.state.activations
     (row,) = [r for r in versions_rows(world["store"]) if r[0] == trained["version_id"]]
-    assert row[2] == demo_sha()[:12] and row[3] == DATASET and " → " in row[4] and row[6] == ""
+    assert row[2] == demo_sha()[:12] and row[3] == DATASET and " → " in row[4] and row[8] == ""
+    assert row[6] == DATASET and " → " in row[7]  # the check dataset and its F1
     assert f"version {trained['version_id']} added" in job_line(trained)
     assert "no labels" in start_training(training, "default", 1, 5)
     assert training.last() is None  # nothing started
