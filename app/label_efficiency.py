@@ -4,9 +4,12 @@ items first help? (`python -m capscope.label_efficiency --out DIR`)
 For each appearance shift of the demo world (demo/shifts.py), in one run:
 - a pool of shifted scenes (two items per scene, a clean caption and its
   polluted twin) and a separate held-out set of shifted scenes;
-- two orders over the pool: random (seeded) and uncertainty (the parent
-  model's word and region verdicts closest to their threshold first, one
-  caption per image per round: the queue's own `uncertainty` order);
+- orders over the pool (`--orders`): random (seeded), uncertainty (the
+  parent model's word and region verdicts closest to their threshold first,
+  one caption per image per round: the queue's own `uncertainty` order), and
+  rounds (a random first round, then each round the items most uncertain
+  under the child fine-tuned on the labels so far: the loop of train,
+  activate, re-score the queue, label again);
 - for each budget (items labelled), a simulated annotator labels the first
   items of the order from the gold labels, each label flipped with
   probability `noise`; the parent is fine-tuned on them with a fixed number of
@@ -26,6 +29,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+ORDERS = ("random", "uncertainty", "rounds")
 KEYS = ("incorrect_token_f1", "incorrect_token_auroc", "text_accuracy", "region_auroc")
 
 
@@ -60,6 +64,37 @@ def uncertainty_order(items: list[dict], predictions: list[dict]) -> list[int]:
     return interleave_by_image(scored)
 
 
+def in_rounds(pool: list[dict], first: list[int], budget: int, args, fine_tune) -> tuple[Path, list[dict]]:
+    """The loop a team runs with the queue: label `round_size` items, fine-tune,
+    score the rest of the pool with the new model, label the `round_size` most
+    uncertain of them under it (the queue's `uncertainty` order), fine-tune
+    again on everything labelled so far, and so on up to `budget`. The first
+    round is the first items of `first` (a random order: the parent's doubt
+    says little on a shift it fails on). Each fine-tune starts from the parent
+    with the same steps as the other orders, so only the choice of items
+    differs. Returns (the last child, what each round asked for)."""
+    from capscope.bench.evaluate import predict
+
+    labels = simulated_labels(pool, args.noise, args.seed + 7)   # each item's labels, whichever round asks
+    chosen = [int(i) for i in first[: min(args.round_size, budget)]]
+    asked = [{"order": "random", "items": len(chosen)}]
+    child = fine_tune([labels[i] for i in chosen], f"rounds-{budget}-1")
+    while len(chosen) < budget:
+        taken = set(chosen)
+        rest = [i for i in range(len(pool)) if i not in taken]
+        predictions, _ = predict(_scorer(child), "infometic", [pool[i] for i in rest], Path("."))  # absolute paths
+        ranked = [rest[k] for k in uncertainty_order([pool[i] for i in rest], predictions)]
+        more = ranked[: min(args.round_size, budget - len(chosen))]
+        chosen += more
+        asked.append({"order": "uncertainty", "items": len(more), "wrong_words": _wrong_words([pool[i] for i in more])})
+        child = fine_tune([labels[i] for i in chosen], f"rounds-{budget}-{len(asked)}")
+    return child, asked
+
+
+def _wrong_words(items: list[dict]) -> int:
+    return sum(t.get("label") == "incorrect" for item in items for t in item["tokens"])
+
+
 def run(args) -> dict:
     from capscope.bench.evaluate import evaluate_gold, predict
     from capscope.demo.dataset import write_demo_data
@@ -72,7 +107,8 @@ def run(args) -> dict:
     own = out / "own"
     write_demo_data(own, args.held_scenes, seed=args.seed + 2, progress=False)
     result = {"parent": parent.name, "steps": args.steps, "noise": args.noise, "budgets": args.budgets,
-              "replay": args.replay,
+              "replay": args.replay, "orders": args.orders,
+              **({"round_size": args.round_size} if "rounds" in args.orders else {}),
               "pool_scenes": args.pool_scenes, "held_scenes": args.held_scenes, "shifts": {}}
     for shift in args.shifts:
         pool_dir, held_dir = out / shift / "pool", out / shift / "held"
@@ -81,28 +117,39 @@ def run(args) -> dict:
         pool = read_json_lines(pool_dir / "captokeneval.jsonl")
         for item in pool:
             item["image"] = str(pool_dir / item["image"])
-        predictions, _ = predict(_scorer(parent), "infometic", pool, pool_dir)
-        orders = {"random": list(np.random.default_rng(args.seed).permutation(len(pool))),
-                  "uncertainty": uncertainty_order(pool, predictions)}
+        orders = {"random": list(np.random.default_rng(args.seed).permutation(len(pool)))}
+        if "uncertainty" in args.orders:
+            orders["uncertainty"] = uncertainty_order(pool, predict(_scorer(parent), "infometic", pool, pool_dir)[0])
         before = _figures(parent, held_dir, evaluate_gold)
         shift_result = {"before": {k: before.get(k) for k in KEYS}, "runs": []}
-        for order_name, order in orders.items():
+
+        def fine_tune(chosen: list[dict], name: str, order_name: str) -> Path:
+            child = out / shift / f"{name}.pt"
+            finetune(FinetuneConfig(
+                out=child, init=parent, items=chosen, base_dir=pool_dir,
+                labels={"source": "simulated", "order": order_name}, holdout=0.0, minutes=None,
+                steps=args.steps, seed=args.seed, threads=args.threads, replay=args.replay, progress=False),
+                evaluate_gold)
+            return child
+
+        for order_name in args.orders:
             for budget in args.budgets:
-                chosen = simulated_labels([pool[i] for i in order[:budget]], args.noise, args.seed + budget)
                 started = time.monotonic()
-                child = out / shift / f"{order_name}-{budget}.pt"
-                finetune(FinetuneConfig(
-                    out=child, init=parent, items=chosen, base_dir=pool_dir,
-                    labels={"source": "simulated", "order": order_name}, holdout=0.0, minutes=None,
-                    steps=args.steps, seed=args.seed, threads=args.threads, replay=args.replay, progress=False),
-                    evaluate_gold)
+                if order_name == "rounds":
+                    child, asked = in_rounds(pool, orders["random"], budget, args,
+                                             lambda chosen, name: fine_tune(chosen, name, "rounds"))
+                else:
+                    chosen = simulated_labels([pool[i] for i in orders[order_name][:budget]], args.noise,
+                                              args.seed + budget)
+                    child, asked = fine_tune(chosen, f"{order_name}-{budget}", order_name), None
                 after = _figures(child, held_dir, evaluate_gold)
-                own_after = _figures(child, own, evaluate_gold)["incorrect_token_f1"]
                 run = {"order": order_name, "labels": budget, **{k: after.get(k) for k in KEYS},
-                       "own_world_f1": own_after, "seconds": round(time.monotonic() - started, 1)}
+                       "own_world_f1": _figures(child, own, evaluate_gold)["incorrect_token_f1"],
+                       "seconds": round(time.monotonic() - started, 1), **({"rounds": asked} if asked else {})}
                 log.info("%s %s", shift, run)
                 shift_result["runs"].append(run)
-                (out / "label_efficiency.json").write_text(json.dumps(result | {"shifts": result["shifts"] | {shift: shift_result}}, indent=1))
+                (out / "label_efficiency.json").write_text(
+                    json.dumps(result | {"shifts": result["shifts"] | {shift: shift_result}}, indent=1))
         result["shifts"][shift] = shift_result
     result["parent_own_world_f1"] = _figures(parent, own, evaluate_gold)["incorrect_token_f1"]
     (out / "label_efficiency.json").write_text(json.dumps(result, indent=1))
@@ -135,8 +182,10 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(shifts), figsize=(4.2 * len(shifts), 3.4), squeeze=False)
     for ax, shift in zip(axes[0], shifts):
         data = result["shifts"][shift]
-        for order, style in (("random", "o--"), ("uncertainty", "s-")):
+        for order, style in (("random", "o--"), ("uncertainty", "s-"), ("rounds", "^-")):
             runs = [r for r in data["runs"] if r["order"] == order]
+            if not runs:
+                continue
             ax.plot([r["labels"] for r in runs], [r["incorrect_token_f1"] for r in runs], style, label=order)
         ax.axhline(data["before"]["incorrect_token_f1"], color="grey", lw=1, label="before fine-tuning")
         ax.set_xscale("log", base=2)
@@ -156,6 +205,10 @@ def main(argv=None) -> int:
     parser.add_argument("--init", default=None, help="parent checkpoint (default: the bundled demo model)")
     parser.add_argument("--shifts", nargs="+", default=["dark", "outline"])
     parser.add_argument("--budgets", nargs="+", type=int, default=[50, 100, 200, 400])
+    parser.add_argument("--orders", nargs="+", choices=ORDERS, default=["random", "uncertainty"],
+                        help="rounds: label --round-size items at random, fine-tune, then each next round the "
+                             "items most uncertain under the newest child")
+    parser.add_argument("--round-size", type=int, default=100)
     parser.add_argument("--pool-scenes", type=int, default=300)
     parser.add_argument("--held-scenes", type=int, default=100)
     parser.add_argument("--steps", type=int, default=400)
@@ -164,6 +217,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.round_size < 1:
+        parser.error("--round-size must be at least 1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     result = run(args)
     print(json.dumps(result))

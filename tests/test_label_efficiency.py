@@ -58,3 +58,27 @@ def test_plot_draws_each_shift(tmp_path):
 def test_simulated_annotator_rejects_a_noise_outside_0_1(noise):
     with pytest.raises(ValueError, match="noise"):
         le.simulated_labels([item("a.png", ["correct"])], noise, seed=0)
+
+
+def test_rounds_ask_first_at_random_then_for_what_the_newest_child_doubts(monkeypatch):
+    from types import SimpleNamespace
+
+    pool = [dict(item(f"{i}.png", ["correct", "correct"]), id=i) for i in range(6)]
+    doubted = {"rounds-5-1": {0, 1}, "rounds-5-2": {4, 2}}   # what each child is unsure of (4 is labelled already)
+    trained = []
+
+    def fine_tune(chosen, name):
+        trained.append(sorted(x["id"] for x in chosen))
+        return name
+
+    def predict(child, metric, items, base_dir):
+        return [{"token_scores": [0.1, 0.1] if x["id"] in doubted[child] else [0.5, 0.5], "region_scores": []}
+                for x in items], []
+
+    monkeypatch.setattr("capscope.bench.evaluate.predict", predict)
+    monkeypatch.setattr(le, "_scorer", lambda child: child)
+    args = SimpleNamespace(round_size=2, noise=0.0, seed=0)
+    child, asked = le.in_rounds(pool, [5, 4, 3, 2, 1, 0], 5, args, fine_tune)
+    assert trained == [[4, 5], [0, 1, 4, 5], [0, 1, 2, 4, 5]]   # each fine-tune on every label so far
+    assert child == "rounds-5-3"
+    assert [(a["order"], a["items"]) for a in asked] == [("random", 2), ("uncertainty", 2), ("uncertainty", 1)]
