@@ -110,19 +110,32 @@ def active_version(store: Store) -> dict | None:
 
 # ---------------------------------------------------------------- predictions of a version
 
-def queued_items(store: Store, dataset: str, limit: int) -> list[dict]:
-    """Up to `limit` captions of `dataset` that still need judgements (fewer
-    submitted or skipped ones than annotators needed), by id, with what
+def _queued(dataset_id: int):
+    """Captions of the dataset that still need judgements (fewer submitted or skipped ones than annotators needed)."""
+    finished = (select(func.count()).select_from(Assignment)
+                .where(Assignment.caption_id == Caption.id, Assignment.status.in_(("submitted", "skipped")))
+                .correlate(Caption).scalar_subquery())
+    return (Caption.dataset_id == dataset_id, finished < Caption.annotators_needed)
+
+
+def _dataset_id(session, dataset: str) -> int:
+    dataset_id = session.scalar(select(Dataset.id).where(Dataset.name == dataset))
+    if dataset_id is None:
+        raise NotFound(f"no dataset {dataset!r}")
+    return dataset_id
+
+
+def queued_count(store: Store, dataset: str) -> int:
+    with store.read() as session:
+        return session.scalar(select(func.count()).select_from(Caption).where(*_queued(_dataset_id(session, dataset))))
+
+
+def queued_items(store: Store, dataset: str, limit: int, after: int = 0) -> list[dict]:
+    """Up to `limit` queued captions of `dataset` with ids above `after`, by id
+    (pages of the queue, so that no more than a page is held at once), with what
     scoring them takes: {"caption_id", "image", "caption", "references", "tokens", "regions"}."""
     with store.read() as session:
-        dataset_id = session.scalar(select(Dataset.id).where(Dataset.name == dataset))
-        if dataset_id is None:
-            raise NotFound(f"no dataset {dataset!r}")
-        finished = (select(func.count()).select_from(Assignment)
-                    .where(Assignment.caption_id == Caption.id, Assignment.status.in_(("submitted", "skipped")))
-                    .correlate(Caption).scalar_subquery())
-        captions = session.scalars(select(Caption).where(Caption.dataset_id == dataset_id,
-                                                         finished < Caption.annotators_needed)
+        captions = session.scalars(select(Caption).where(*_queued(_dataset_id(session, dataset)), Caption.id > after)
                                    .order_by(Caption.id).limit(limit)).all()
         return [{"caption_id": c.id, "image": c.image.path, "caption": c.text, "references": c.references or None,
                  "tokens": [{"text": t.text, "start": t.start, "end": t.end, "semantic": t.semantic} for t in c.tokens],
@@ -143,27 +156,32 @@ def store_version_predictions(store: Store, model_version: str, rows: list[tuple
 
 
 def rescore_queued(store: Store, dataset: str, model_version: str, score: Callable[[dict], dict], *,
-                   limit: int, chunk: int = 20, on_progress: Callable[[int, int], None] | None = None,
+                   limit: int | None, chunk: int = 20, on_progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None) -> dict:
-    """Score up to `limit` queued captions of `dataset` with `score(item)` (a
-    row with "metrics") and store the rows under `model_version`, `chunk`
-    captions per transaction. An item that cannot be scored is counted and
-    skipped. Returns {"total", "scored", "failed", "stopped"}."""
-    items = queued_items(store, dataset, limit)
-    done, failed, pending = 0, 0, []
-    for item in items:
-        if should_stop is not None and should_stop():
-            store_version_predictions(store, model_version, pending)
-            return {"total": len(items), "scored": done, "failed": failed, "stopped": True}
-        try:
-            pending.append((item["caption_id"], score(item)))
-            done += 1
-        except Exception:  # noqa: BLE001 - one unreadable image must not stop the run
-            failed += 1
-        if len(pending) >= chunk:
-            store_version_predictions(store, model_version, pending)
-            pending = []
-        if on_progress is not None:
-            on_progress(done + failed, len(items))
-    store_version_predictions(store, model_version, pending)
-    return {"total": len(items), "scored": done, "failed": failed, "stopped": False}
+    """Score the queued captions of `dataset` (the first `limit` by id; None:
+    all of them) with `score(item)` (a row with "metrics") and store the rows
+    under `model_version`, a page of `chunk` captions per read and per
+    transaction. An item that cannot be scored is counted and skipped.
+    Returns {"total", "scored", "failed", "stopped"}."""
+    total = queued_count(store, dataset)
+    total = total if limit is None else min(total, limit)
+    done, failed, after = 0, 0, 0
+    while done + failed < total:
+        page = queued_items(store, dataset, min(chunk, total - done - failed), after)
+        if not page:
+            break   # the rest were judged meanwhile
+        pending = []
+        for item in page:
+            if should_stop is not None and should_stop():
+                store_version_predictions(store, model_version, pending)
+                return {"total": total, "scored": done, "failed": failed, "stopped": True}
+            try:
+                pending.append((item["caption_id"], score(item)))
+                done += 1
+            except Exception:  # noqa: BLE001 - one unreadable image must not stop the run
+                failed += 1
+            if on_progress is not None:
+                on_progress(done + failed, total)
+        store_version_predictions(store, model_version, pending)
+        after = page[-1]["caption_id"]
+    return {"total": total, "scored": done, "failed": failed, "stopped": False}

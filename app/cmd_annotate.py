@@ -98,6 +98,9 @@ def register(sub) -> None:
     serve.add_argument("--data-root", action="append", type=Path, dest="data_roots", metavar="DIR",
                        help="a folder whose files the web UI may read when a user names them (the Benchmark tab's "
                             "judgement files and their images); repeatable; default: the data folder")
+    serve.add_argument("--rescore-limit", type=int, default=None, metavar="N",
+                       help="after a model version is activated, its dataset's first N queued items are scored "
+                            "again with it (default 500; 0: every queued item)")
     _add_db(serve)
     serve.set_defaults(func=run_serve)
 
@@ -221,8 +224,14 @@ def run_serve(args) -> int:
     from capscope.server import create_app
 
     roots = check_folders(args.data_roots)
+    from capscope.training import RESCORE_LIMIT
+
+    if args.rescore_limit is not None and args.rescore_limit < 0:
+        raise CapscopeError(f"--rescore-limit must be 0 (every queued item) or more, not {args.rescore_limit}")
+    rescore_limit = RESCORE_LIMIT if args.rescore_limit is None else (args.rescore_limit or None)
     app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
-                     token_rule=args.token_rule, precision=args.precision, data_roots=roots)
+                     token_rule=args.token_rule, precision=args.precision, data_roots=roots,
+                     rescore_limit=rescore_limit)
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app
         from capscope.ui import mount_ui
     except ModuleNotFoundError as err:

@@ -36,7 +36,7 @@ from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.metrics.text import check_caption, check_references
-from capscope.training import Activations, TrainingJobs, models_folder
+from capscope.training import RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,8 @@ def public_version(version: dict) -> dict:
 
 def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
                lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
-               data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None) -> FastAPI:
+               data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
+               rescore_limit: int | None = RESCORE_LIMIT) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
     scorer, which the UI mounted on this app shares: capscope's Scorer under
@@ -236,15 +237,16 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     the data folder). `app.state.training` and `app.state.activations`: the
     fine-tuning jobs and model versions (app/training.py); fine-tuned
     checkpoints go to `models_dir` (default a `models` folder beside the
-    SQLite file, else in the data folder). The active model version, if any,
-    is what the scorer loads."""
+    SQLite file, else in the data folder); after an activation, the first
+    `rescore_limit` queued items (None: all) are scored again. The active
+    model version, if any, is what the scorer loads."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
     app.state.store = store or Store(db_url)
     app.state.models = Models(scorer_factory, token_rule=token_rule, precision=precision)
     app.state.data_roots = data_roots or DataRoots()
     app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))
-    app.state.activations = Activations(app.state.store, app.state.models)
+    app.state.activations = Activations(app.state.store, app.state.models, rescore_limit=rescore_limit)
     app.state.activations.load_active()
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
     app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES})

@@ -262,7 +262,7 @@ def _remove(*paths: Path) -> None:
 class Activations:
     """Which model version the server scores with, and the re-scoring that follows a change."""
 
-    def __init__(self, store: Store, models: Models, rescore_limit: int = RESCORE_LIMIT):
+    def __init__(self, store: Store, models: Models, rescore_limit: int | None = RESCORE_LIMIT):
         self.store, self.models, self.rescore_limit = store, models, rescore_limit
         self._lock = threading.Lock()  # one activation at a time: store and scorer change in the same order
         self._status_lock = threading.Lock()

@@ -390,3 +390,35 @@ def test_annotate_suggestions_follow_the_newest_prediction(world, monkeypatch):
         with store.write() as session:
             session.execute(delete(Prediction).where(Prediction.model_version.in_(["v8:older", "v9:newer"])))
     assert [s["model_version"] for s in seen] == ["v9:newer"]
+
+
+def test_rescoring_reads_the_queue_a_page_at_a_time_up_to_the_limit(world):
+    from sqlalchemy import delete
+
+    from capscope.annotation.model_versions import queued_count, queued_items, rescore_queued
+
+    store = world["store"]
+    queued = [item["caption_id"] for item in queued_items(store, DATASET, 100)]
+    assert queued_count(store, DATASET) == len(queued) >= 6
+    asked, progress = [], []
+
+    def score(item):
+        asked.append(item["caption_id"])
+        if item["caption_id"] == queued[1]:
+            raise OSError("unreadable image")
+        return {"metrics": {"infometic": {"token_scores": [0.5] * len(item["tokens"])}}}
+
+    try:
+        first = rescore_queued(store, DATASET, "v7:paged", score, limit=5, chunk=2,
+                               on_progress=lambda done, total: progress.append((done, total)))
+        assert first == {"total": 5, "scored": 4, "failed": 1, "stopped": False}
+        assert asked == queued[:5] and progress[-1] == (5, 5)
+        asked.clear()
+        every = rescore_queued(store, DATASET, "v7:paged", score, limit=None, chunk=3)
+        assert every["total"] == len(queued) and asked == queued   # every page, each caption once, by id
+        with store.read() as session:
+            stored = set(session.scalars(select(Prediction.caption_id).where(Prediction.model_version == "v7:paged")))
+        assert stored == set(queued) - {queued[1]}
+    finally:
+        with store.write() as session:
+            session.execute(delete(Prediction).where(Prediction.model_version == "v7:paged"))

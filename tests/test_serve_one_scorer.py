@@ -169,6 +169,31 @@ def test_serve_passes_its_token_rule(monkeypatch, tmp_path):
         build_parser().parse_args(["serve", "--token-rule", "loose"])
 
 
+@pytest.mark.parametrize("given,limit", [(None, "default"), ("0", None), ("40", 40)])
+def test_serve_passes_its_rescore_limit(monkeypatch, tmp_path, given, limit):
+    import uvicorn
+
+    from capscope.cli import build_parser
+    from capscope.training import RESCORE_LIMIT
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append(app))
+    monkeypatch.setenv("CAPSCOPE_NO_SEED", "1")
+    args = build_parser().parse_args(["serve", "--db", sqlite_url(tmp_path)]
+                                     + (["--rescore-limit", given] if given else []))
+    assert args.func(args) == 0
+    assert served[0].state.activations.rescore_limit == (RESCORE_LIMIT if limit == "default" else limit)
+    assert f"default {RESCORE_LIMIT};" in " ".join(build_parser()._subparsers._group_actions[0]
+                                                    .choices["serve"].format_help().split())
+
+
+def test_serve_refuses_a_negative_rescore_limit(tmp_path, capsys):
+    from capscope.cli import main
+
+    assert main(["serve", "--db", sqlite_url(tmp_path), "--rescore-limit", "-1"]) == 2
+    assert "--rescore-limit must be 0" in capsys.readouterr().err
+
+
 def test_the_page_shows_the_token_rule(tmp_path):
     from capscope.ui import build_ui
     from capscope.ui_models import Models
