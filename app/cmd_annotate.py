@@ -222,10 +222,9 @@ def run_serve(args) -> int:
 
     from capscope.data_roots import check_folders
     from capscope.server import create_app
-
-    roots = check_folders(args.data_roots)
     from capscope.training import RESCORE_LIMIT
 
+    roots = check_folders(args.data_roots)
     if args.rescore_limit is not None and args.rescore_limit < 0:
         raise CapscopeError(f"--rescore-limit must be 0 (every queued item) or more, not {args.rescore_limit}")
     rescore_limit = RESCORE_LIMIT if args.rescore_limit is None else (args.rescore_limit or None)

@@ -82,8 +82,9 @@ def in_rounds(pool: list[dict], first: list[int], budget: int, args, fine_tune) 
     while len(chosen) < budget:
         taken = set(chosen)
         rest = [i for i in range(len(pool)) if i not in taken]
-        predictions, _ = predict(_scorer(child), "infometic", [pool[i] for i in rest], Path("."))  # absolute paths
-        ranked = [rest[k] for k in uncertainty_order([pool[i] for i in rest], predictions)]
+        unlabelled = [pool[i] for i in rest]
+        predictions, _ = predict(_scorer(child), "infometic", unlabelled, Path("."))  # absolute paths
+        ranked = [rest[k] for k in uncertainty_order(unlabelled, predictions)]
         more = ranked[: min(args.round_size, budget - len(chosen))]
         chosen += more
         asked.append({"order": "uncertainty", "items": len(more), "wrong_words": _wrong_words([pool[i] for i in more])})

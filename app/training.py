@@ -121,7 +121,8 @@ class TrainingJobs:
             job = {"id": job_id, "dataset": dataset, "init": init, "parent_file": init_path.name,
                    "parent_id": parent_id, "minutes": minutes, "steps": steps, "holdout": holdout, "seed": seed,
                    "check_dataset": check_dataset, "admin": admin, "status": "running", "stage": "starting",
-                   "fraction": 0.0, "step": None, "loss": None, "error": None, "version_id": None, "started_at": _now(), "finished_at": None}
+                   "fraction": 0.0, "step": None, "loss": None, "error": None, "version_id": None,
+                   "started_at": _now(), "finished_at": None}
             self._jobs[job_id], self._stop[job_id], self._last = job, threading.Event(), job_id
             thread = threading.Thread(target=self._run, name=f"capscope-finetune-{job_id}", daemon=True,
                                       args=(job_id, init_path, parent_id, items, labels, check))

@@ -130,9 +130,9 @@ def build_model_versions(store: Store, training: TrainingJobs, activations: Acti
     outputs = [c["progress"], c["table"], c["version"], c["timer"]]
     c["timer"].tick(admin_only(store, refresh, len(outputs)), None, outputs, api_visibility="private",
                     queue=False, show_progress="hidden")
-    c["train"].click(admin_only(store, lambda d, m, s, k: (start_training(training, d, m, s, k), gr.Timer(active=True))),
-                     [c["dataset"], c["minutes"], c["steps"], c["check"]], [c["progress"], c["timer"]],
-                     api_visibility="private")
+    train = lambda d, m, s, k: (start_training(training, d, m, s, k), gr.Timer(active=True))
+    c["train"].click(admin_only(store, train), [c["dataset"], c["minutes"], c["steps"], c["check"]],
+                     [c["progress"], c["timer"]], api_visibility="private")
     c["cancel"].click(admin_only(store, lambda: cancel_training(training)), None, c["progress"],
                       api_visibility="private", queue=False)
     c["activate"].click(admin_only(store, lambda v: (activate_click(activations, v), gr.Timer(active=True))),

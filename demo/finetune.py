@@ -283,7 +283,8 @@ class LabelledSet:
         feats = visual.top(torch.cat([self.stems[k] for k in keys]).to(device).float()).float()
         return self._rows(index, keys, feats, [len(self.stems[k]) for k in keys])
 
-    def _augmented_features(self, index, device, visual, augment, rng) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _augmented_features(self, index, device, visual, augment,
+                            rng) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         keys = sorted({self.image_of[i] for i in index})
         changed = [augment(self.pixels[k].to(device).float(), rng) for k in keys]
         feats = visual.top(visual.stem(torch.cat([pixels for pixels, _ in changed]))).float()
