@@ -150,39 +150,70 @@ def items_sha256(items: list[dict]) -> str:
 
 def swapped_items(items: list[dict], rng: np.random.Generator, per_item: int, nlp=None) -> list[dict]:
     """More wrong words than a team labels: copies of the fully-correct items
-    with one correct word swapped for another labelled word of the same part
-    of speech (InfoMetIC's own pollution, eq. 9, from the team's vocabulary).
-    The swapped word is labelled incorrect, the others keep their labels,
-    regions become unknown (the swap may change which one is meant)."""
+    with one correct word swapped for another labelled word of the same kind
+    (InfoMetIC's own pollution, eq. 9, from the team's vocabulary). The swapped
+    word is labelled incorrect, the others keep their labels, regions become
+    unknown (the swap may change which one is meant).
+
+    "Of the same kind" is read from the team's own captions: a word that stood
+    between the same two neighbours elsewhere ("large ___ star": a colour), as
+    in distributional word classes. A word whose slot holds no other word falls
+    back to a labelled word of its part of speech (any word without a tagger)."""
     from capscope.metrics.text import load_spacy, tokenize
 
     nlp = nlp or load_spacy()
-    tags = {}
-    vocabulary: dict[str, set[str]] = {}
+    kinds = WordKinds()
     for item in items:
-        doc = nlp(item["caption"])
-        by_start = {t.idx: t.pos_ or "X" for t in doc}
-        tags[id(item)] = by_start
-        for token in item["tokens"]:
-            if token.get("semantic") and token.get("label") == "correct":
-                vocabulary.setdefault(by_start.get(token["start"], "X"), set()).add(token["text"].lower())
+        kinds.add(item, nlp)
     out = []
     for item in items:
         labels = [t.get("label") for t in item["tokens"] if t.get("semantic")]
         if "incorrect" in labels or "correct" not in labels:
             continue
         for _ in range(per_item):
-            swapped = _swap_one(item, tags[id(item)], vocabulary, rng, nlp, tokenize)
+            swapped = _swap_one(item, kinds, rng, nlp, tokenize)
             if swapped is not None:
                 out.append(swapped)
     return out
 
 
-def _swap_one(item: dict, tags: dict, vocabulary: dict, rng, nlp, tokenize) -> dict | None:
+class WordKinds:
+    """The correct words of labelled captions, grouped by slot (the words on
+    either side) and by part of speech."""
+
+    def __init__(self):
+        self.by_slot: dict[tuple[str, str], set[str]] = {}
+        self.by_tag: dict[str, set[str]] = {}
+        self.tags: dict[int, dict[int, str]] = {}
+
+    def add(self, item: dict, nlp) -> None:
+        self.tags[id(item)] = tags = {t.idx: t.pos_ or "X" for t in nlp(item["caption"])}
+        for i, token in enumerate(item["tokens"]):
+            if token.get("semantic") and token.get("label") == "correct":
+                word = token["text"].lower()
+                self.by_slot.setdefault(slot(item["tokens"], i), set()).add(word)
+                self.by_tag.setdefault(tags.get(token["start"], "X"), set()).add(word)
+
+    def alternatives(self, item: dict, index: int) -> list[str]:
+        token = item["tokens"][index]
+        word = token["text"].lower()
+        same_slot = self.by_slot.get(slot(item["tokens"], index), set()) - {word}
+        if same_slot:
+            return sorted(same_slot)
+        return sorted(self.by_tag.get(self.tags[id(item)].get(token["start"], "X"), set()) - {word})
+
+
+def slot(tokens: list[dict], index: int) -> tuple[str, str]:
+    before = tokens[index - 1]["text"].lower() if index > 0 else "<s>"
+    after = tokens[index + 1]["text"].lower() if index + 1 < len(tokens) else "</s>"
+    return before, after
+
+
+def _swap_one(item: dict, kinds: WordKinds, rng, nlp, tokenize) -> dict | None:
     choices = [i for i, t in enumerate(item["tokens"]) if t.get("semantic") and t.get("label") == "correct"]
     index = choices[int(rng.integers(len(choices)))]
     token = item["tokens"][index]
-    options = sorted(vocabulary.get(tags.get(token["start"], "X"), set()) - {token["text"].lower()})
+    options = kinds.alternatives(item, index)
     if not options:
         return None
     word = options[int(rng.integers(len(options)))]

@@ -58,6 +58,23 @@ def test_a_swapped_copy_has_one_wrong_word_and_unknown_regions():
         assert all(r["label"] is None for r in copy["regions"])
 
 
+def test_a_swap_takes_a_word_seen_between_the_same_neighbours():
+    items = [item(f"{k}.png", labels=("correct", "correct"), caption=c)
+             for k, c in enumerate(("a red circle", "a red square", "a blue circle"))]
+    copies = swapped_items(items, np.random.default_rng(0), per_item=20)
+    from_first = {c["caption"] for c in copies if c["image"] == "0.png"}
+    # "red" stood before "circle" beside "blue"; "circle" after "red" beside "square": never "a circle circle"
+    assert from_first == {"a blue circle", "a red square"}
+
+
+def test_a_word_alone_in_its_slot_takes_any_word_of_its_part_of_speech():
+    items = [item("a.png", labels=("correct", "correct"), caption="a red circle"),
+             item("b.png", labels=("correct", "correct"), caption="the big square")]
+    copies = swapped_items(items, np.random.default_rng(0), per_item=20)
+    swapped_in = {next(t["text"] for t in c["tokens"] if t["label"] == "incorrect") for c in copies}
+    assert swapped_in <= {"red", "circle", "big", "square"} and len(swapped_in) > 1
+
+
 @pytest.mark.parametrize("shift", SHIFTS)
 def test_a_shift_changes_pixels_but_not_the_shapes_masks(shift):
     from capscope.demo.scenes import make_scene
