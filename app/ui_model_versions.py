@@ -139,7 +139,11 @@ def build_model_versions(store: Store, training: TrainingJobs, activations: Acti
                         c["version"], [c["result"], c["timer"]], api_visibility="private", concurrency_id="model",
                         concurrency_limit=1)
     c["load"] = [(admin_only(store, refresh, len(outputs)), None, outputs),
-                 (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None, c["dataset"]),
-                 (admin_only(store, lambda: gr.update(choices=[""] + browse.dataset_names(store)), 1), None,
-                  c["check"])]
+                 (admin_only(store, lambda: dataset_choices(store), 2), None, [c["dataset"], c["check"]])]
     return c
+
+
+def dataset_choices(store: Store) -> tuple:
+    """The datasets to train on, and the same with none first for Check on (one read of the store)."""
+    names = browse.dataset_names(store)
+    return gr.update(choices=names), gr.update(choices=[""] + names)
