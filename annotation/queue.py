@@ -34,7 +34,8 @@ from sqlalchemy.orm import aliased
 
 from capscope.annotation.errors import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
-from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, Token, utcnow
+from capscope.annotation.model_versions import is_version_tag
+from capscope.db import Assignment, Caption, Dataset, Label, ModelVersion, Prediction, Store, Token, utcnow
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
 
@@ -162,10 +163,10 @@ def random_rank(seed: int, external_id: str) -> float:
 
 def item_uncertainty(metric: str, token_scores: list | None, region_scores: list | None,
                      stored: float | None = None, semantic: list[bool] | None = None,
-                     token_rule: str = DEFAULT_TOKEN_RULE) -> float | None:
+                     token_rule: str = DEFAULT_TOKEN_RULE, word_scale: float = 1.0) -> float | None:
     """How unsure a prediction is of its word and region verdicts, 0..1 (1 = a
     coin toss; annotation/uncertainty.py); the stored value when it has no scores."""
-    found = prediction_uncertainty(metric, token_scores, region_scores, semantic, token_rule)
+    found = prediction_uncertainty(metric, token_scores, region_scores, semantic, token_rule, word_scale)
     return found if found is not None else stored
 
 
@@ -188,11 +189,13 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
     if model_version is not None:
         query = query.where(Prediction.model_version == model_version)
     semantic = _semantic_flags(session, dataset_id)
+    scale = _word_scale(session, model_version)
     best: dict[int, tuple] = {}
     for caption_id, image_id, metric, tokens, regions, stored, created, prediction_id in session.execute(
             query.execution_options(yield_per=1000)):
         preference = _metric_preference(metric)
-        value = (item_uncertainty(metric, tokens, regions, stored, semantic.get(caption_id), token_rule)
+        value = (item_uncertainty(metric, tokens, regions, stored, semantic.get(caption_id), token_rule,
+                                  scale if preference == 0 else 1.0)
                  if preference < 2 or stored is not None else None)
         if value is None:
             continue
@@ -200,6 +203,16 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
         if caption_id not in best or key > best[caption_id][0]:
             best[caption_id] = (key, image_id, value)
     return [(caption_id, image_id, value) for caption_id, (_, image_id, value) in best.items()]
+
+
+def _word_scale(session, model_version: str | None) -> float:
+    """The word threshold scale a model version's fine-tuning fitted (in its
+    figures), which decides its InfoMetIC words; 1 for anything else."""
+    if model_version is None or not is_version_tag(model_version):
+        return 1.0
+    version_id = int(model_version[1:].split(":")[0])
+    figures = session.scalar(select(ModelVersion.figures).where(ModelVersion.id == version_id))
+    return float(((figures or {}).get("word_threshold") or {}).get("scale", 1.0))
 
 
 def _semantic_flags(session, dataset_id: int) -> dict[int, list[bool]]:

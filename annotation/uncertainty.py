@@ -35,15 +35,17 @@ def verdict_entropy(share: float, threshold: float) -> float:
 
 
 def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic: Sequence[bool] | None = None,
-                      token_rule: str = DEFAULT_TOKEN_RULE, beta: float = BETA) -> float | None:
+                      token_rule: str = DEFAULT_TOKEN_RULE, beta: float = BETA,
+                      word_scale: float = 1.0) -> float | None:
     """Mean verdict entropy over the semantic words with a score (every scored
-    word when `semantic` is unknown) and the regions with a score."""
+    word when `semantic` is unknown), against the word threshold times the
+    model's `word_scale`, and the regions with a score, against beta."""
     flags = list(semantic) if semantic is not None else [True] * len(token_scores)
     words = [s for s, sem in zip(token_scores, flags) if sem and _finite(s)]
     regions = [s for s in region_scores if _finite(s)]
     if not words and not regions:
         return None
-    threshold = word_threshold(token_rule, beta, len(words))
+    threshold = word_threshold(token_rule, beta, len(words), word_scale)
     values = [verdict_entropy(s, threshold) for s in words] + [verdict_entropy(s, beta) for s in regions]
     return sum(values) / len(values)
 
@@ -60,13 +62,13 @@ def token_uncertainty(scores: Sequence, threshold: float = BETA) -> float | None
 
 def prediction_uncertainty(metric: str, token_scores: Sequence | None, region_scores: Sequence | None,
                            semantic: Sequence[bool] | None = None,
-                           token_rule: str = DEFAULT_TOKEN_RULE) -> float | None:
+                           token_rule: str = DEFAULT_TOKEN_RULE, word_scale: float = 1.0) -> float | None:
     """One stored prediction's uncertainty: `share_uncertainty` for a metric
     that follows the token rule, else `token_uncertainty` at its threshold."""
     spec = SPECS.get(metric)
     if spec is not None and spec.follows_token_rule:
         return share_uncertainty(token_scores or [], region_scores or [], semantic, token_rule,
-                                 spec.threshold if spec.threshold is not None else BETA)
+                                 spec.threshold if spec.threshold is not None else BETA, word_scale)
     threshold = spec.threshold if spec is not None and spec.threshold is not None else BETA
     return token_uncertainty(list(token_scores or []) + list(region_scores or []), threshold)
 

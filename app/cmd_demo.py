@@ -96,6 +96,9 @@ def register_train_infometic(targets) -> None:
     tune.add_argument("--balanced-shares", action="store_const", const=True, default=None,
                       help="weigh wrong and correct words as equal halves in the share loss (default off: every "
                            "word the same, which keeps the verdicts' boundary where the labels put it)")
+    tune.add_argument("--no-fit-threshold", action="store_true",
+                      help="keep the token rule's word threshold (default: the child's word threshold is the rule's "
+                           "times the scale, 0.3 to 1, with the best wrong-word F1 on its training items)")
     tune.add_argument("--augment", action="store_const", const=True, default=None,
                       help="with --train visual: new brightness, contrast and mirroring of the images each step "
                            "(default off; no mirroring when a caption says left or right)")
@@ -219,7 +222,7 @@ def _given(args, names: tuple[str, ...]) -> dict:
 def run_finetune(args) -> int:
     import json
 
-    from capscope.bench.evaluate import evaluate_gold
+    from capscope.bench.evaluate import evaluate_gold, fit_word_scale
     from capscope.demo.finetune import FinetuneConfig, FinetuneError, finetune, format_report
 
     if (args.labels is None) == (args.dataset is None):
@@ -236,7 +239,7 @@ def run_finetune(args) -> int:
         train=args.train, replay=args.replay, **_given(args, FINETUNE_TUNABLES),
     )
     try:
-        report = finetune(config, evaluate_gold)
+        report = finetune(config, evaluate_gold, None if args.no_fit_threshold else fit_word_scale)
     except FinetuneError as err:
         raise CapscopeError(str(err)) from None
     print(json.dumps(report) if args.json else format_report(report, args.out))

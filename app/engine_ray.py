@@ -197,6 +197,9 @@ class ScorerActor:
     def score_batch(self, rows, base_dir=None, only=None) -> list[dict]:
         return self.scorer.score_batch(rows, base_dir=base_dir, only=only)
 
+    def word_threshold_scale(self, metric: str) -> float:
+        return self.scorer.word_threshold_scale(metric)
+
 
 class ScorerPool:
     """`score_batch` over a pool of actors: a batch is cut into one slice per
@@ -224,6 +227,10 @@ class ScorerPool:
 
             self._nlp = load_spacy("en_core_web_sm")
         return self._nlp
+
+    def word_threshold_scale(self, metric: str) -> float:
+        with worker_errors():
+            return self._ray.get(self.actors[0].word_threshold_scale.remote(metric))
 
     def score_batch(self, rows: list[dict], base_dir=None, only=None) -> list[dict]:
         if not rows:

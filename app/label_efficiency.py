@@ -97,7 +97,7 @@ def _wrong_words(items: list[dict]) -> int:
 
 
 def run(args) -> dict:
-    from capscope.bench.evaluate import evaluate_gold, predict
+    from capscope.bench.evaluate import evaluate_gold, fit_word_scale, predict
     from capscope.demo.dataset import write_demo_data
     from capscope.demo.finetune import FinetuneConfig, finetune
     from capscope.metrics.jsonl import read_json_lines
@@ -130,7 +130,7 @@ def run(args) -> dict:
                 out=child, init=parent, items=chosen, base_dir=pool_dir,
                 labels={"source": "simulated", "order": order_name}, holdout=0.0, minutes=None,
                 steps=args.steps, seed=args.seed, threads=args.threads, replay=args.replay, progress=False),
-                evaluate_gold)
+                evaluate_gold, fit_word_scale)
             return child
 
         for order_name in args.orders:

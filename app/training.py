@@ -210,7 +210,7 @@ class TrainingJobs:
 
     def _run(self, job_id: str, init_path: Path, parent_id: int | None, items: list[dict], labels: dict,
              check) -> None:
-        from capscope.bench.evaluate import evaluate_gold
+        from capscope.bench.evaluate import evaluate_gold, fit_word_scale
         from capscope.demo.finetune import Cancelled, FinetuneConfig, figures_path, finetune
         from capscope.metrics.checksums import file_sha256
 
@@ -226,7 +226,7 @@ class TrainingJobs:
         try:
             if stop.is_set():
                 raise Cancelled()
-            report = finetune(config, evaluate_gold)
+            report = finetune(config, evaluate_gold, fit_word_scale)
             if stop.is_set():
                 raise Cancelled()
             parent_sha = report["parent"]["sha256"]
@@ -238,7 +238,8 @@ class TrainingJobs:
                                      labels=report["labels"],
                                      figures={"before": report.get("before"), "after": report.get("after"),
                                               "training": report.get("training"),
-                                              "holdout": report.get("holdout"), "check": report.get("check_gold")})
+                                              "holdout": report.get("holdout"), "check": report.get("check_gold"),
+                                              "word_threshold": report.get("word_threshold")})
         except Cancelled:
             _remove(out, figures_path(out), out.with_name(out.name + ".tmp"))
             self._update(job_id, status="cancelled", stage="cancelled", finished_at=_now())

@@ -92,7 +92,9 @@ class Suggestions:
         if metric is None:
             return None
         token_rule = self.models.token_rule if self.models is not None else DEFAULT_TOKEN_RULE
-        return (*_decided(item, stored[metric], metric, token_rule), stored[metric].get("model_version"))
+        version = stored[metric].get("model_version")
+        scale = self.models.word_scale(metric, version) if self.models is not None else 1.0
+        return (*_decided(item, stored[metric], metric, token_rule, scale), version)
 
     def _computed(self, item: dict):
         if self.models is None:
@@ -116,14 +118,15 @@ class Suggestions:
         return item["_path"]
 
 
-def _decided(item: dict, stored: dict, metric: str, token_rule: str):
+def _decided(item: dict, stored: dict, metric: str, token_rule: str, word_scale: float = 1.0):
     """Stored scores to (wrong tokens, mentioned regions), decided as the server's
-    scorer decides: the InfoMetIC family under the server's token rule, other
-    metrics at their own threshold."""
+    scorer decides: the InfoMetIC family under the server's token rule (and the
+    version's word threshold scale), other metrics at their own threshold."""
     threshold = decision_threshold(metric)
     token_scores, region_scores = stored["token_scores"], stored.get("region_scores") or []
     if get_spec(metric).follows_token_rule:
-        correct = decide_words(token_rule, threshold, [t["semantic"] for t in item["tokens"]], token_scores)
+        correct = decide_words(token_rule, threshold, [t["semantic"] for t in item["tokens"]], token_scores,
+                               word_scale)
     else:
         correct = [(s > threshold) if (t["semantic"] and s is not None) else None
                    for t, s in zip(item["tokens"], token_scores)]

@@ -54,6 +54,9 @@ class SharedScorer:
     def nlp(self):
         return self.models.scorer.nlp
 
+    def word_threshold_scale(self, metric: str) -> float:
+        return self.models.scorer.word_threshold_scale(metric)
+
     def score_batch(self, rows: list[dict], base_dir: Path | None = None) -> list[dict]:
         return [self._one(row, base_dir) for row in rows]
 

@@ -13,7 +13,7 @@ from capscope.training import Activations, TrainingJobs
 from capscope.ui_explore import admin_only
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
-           "checked on", "its F1 before → after", "active"]
+           "checked on", "its F1 before → after", "word threshold", "active"]
 TICK_SECONDS = 2.0
 
 
@@ -29,8 +29,15 @@ def versions_rows(store: Store) -> list[list]:
         check = v["figures"].get("check") or {}
         rows.append([v["id"], v["name"], parent, v["dataset"] or "", _figure(v["figures"], "incorrect_token_f1"),
                      _figure(v["figures"], "incorrect_token_auroc"), check.get("dataset") or check.get("file") or "",
-                     _figure(check, "incorrect_token_f1") if check else "", "✓" if v["active"] else ""])
+                     _figure(check, "incorrect_token_f1") if check else "", _scale(v["figures"]),
+                     "✓" if v["active"] else ""])
     return rows
+
+
+def _scale(figures: dict) -> str:
+    """The rule's word threshold times the version's fitted scale (docs/fine-tuning.md)."""
+    fit = figures.get("word_threshold")
+    return f"× {fit['scale']:g}" if fit else "-"
 
 
 DEFAULT_CHOICE = "default"

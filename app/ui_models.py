@@ -13,6 +13,7 @@ import logging
 import threading
 from typing import Callable, Sequence
 
+from capscope.annotation.model_versions import DEFAULT_TAG
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
 from capscope.metrics.registry import metric_names
@@ -137,6 +138,15 @@ class Models:
             if self._scorer is None:
                 self._scorer = self._build()
             return self._scorer, self.version
+
+    def word_scale(self, metric: str, version: str | None) -> float:
+        """The word threshold scale that decides `metric`'s stored predictions
+        of `version`: the active scorer's (its checkpoint's fitted scale) for
+        the active version's own predictions, 1 for any other's."""
+        scorer, active = self.current()
+        if version != (active or DEFAULT_TAG) or not hasattr(scorer, "word_threshold_scale"):
+            return 1.0
+        return scorer.word_threshold_scale(metric)
 
     @property
     def available(self) -> list[str]:

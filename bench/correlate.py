@@ -344,12 +344,13 @@ def lowest_semantic_word(scored: Scored, metric: str) -> str | None:
 def correlate_tokens(loaded, scorer, metrics: list[str], *, batch_size: int, token_rule: str, beta: float,
                      progress: bool, draws: int = 1000, seed: int = 0) -> tuple[dict, list[str], dict]:
     """Per metric its figures, the problems, and the predictions (`predict_many`'s)."""
-    from .evaluate import figures_of, predict_many
+    from .evaluate import figures_of, predict_many, word_scale_of
 
     out, problems = {}, []
     predicted = predict_many(scorer, metrics, loaded.rows, Path(loaded.base_dir), batch_size, progress)
     for metric, (predictions, errors) in predicted.items():
-        figures = figures_of(loaded.rows, predictions, errors, metric, token_rule=token_rule, beta=beta)
+        figures = figures_of(loaded.rows, predictions, errors, metric, token_rule=token_rule, beta=beta,
+                             word_scale=word_scale_of(scorer, metric))
         figures["average_precision"], figures["average_precision_ci95"] = incorrect_average_precision(
             loaded.rows, predictions, draws, seed)
         figures["pos"], figures["pos_note"] = pos_breakdown(loaded.rows, predictions, scorer.nlp)

@@ -10,7 +10,7 @@ from capscope.metrics.constants import BETA, TOKEN_RULES
 from capscope.metrics.jsonl import read_json_lines
 from capscope.metrics.registry import SPECS
 
-from .gold import accuracy, evaluate, f1, foil_accuracy
+from .gold import accuracy, collect_tokens, evaluate, f1, foil_accuracy
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
                  "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")
@@ -87,23 +87,25 @@ def overall_key(metric: str) -> str | None:
     return spec.primary_key if spec else None
 
 
-def decisions_under(rule: str, beta: float, item: dict, prediction: dict, metric: str = "infometic") -> list:
+def decisions_under(rule: str, beta: float, item: dict, prediction: dict, metric: str = "infometic",
+                    word_scale: float = 1.0) -> list:
     """token_correct recomputed from the reported word scores under a token rule
-    (metrics that follow the token rule only; others keep their own decisions)."""
+    and the checkpoint's word threshold scale (metrics that follow the token
+    rule only; others keep their own decisions)."""
     from capscope.metrics.families import decide_words
 
     spec = SPECS.get(metric)
     if spec is None or not spec.follows_token_rule or prediction.get("token_scores") is None:
         return prediction.get("token_correct") or [None] * len(item["tokens"])
-    return decide_words(rule, beta, [bool(t.get("semantic")) for t in item["tokens"]], prediction["token_scores"])
+    return decide_words(rule, beta, [bool(t.get("semantic")) for t in item["tokens"]], prediction["token_scores"],
+                        word_scale)
 
 
-def rule_figures(items: list[dict], predictions: list[dict], beta: float, metric: str = "infometic") -> dict:
-    from .gold import collect_tokens
-
+def rule_figures(items: list[dict], predictions: list[dict], beta: float, metric: str = "infometic",
+                 word_scale: float = 1.0) -> dict:
     out = {}
     for rule in RULES:
-        redecided = [dict(p, token_correct=decisions_under(rule, beta, item, p, metric))
+        redecided = [dict(p, token_correct=decisions_under(rule, beta, item, p, metric, word_scale))
                      for item, p in zip(items, predictions)]
         judged = collect_tokens(items, redecided)
         out[rule] = {"text_accuracy": accuracy(judged.gold, judged.decided),
@@ -114,18 +116,44 @@ def rule_figures(items: list[dict], predictions: list[dict], beta: float, metric
 def evaluate_gold(scorer, metric: str, items: list[dict], base_dir: Path, *, token_rule: str = "paper",
                   beta: float = BETA, batch_size: int = 32, progress: bool = False) -> dict:
     predictions, errors = predict(scorer, metric, items, base_dir, batch_size, progress)
-    return figures_of(items, predictions, errors, metric, token_rule=token_rule, beta=beta)
+    return figures_of(items, predictions, errors, metric, token_rule=token_rule, beta=beta,
+                      word_scale=word_scale_of(scorer, metric))
+
+
+def word_scale_of(scorer, metric: str) -> float:
+    """The scorer's word threshold scale for `metric`; 1 for a scorer that has none."""
+    scale = getattr(scorer, "word_threshold_scale", None)
+    return scale(metric) if scale is not None else 1.0
+
+
+WORD_SCALES = tuple(round(0.3 + 0.05 * i, 2) for i in range(15))  # 0.3 ... 1.0
+
+
+def fit_word_scale(scorer, items: list[dict], base_dir: Path, *, token_rule: str, beta: float = BETA,
+                   scales=WORD_SCALES) -> dict:
+    """The word threshold scale with the best wrong-word F1 on `items` (scored
+    once under the scorer's own scale, which should be 1; a tie goes to the
+    scale nearest 1), and the F1 at every scale tried."""
+    predictions, _ = predict(scorer, "infometic", items, base_dir)
+    found = {}
+    for scale in scales:
+        decided = [dict(p, token_correct=decisions_under(token_rule, beta, item, p, "infometic", scale))
+                   for item, p in zip(items, predictions) if p]
+        judged = collect_tokens([item for item, p in zip(items, predictions) if p], decided)
+        found[scale] = f1(judged.gold, judged.decided) or 0.0
+    best = max(found, key=lambda scale: (round(found[scale], 6), scale))
+    return {"scale": best, "f1": {f"{scale:g}": round(value, 4) for scale, value in found.items()}}
 
 
 def figures_of(items: list[dict], predictions: list[dict], errors: list[str], metric: str, *,
-               token_rule: str = "paper", beta: float = BETA) -> dict:
+               token_rule: str = "paper", beta: float = BETA, word_scale: float = 1.0) -> dict:
     """`evaluate_gold`'s figures from predictions already made (see `predict`)."""
     if token_rule in RULES:
-        predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p, metric)) if p else p
-                       for item, p in zip(items, predictions)]
+        predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p, metric, word_scale))
+                       if p else p for item, p in zip(items, predictions)]
     figures = evaluate(items, predictions, metric)
-    figures["token_rule"], figures["beta"] = token_rule, beta
-    figures["token_rules"] = rule_figures(items, predictions, beta, metric)
+    figures["token_rule"], figures["beta"], figures["word_threshold_scale"] = token_rule, beta, word_scale
+    figures["token_rules"] = rule_figures(items, predictions, beta, metric, word_scale)
     key = overall_key(metric)
     overall = {item["id"]: p["scores"][key] for item, p in zip(items, predictions)
                if p and key in p.get("scores", {})}
@@ -137,13 +165,18 @@ def figures_of(items: list[dict], predictions: list[dict], errors: list[str], me
     return figures
 
 
+def _scale_note(scale: float) -> str:
+    return "" if scale == 1.0 else f" (words: times {scale:g}, the checkpoint's fitted word_threshold_scale)"
+
+
 def format_figures(figures: dict) -> str:
     """Human-readable figures with the trivial rule beside each."""
     trivial = figures["trivial"]
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"
     lines = [f"{figures['metric']}: {figures['n_items']} items, {figures['n_tokens']} labelled semantic tokens "
              f"({figures['n_incorrect_tokens']} incorrect), {figures['n_regions']} labelled regions "
-             f"({figures['n_mentioned_regions']} mentioned); token rule {figures['token_rule']}, beta {figures['beta']}"]
+             f"({figures['n_mentioned_regions']} mentioned); token rule {figures['token_rule']}, beta {figures['beta']}"
+             + _scale_note(figures.get("word_threshold_scale", 1.0))]
     lines.append(f"  regions scored on {REGIONS_TEXT[figures.get('regions_from')]}")
     for key in CONTRACT_KEYS[2:]:
         lines.append(f"  {key:24s} {fmt(figures[key]):>7s}   (trivial {fmt(trivial.get(key))})")

@@ -612,10 +612,12 @@ def parent_half(raw) -> bool:
     return bool(heads) and all(v.dtype == torch.float16 for v in heads)
 
 
-def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
+def finetune(config: FinetuneConfig, evaluate_gold: Callable, fit_word_scale: Callable | None = None) -> dict:
     """Fine-tune, save the child checkpoint atomically at `config.out` and the
     before/after figures beside it; returns the report. `evaluate_gold` is
-    `capscope.bench.evaluate.evaluate_gold` (passed in: demo/ does not import bench/).
+    `capscope.bench.evaluate.evaluate_gold` (passed in: demo/ does not import bench/);
+    `fit_word_scale`, `capscope.bench.evaluate.fit_word_scale`, fits the child's
+    word threshold on its training items (None: no fit, the scale stays 1).
     Raises Cancelled (nothing written) when `should_stop` turns true."""
     from capscope.metrics.checksums import file_sha256
     from capscope.metrics.encoder import ClipBackbone, CropStyle
@@ -664,6 +666,10 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable) -> dict:
         # the child is scored through the Scorer, from a file: a scratch copy until its figures go inside
         unrated = Path(scratch) / Path(config.out).name
         _save_child(unrated, model, clip_name, clip_config, crop, raw, report, training)
+        if fit_word_scale is not None:
+            report["word_threshold"] = fit_word_scale(_scorer(config, unrated), split.train, config.base_dir,
+                                                      token_rule=config.token_rule)
+            _save_child(unrated, model, clip_name, clip_config, crop, raw, report, training)
         report["after"] = held_figures(config, unrated, split.held, evaluate_gold)
         if config.check is not None:
             report["check_gold"] = {**config.check.source,
@@ -783,6 +789,7 @@ def _save_child(out: Path, model, clip_name, clip_config, crop, raw, report, tra
     child = capscope_checkpoint(model, clip_name, clip_config, crop=dict(crop), training=training,
                                 parent=report["parent"], labels=report["labels"],
                                 figures={k: report.get(k) for k in ("before", "after", "check_gold") if k in report})
+    child["word_threshold_scale"] = report.get("word_threshold", {}).get("scale", 1.0)
     child["state_dict"] = {k: (v.half() if half and v.is_floating_point() else v).detach().cpu().clone()
                            for k, v in child["state_dict"].items()}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -806,19 +813,30 @@ def check_figures(config: FinetuneConfig, checkpoint: Path, evaluate_gold) -> di
 
 
 def _figures(config: FinetuneConfig, checkpoint: Path, items: list[dict], base_dir: Path, evaluate_gold) -> dict:
-    from capscope.metrics.scorer import Scorer
-
-    scorer = Scorer(["infometic"], device=config.device, regions="given", infometic_checkpoint=str(checkpoint),
-                    token_rule=config.token_rule)
-    figures = evaluate_gold(scorer, "infometic", items, base_dir, token_rule=config.token_rule)
+    figures = evaluate_gold(_scorer(config, checkpoint), "infometic", items, base_dir, token_rule=config.token_rule)
     out = {k: _round(figures.get(k)) for k in FIGURE_KEYS}
     out["trivial_text_accuracy"] = _round(figures["trivial"]["text_accuracy"])
     out["n_items"] = len(items)
     return out
 
 
+def _scorer(config: FinetuneConfig, checkpoint: Path):
+    from capscope.metrics.scorer import Scorer
+
+    return Scorer(["infometic"], device=config.device, regions="given", infometic_checkpoint=str(checkpoint),
+                  token_rule=config.token_rule)
+
+
 def _round(value):
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+
+
+def _threshold_lines(fit: dict | None, train: dict) -> list[str]:
+    if fit is None:
+        return []
+    scale = f"{fit['scale']:g}"
+    return [f"word threshold: the rule's times {scale}, fitted on the {train['items']} training items "
+            f"(wrong-word F1 there {fit['f1']['1']:.3f} at 1, {fit['f1'][scale]:.3f} at {scale})"]
 
 
 def format_report(report: dict, out: Path) -> str:
@@ -831,7 +849,7 @@ def format_report(report: dict, out: Path) -> str:
              f"on {train['items']} items ({train['tokens']} labelled words, {train['regions']} labelled regions); "
              f"{report['training']['steps']} steps in {report['training']['minutes']} min",
              f"held out: {held['items']} items on {report['holdout']['images']} images "
-             f"(token rule {report['token_rule']})", ""]
+             f"(token rule {report['token_rule']})", *_threshold_lines(report.get("word_threshold"), train), ""]
     tables = [("held-out", report.get("before"), report.get("after"))]
     if "check_gold" in report:
         check = report["check_gold"]

@@ -51,10 +51,12 @@ class InfoFamilyMetric:
 
     max_len = 32
 
-    def __init__(self, name: str, backbone: ClipBackbone, beta: float = BETA, token_rule: str = "paper"):
+    def __init__(self, name: str, backbone: ClipBackbone, beta: float = BETA, token_rule: str = "paper",
+                 word_scale: float = 1.0):
         if token_rule not in TOKEN_RULES:
             raise ValueError(f"unknown token rule {token_rule!r}; choose from {TOKEN_RULES}")
         self.name, self.backbone, self.beta, self.token_rule = name, backbone, beta, token_rule
+        self.word_scale = word_scale  # a fine-tuned checkpoint's calibration of the word threshold
 
     def text_inputs(self, pairs: list[PreparedPair]):
         """Per pair: pieces, ids (32), mask; then t_g (B x D) and every position's
@@ -83,7 +85,8 @@ class InfoFamilyMetric:
         return MetricResult(
             scores=scores,
             token_scores=word,
-            token_correct=decide_words(self.token_rule, self.beta, [t.semantic for t in tokens], word),
+            token_correct=decide_words(self.token_rule, self.beta, [t.semantic for t in tokens], word,
+                                       self.word_scale),
             region_scores=region_scores,
             region_mentioned=[s > self.beta for s in region_scores],
             null_score=null_score,
@@ -91,19 +94,21 @@ class InfoFamilyMetric:
         )
 
 
-def decide_words(token_rule: str, beta: float, semantic: list[bool], scores: list[float | None]) -> list[bool | None]:
+def decide_words(token_rule: str, beta: float, semantic: list[bool], scores: list[float | None],
+                 scale: float = 1.0) -> list[bool | None]:
     """token_correct from word scores: a semantic word with a score is correct
-    above the rule's threshold; other words are not judged (None). A word has a
-    score exactly when the model saw one of its pieces, so the words seen are
-    the semantic words with a score."""
+    above the rule's threshold (times the checkpoint's `scale`); other words are
+    not judged (None). A word has a score exactly when the model saw one of its
+    pieces, so the words seen are the semantic words with a score."""
     seen = sum(1 for sem, s in zip(semantic, scores) if sem and s is not None)
-    threshold = word_threshold(token_rule, beta, seen)
+    threshold = word_threshold(token_rule, beta, seen, scale)
     return [(s > threshold) if (sem and s is not None) else None for sem, s in zip(semantic, scores)]
 
 
-def word_threshold(token_rule: str, beta: float, n_seen: int) -> float:
+def word_threshold(token_rule: str, beta: float, n_seen: int, scale: float = 1.0) -> float:
     """The share a semantic word must exceed to be correct, given the number of
-    semantic words the model saw (those with a score).
+    semantic words the model saw (those with a score), times `scale`: 1 but for
+    a fine-tuned checkpoint that fitted it on its labels (`word_threshold_scale`).
 
     `paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: half the share a word
     would get if attention were uniform over the n semantic words seen (β·5/n,
@@ -112,8 +117,8 @@ def word_threshold(token_rule: str, beta: float, n_seen: int) -> float:
     share itself (1/n) splits a clean caption's words at random, since training
     (eq. 9) drives their shares towards exactly 1/n."""
     if token_rule == "paper" or n_seen == 0:
-        return beta
-    return min(beta, beta * 5 / n_seen)
+        return beta * scale
+    return min(beta, beta * 5 / n_seen) * scale
 
 
 def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[float]) -> list[float | None]:
@@ -168,7 +173,7 @@ class InfoClipMetric(InfoFamilyMetric):
 
 class InfoMetICMetric(InfoFamilyMetric):
     def __init__(self, model: InfoMetIC, backbone: ClipBackbone, **kwargs):
-        super().__init__("infometic", backbone, **kwargs)
+        super().__init__("infometic", backbone, word_scale=getattr(model, "word_threshold_scale", 1.0), **kwargs)
         self.model = model
         self.max_len = model.config.text_len
 

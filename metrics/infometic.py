@@ -49,6 +49,7 @@ class InfoMetIC(nn.Module):
     def __init__(self, clip_backbone: nn.Module, config: HeadConfig):
         super().__init__()
         self.config = config
+        self.word_threshold_scale = 1.0  # a fine-tuned checkpoint's, fitted on its labels (capscope)
         w = config.width
         self.clip_backbone = clip_backbone
         self.image_encoder = _encoder(w, config.intra_layers, config.heads)

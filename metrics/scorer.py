@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -200,6 +201,11 @@ class Scorer:
         backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, label, self.device, crop, self.precision)
         return model, backbone
 
+    def word_threshold_scale(self, metric: str) -> float:
+        """What the metric's word threshold is multiplied by: its checkpoint's
+        fitted `word_threshold_scale`, 1 for every other metric and checkpoint."""
+        return getattr(self.metrics.get(metric), "word_scale", 1.0)
+
     # ------------------------------------------------------------ scoring
 
     def score(self, image, caption: str, references=None, regions=None, tokens=None, features=None,
@@ -363,6 +369,7 @@ def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
         clip_name = raw["clip_model"]
         model = create_clip_from_config(clip_name, raw.get("clip_config"))
         infometic = InfoMetIC(model, HeadConfig(**raw["head_config"]))
+        infometic.word_threshold_scale = threshold_scale(raw.get("word_threshold_scale", 1.0), source)
         state = raw["state_dict"]
     else:
         try:
@@ -377,6 +384,17 @@ def load_infometic(raw: dict, source: str) -> tuple[InfoMetIC, str]:
     except (ValueError, RuntimeError) as err:
         raise ModelUnavailable(f"InfoMetIC: {source}: {err}") from None
     return infometic, clip_name
+
+
+def threshold_scale(value, source: str) -> float:
+    """A checkpoint's `word_threshold_scale`: a positive number."""
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = math.nan
+    if not math.isfinite(scale) or scale <= 0:
+        raise ModelUnavailable(f"InfoMetIC: {source}: word_threshold_scale must be a positive number, not {value!r}")
+    return scale
 
 
 def create_clip_from_config(name: str, config: dict | None):

@@ -159,10 +159,11 @@ def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chrom
     assert check["dataset"] == CHECK and check["before"]["n_items"] == 4, check
     check_f1 = {side: f"{check[side]['incorrect_token_f1']:.3f}" for side in ("before", "after")}
     # id, name, parent (the demo model, by sha256), dataset, held-out F1 and AUROC before → after,
-    # the check dataset and its F1 before → after, not active
+    # the check dataset and its F1 before → after, the fitted word threshold scale, not active
+    scale = f"× {version['figures']['word_threshold']['scale']:g}"
     assert row == ["1", "v1", demo_sha, DATASET, f"{f1['before']} → {f1['after']}",
                    f"{auroc['before']} → {auroc['after']}", CHECK, f"{check_f1['before']} → {check_f1['after']}",
-                   ""], row
+                   scale, ""], row
     shot(admin, "models-trained.png")
 
     # 3. the admin activates it; the queued items are scored again under its tag

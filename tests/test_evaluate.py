@@ -144,6 +144,30 @@ def test_several_metrics_are_predicted_from_one_scoring_pass(tmp_path):
     assert out["b"][0] == [{}, {}, {}] and len(out["b"][1]) == 3
 
 
+def test_the_fitted_word_scale_is_the_best_f1_with_ties_going_towards_1(tmp_path):
+    from capscope.bench.evaluate import fit_word_scale, figures_of
+
+    # ten semantic words: the relative rule's threshold is 0.05. Two wrong words at 0.02, two correct ones
+    # at 0.04: at scale 1 all four are flagged (F1 2/3); from 0.4 to 0.75 only the wrong ones (F1 1);
+    # below 0.4 none (F1 0). The tie goes to 0.75.
+    scores = [0.02, 0.02, 0.04, 0.04] + [0.2] * 6
+    labels = ["incorrect"] * 2 + ["correct"] * 8
+    item = {"id": "a", "image": "x.png", "caption": " ".join("w" * 10), "regions": [],
+            "tokens": [{"text": "w", "start": 2 * i, "end": 2 * i + 1, "semantic": True, "label": label}
+                       for i, label in enumerate(labels)]}
+
+    class FixedScorer:
+        def score_batch(self, rows, base_dir=None):
+            return [{"metrics": {"infometic": {"token_scores": scores, "region_scores": []}}} for _ in rows]
+
+    fit = fit_word_scale(FixedScorer(), [item], tmp_path, token_rule="relative")
+    assert fit["scale"] == 0.75
+    assert fit["f1"]["1"] == pytest.approx(2 / 3, abs=1e-4) and fit["f1"]["0.4"] == 1.0 and fit["f1"]["0.35"] == 0.0
+    prediction = {"token_scores": scores, "region_scores": [], "scores": {}}
+    assert figures_of([item], [prediction], [], "infometic", token_rule="relative",
+                      word_scale=0.75)["incorrect_token_f1"] == 1.0
+
+
 # ---------------------------------------------------------------- gold masks
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from capscope.cli import main
 from capscope.demo.finetune import FinetuneError, figures_path, split_by_image, swapped_items
 from capscope.demo.shifts import SHIFTS, shifted_pixels
 from capscope.metrics.checksums import file_sha256
+from capscope.metrics.families import decide_words
 from capscope.metrics.jsonl import read_json_lines
 from capscope.metrics.loading import demo_model_path
 
@@ -139,6 +140,36 @@ def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(fi
                        regions=[{"box": r["box"]} for r in gold["regions"]])
     assert row["model"]["checkpoints"]["infometic"]["sha256"] == file_sha256(finetuned)
     assert len(row["metrics"]["infometic"]["token_scores"]) == len(row["tokens"])
+
+
+def test_the_child_carries_the_word_threshold_scale_fitted_on_its_training_items(finetuned, dark_world):
+    from capscope.metrics.scorer import Scorer
+
+    report = json.loads(figures_path(finetuned).read_text())
+    fit = report["word_threshold"]
+    assert len(fit["f1"]) == 15 and fit["f1"][f"{fit['scale']:g}"] == max(fit["f1"].values())
+    raw = torch.load(finetuned, map_location="cpu", weights_only=False)
+    assert raw["word_threshold_scale"] == fit["scale"]
+    scorer = Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(finetuned),
+                    token_rule="relative")
+    assert scorer.word_threshold_scale("infometic") == fit["scale"]
+    gold = read_json_lines(dark_world / "captokeneval.jsonl")[1]
+    tokens = [{k: t[k] for k in ("text", "start", "end", "semantic")} for t in gold["tokens"]]
+    result = scorer.score(str(dark_world / gold["image"]), gold["caption"], tokens=tokens,
+                          regions=[{"box": r["box"]} for r in gold["regions"]])["metrics"]["infometic"]
+    semantic = [t["semantic"] for t in gold["tokens"]]
+    assert result["token_correct"] == decide_words("relative", 0.1, semantic, result["token_scores"], fit["scale"])
+
+
+def test_a_bad_word_threshold_scale_is_a_clear_load_error(finetuned, tmp_path):
+    from capscope.metrics.loading import ModelUnavailable
+    from capscope.metrics.scorer import Scorer
+
+    raw = torch.load(finetuned, map_location="cpu", weights_only=False)
+    bad = tmp_path / "bad.pt"
+    torch.save({**raw, "word_threshold_scale": -1}, bad)
+    with pytest.raises(ModelUnavailable, match="word_threshold_scale must be a positive number"):
+        Scorer(["infometic"], device="cpu", regions="given", infometic_checkpoint=str(bad))
 
 
 def test_fine_tune_input_errors_are_user_errors(tmp_path, dark_world, capsys):

@@ -101,6 +101,14 @@ def test_decide_words_counts_the_semantic_words_seen():
     assert decide_words("paper", 0.1, semantic, scores) == [False] * 12 + [None, None]
 
 
+def test_a_word_threshold_scale_multiplies_the_rules_threshold():
+    assert word_threshold("relative", 0.1, 20, 0.6) == pytest.approx(0.015)   # 0.025 * 0.6
+    assert word_threshold("paper", 0.1, 20, 0.5) == pytest.approx(0.05)
+    # 12 words seen: 0.0417 at scale 1 flags the 0.04 word; 0.0417 * 0.9 = 0.0375 does not
+    semantic, scores = [True] * 12, [0.05] * 11 + [0.04]
+    assert decide_words("relative", 0.1, semantic, scores, 0.9) == [True] * 12
+
+
 def test_select_regions_keeps_most_confident_per_cluster():
     near = [Region((0, 0, 10, 10), 0.2), Region((1, 1, 11, 11), 0.9), Region((0, 1, 10, 11), 0.5)]
     far = [Region((100, 100, 150, 150), 0.3), Region((101, 100, 150, 151), 0.1)]

@@ -20,6 +20,7 @@ from PIL import Image
 from sqlalchemy import select
 
 from annotation_support import import_small_dataset, sqlite_url
+from capscope.annotation import model_versions as mv
 from capscope.annotation.users import add_user
 from capscope.db import Prediction, Store
 
@@ -167,7 +168,7 @@ def test_a_failing_job_leaves_nothing_and_keeps_the_active_version(world, traine
                        auth=ADMIN).status_code == 200
     before, files = [v.id for v in versions(world)], checkpoint_files(world)
 
-    def broken(config, evaluate_gold):
+    def broken(config, evaluate_gold, fit_word_scale=None):
         Path(config.out).write_bytes(b"half a checkpoint")  # written, then the run fails
         raise RuntimeError("the disk is full")
 
@@ -187,7 +188,7 @@ def test_one_job_at_a_time(world, monkeypatch):
     client = serve(world)
     release = threading.Event()
 
-    def slow(config, evaluate_gold):
+    def slow(config, evaluate_gold, fit_word_scale=None):
         while not release.is_set():
             if config.should_stop():
                 raise finetune_module.Cancelled()
@@ -356,7 +357,9 @@ def test_models_panel_logic(world, trained):
     client = serve(world)
     training, activations = client.app.state.training, client.app.state.activations
     (row,) = [r for r in versions_rows(world["store"]) if r[0] == trained["version_id"]]
-    assert row[2] == demo_sha()[:12] and row[3] == DATASET and " → " in row[4] and row[8] == ""
+    assert row[2] == demo_sha()[:12] and row[3] == DATASET and " → " in row[4] and row[9] == ""
+    fitted = mv.get_version(world["store"], trained["version_id"])["figures"]["word_threshold"]
+    assert row[8] == f"× {fitted['scale']:g}" and len(fitted["f1"]) == 15
     assert row[6] == DATASET and " → " in row[7]  # the check dataset and its F1
     assert f"version {trained['version_id']} added" in job_line(trained)
     assert "no labels" in start_training(training, "default", 1, 5)
@@ -382,7 +385,7 @@ def test_annotate_suggestions_follow_the_newest_prediction(world, monkeypatch):
     time.sleep(0.01)
     store_version_predictions(store, "v9:newer", [(item["caption_id"], row)])
     seen = []
-    monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule: seen.append(stored) or "x")
+    monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule, scale: seen.append(stored) or "x")
     try:
         ui_annotate.Suggestions(store, None)._stored(get_user(store, ADMIN[0]),
                                                       {"item_id": item["caption_id"], "tokens": item["tokens"]})

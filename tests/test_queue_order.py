@@ -221,6 +221,23 @@ def test_uncertainty_reads_regions_the_model_version_and_infometic_first(scored)
     assert queue.refresh_queue(scored, "default")["next"] == [2, 7, 3, 6, 4, 5, 1]
 
 
+def test_uncertainty_judges_a_versions_words_at_its_fitted_word_threshold(store, tmp_path):
+    from capscope.annotation.model_versions import add_version, version_tag
+
+    import_rows(store, tmp_path, 2, n_images=2)
+    version = add_version(store, path=tmp_path / "child.pt", sha256="ab" * 32,
+                          figures={"word_threshold": {"scale": 0.5, "f1": {}}})
+    tag = version_tag(version)
+    # "red" alone is seen: its threshold is beta, times the version's 0.5. Caption 1 sits on 0.05, caption 2 on
+    # 0.1: at scale 1 caption 2 would come first
+    predict(store, 1, scores_on_red(0.05), version=tag)
+    predict(store, 2, scores_on_red(T), version=tag)
+    assert queue.set_queue_order(store, "default", "uncertainty", model_version=tag)["next"] == [1, 2]
+    predict(store, 1, scores_on_red(0.05), version="imported")
+    predict(store, 2, scores_on_red(T), version="imported")
+    assert queue.refresh_queue(store, "default", model_version="imported")["next"] == [2, 1]
+
+
 # ---------------------------------------------------------------- disagreement
 
 def test_disagreement_puts_split_items_first_and_follows_new_labels(store, tmp_path, users):
