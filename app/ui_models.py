@@ -143,10 +143,13 @@ class Models:
         """The word threshold scale that decides `metric`'s stored predictions
         of `version`: the active scorer's (its checkpoint's fitted scale) for
         the active version's own predictions, 1 for any other's."""
-        scorer, active = self.current()
-        if version != (active or DEFAULT_TAG) or not hasattr(scorer, "word_threshold_scale"):
+        if version != (self.version or DEFAULT_TAG):
             return 1.0
-        return scorer.word_threshold_scale(metric)
+        try:
+            scale = getattr(self.scorer, "word_threshold_scale", None)
+        except ModelUnavailable:  # stored predictions are still shown when no model loads here
+            return 1.0
+        return scale(metric) if scale is not None else 1.0
 
     @property
     def available(self) -> list[str]:

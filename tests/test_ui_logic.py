@@ -475,6 +475,12 @@ def test_the_active_versions_word_scale_decides_its_own_stored_predictions_only(
     assert models.word_scale("infometic", "default-model") == models.word_scale("infometic", "imported") == 1.0
 
 
+    def no_model(metrics):
+        raise RuntimeError("open_clip: no weights here")
+
+    assert Models(no_model).word_scale("infometic", "default-model") == 1.0  # stored predictions still decide
+
+
 def test_label_clicks_never_run_the_model_for_suggestions(dataset):
     from capscope.ui_annotate import Suggestions
 
