@@ -667,6 +667,7 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable, fit_word_scale: Ca
         unrated = Path(scratch) / Path(config.out).name
         _save_child(unrated, model, clip_name, clip_config, crop, raw, report, training)
         if fit_word_scale is not None:
+            _progress(config, {"stage": "fitting the word threshold", "fraction": 1.0})
             report["word_threshold"] = fit_word_scale(_scorer(config, unrated), split.train, config.base_dir,
                                                       token_rule=config.token_rule)
             _save_child(unrated, model, clip_name, clip_config, crop, raw, report, training)
