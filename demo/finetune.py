@@ -163,15 +163,14 @@ def swapped_items(items: list[dict], rng: np.random.Generator, per_item: int, nl
 
     nlp = nlp or load_spacy()
     kinds = WordKinds()
-    for item in items:
-        kinds.add(item, nlp)
+    tags = [kinds.add(item, nlp) for item in items]
     out = []
-    for item in items:
+    for item, item_tags in zip(items, tags):
         labels = [t.get("label") for t in item["tokens"] if t.get("semantic")]
         if "incorrect" in labels or "correct" not in labels:
             continue
         for _ in range(per_item):
-            swapped = _swap_one(item, kinds, rng, nlp, tokenize)
+            swapped = _swap_one(item, item_tags, kinds, rng, nlp, tokenize)
             if swapped is not None:
                 out.append(swapped)
     return out
@@ -184,23 +183,24 @@ class WordKinds:
     def __init__(self):
         self.by_slot: dict[tuple[str, str], set[str]] = {}
         self.by_tag: dict[str, set[str]] = {}
-        self.tags: dict[int, dict[int, str]] = {}
 
-    def add(self, item: dict, nlp) -> None:
-        self.tags[id(item)] = tags = {t.idx: t.pos_ or "X" for t in nlp(item["caption"])}
+    def add(self, item: dict, nlp) -> dict[int, str]:
+        """Record the item's correct words; returns its parts of speech by character offset."""
+        tags = {t.idx: t.pos_ or "X" for t in nlp(item["caption"])}
         for i, token in enumerate(item["tokens"]):
             if token.get("semantic") and token.get("label") == "correct":
                 word = token["text"].lower()
                 self.by_slot.setdefault(slot(item["tokens"], i), set()).add(word)
                 self.by_tag.setdefault(tags.get(token["start"], "X"), set()).add(word)
+        return tags
 
-    def alternatives(self, item: dict, index: int) -> list[str]:
+    def alternatives(self, item: dict, index: int, tags: dict[int, str]) -> list[str]:
         token = item["tokens"][index]
         word = token["text"].lower()
         same_slot = self.by_slot.get(slot(item["tokens"], index), set()) - {word}
         if same_slot:
             return sorted(same_slot)
-        return sorted(self.by_tag.get(self.tags[id(item)].get(token["start"], "X"), set()) - {word})
+        return sorted(self.by_tag.get(tags.get(token["start"], "X"), set()) - {word})
 
 
 def slot(tokens: list[dict], index: int) -> tuple[str, str]:
@@ -209,11 +209,11 @@ def slot(tokens: list[dict], index: int) -> tuple[str, str]:
     return before, after
 
 
-def _swap_one(item: dict, kinds: WordKinds, rng, nlp, tokenize) -> dict | None:
+def _swap_one(item: dict, tags: dict[int, str], kinds: WordKinds, rng, nlp, tokenize) -> dict | None:
     choices = [i for i, t in enumerate(item["tokens"]) if t.get("semantic") and t.get("label") == "correct"]
     index = choices[int(rng.integers(len(choices)))]
     token = item["tokens"][index]
-    options = kinds.alternatives(item, index)
+    options = kinds.alternatives(item, index, tags)
     if not options:
         return None
     word = options[int(rng.integers(len(options)))]
