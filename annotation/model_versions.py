@@ -36,12 +36,24 @@ def version_tag(version: dict) -> str:
 
 DEFAULT_TAG = "default-model"  # predictions of the server's default model, stored when an admin goes back to it
 
-VERSION_TAG = re.compile(r"v\d+:[0-9a-f]{1,64}")
+VERSION_TAG = re.compile(r"v(\d+):[0-9a-f]{1,64}")
 
 
 def is_version_tag(model_version: str) -> bool:
     """Whether a stored prediction's `model_version` is a version's tag (not an imported file's)."""
-    return VERSION_TAG.fullmatch(model_version) is not None
+    return tagged_version_id(model_version) is not None
+
+
+def tagged_version_id(model_version: str) -> int | None:
+    """The version id a tag names (`version_tag`); None for any other `model_version`."""
+    found = VERSION_TAG.fullmatch(model_version)
+    return int(found.group(1)) if found else None
+
+
+def fitted_word_scale(figures: dict) -> float | None:
+    """The word threshold scale fitted when the version was trained (None: not fitted)."""
+    fit = (figures or {}).get("word_threshold")
+    return float(fit["scale"]) if fit else None
 
 
 def add_version(store: Store, *, path: str | Path, sha256: str, name: str | None = None,

@@ -34,7 +34,7 @@ from sqlalchemy.orm import aliased
 
 from capscope.annotation.errors import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
-from capscope.annotation.model_versions import is_version_tag
+from capscope.annotation.model_versions import fitted_word_scale, tagged_version_id
 from capscope.db import Assignment, Caption, Dataset, Label, ModelVersion, Prediction, Store, Token, utcnow
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
@@ -208,11 +208,11 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
 def _word_scale(session, model_version: str | None) -> float:
     """The word threshold scale a model version's fine-tuning fitted (in its
     figures), which decides its InfoMetIC words; 1 for anything else."""
-    if model_version is None or not is_version_tag(model_version):
+    version_id = tagged_version_id(model_version) if model_version is not None else None
+    if version_id is None:
         return 1.0
-    version_id = int(model_version[1:].split(":")[0])
     figures = session.scalar(select(ModelVersion.figures).where(ModelVersion.id == version_id))
-    return float(((figures or {}).get("word_threshold") or {}).get("scale", 1.0))
+    return fitted_word_scale(figures) or 1.0
 
 
 def _semantic_flags(session, dataset_id: int) -> dict[int, list[bool]]:

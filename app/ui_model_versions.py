@@ -36,8 +36,8 @@ def versions_rows(store: Store) -> list[list]:
 
 def _scale(figures: dict) -> str:
     """The rule's word threshold times the version's fitted scale (docs/fine-tuning.md)."""
-    fit = figures.get("word_threshold")
-    return f"× {fit['scale']:g}" if fit else "-"
+    scale = mv.fitted_word_scale(figures)
+    return f"× {scale:g}" if scale is not None else "-"
 
 
 DEFAULT_CHOICE = "default"

@@ -14,6 +14,7 @@ import threading
 from typing import Callable, Sequence
 
 from capscope.annotation.model_versions import DEFAULT_TAG
+from capscope.bench.evaluate import word_scale_of
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
 from capscope.metrics.registry import metric_names
@@ -146,10 +147,9 @@ class Models:
         if version != (self.version or DEFAULT_TAG):
             return 1.0
         try:
-            scale = getattr(self.scorer, "word_threshold_scale", None)
+            return word_scale_of(self.scorer, metric)
         except ModelUnavailable:  # stored predictions are still shown when no model loads here
             return 1.0
-        return scale(metric) if scale is not None else 1.0
 
     @property
     def available(self) -> list[str]:
