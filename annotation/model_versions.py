@@ -56,6 +56,17 @@ def fitted_word_scale(figures: dict) -> float | None:
     return float(fit["scale"]) if fit else None
 
 
+def version_word_scale(session, model_version: str | None) -> float:
+    """The word threshold scale that decides the InfoMetIC words of predictions
+    stored under `model_version`: a version's fitted scale (kept in its figures),
+    1 for a version fitted none, an imported file's or the default model's."""
+    version_id = tagged_version_id(model_version) if model_version is not None else None
+    if version_id is None:
+        return 1.0
+    figures = session.scalar(select(ModelVersion.figures).where(ModelVersion.id == version_id))
+    return fitted_word_scale(figures) or 1.0
+
+
 def add_version(store: Store, *, path: str | Path, sha256: str, name: str | None = None,
                 parent_sha256: str | None = None, parent_id: int | None = None, dataset: str | None = None,
                 labels: dict | None = None, figures: dict | None = None) -> dict:
@@ -167,33 +178,29 @@ def store_version_predictions(store: Store, model_version: str, rows: list[tuple
     return store.run_write(work) if rows else 0
 
 
-def rescore_queued(store: Store, dataset: str, model_version: str, score: Callable[[dict], dict], *,
-                   limit: int | None, chunk: int = 20, on_progress: Callable[[int, int], None] | None = None,
+def rescore_queued(store: Store, dataset: str, model_version: str, score_page: Callable[[list[dict]], list[dict]], *,
+                   limit: int | None, chunk: int = 8, on_progress: Callable[[int, int], None] | None = None,
                    should_stop: Callable[[], bool] | None = None) -> dict:
     """Score the queued captions of `dataset` (the first `limit` by id; None:
-    all of them) with `score(item)` (a row with "metrics") and store the rows
-    under `model_version`, a page of `chunk` captions per read and per
-    transaction. An item that cannot be scored is counted and skipped.
+    all of them) and store the rows under `model_version`, a page of `chunk`
+    captions per read, per `score_page(items)` call (one score row per item, in
+    order: a batch for the scorer) and per transaction. A row with an error and
+    no metrics is counted as failed and not stored.
     Returns {"total", "scored", "failed", "stopped"}."""
     total = queued_count(store, dataset)
     total = total if limit is None else min(total, limit)
     done, failed, after = 0, 0, 0
     while done + failed < total:
+        if should_stop is not None and should_stop():
+            return {"total": total, "scored": done, "failed": failed, "stopped": True}
         page = queued_items(store, dataset, min(chunk, total - done - failed), after)
         if not page:
             break   # the rest were judged meanwhile
-        pending = []
-        for item in page:
-            if should_stop is not None and should_stop():
-                store_version_predictions(store, model_version, pending)
-                return {"total": total, "scored": done, "failed": failed, "stopped": True}
-            try:
-                pending.append((item["caption_id"], score(item)))
-                done += 1
-            except Exception:  # noqa: BLE001 - one unreadable image must not stop the run
-                failed += 1
-            if on_progress is not None:
-                on_progress(done + failed, total)
-        store_version_predictions(store, model_version, pending)
+        rows = score_page(page)
+        scored = [(item["caption_id"], row) for item, row in zip(page, rows) if row.get("metrics")]
+        store_version_predictions(store, model_version, scored)
+        done, failed = done + len(scored), failed + len(page) - len(scored)
         after = page[-1]["caption_id"]
+        if on_progress is not None:
+            on_progress(done + failed, total)
     return {"total": total, "scored": done, "failed": failed, "stopped": False}

@@ -34,8 +34,8 @@ from sqlalchemy.orm import aliased
 
 from capscope.annotation.errors import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
-from capscope.annotation.model_versions import fitted_word_scale, tagged_version_id
-from capscope.db import Assignment, Caption, Dataset, Label, ModelVersion, Prediction, Store, Token, utcnow
+from capscope.annotation.model_versions import version_word_scale
+from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, Token, utcnow
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
 
@@ -189,7 +189,7 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
     if model_version is not None:
         query = query.where(Prediction.model_version == model_version)
     semantic = _semantic_flags(session, dataset_id)
-    scale = _word_scale(session, model_version)
+    scale = version_word_scale(session, model_version)
     best: dict[int, tuple] = {}
     for caption_id, image_id, metric, tokens, regions, stored, created, prediction_id in session.execute(
             query.execution_options(yield_per=1000)):
@@ -203,16 +203,6 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
         if caption_id not in best or key > best[caption_id][0]:
             best[caption_id] = (key, image_id, value)
     return [(caption_id, image_id, value) for caption_id, (_, image_id, value) in best.items()]
-
-
-def _word_scale(session, model_version: str | None) -> float:
-    """The word threshold scale a model version's fine-tuning fitted (in its
-    figures), which decides its InfoMetIC words; 1 for anything else."""
-    version_id = tagged_version_id(model_version) if model_version is not None else None
-    if version_id is None:
-        return 1.0
-    figures = session.scalar(select(ModelVersion.figures).where(ModelVersion.id == version_id))
-    return fitted_word_scale(figures) or 1.0
 
 
 def _semantic_flags(session, dataset_id: int) -> dict[int, list[bool]]:

@@ -342,16 +342,17 @@ class Activations:
 
     def _rescore(self, scorer, dataset: str, tag: str, stop: threading.Event) -> None:
         from capscope.annotation.queue import refresh_queue
-        from capscope.metrics.images import read_image
 
         only = ["infometic"] if "infometic" in scorer.metrics else None
 
-        def score(item: dict) -> dict:
-            return self.models.score_on(scorer, read_image(item["image"]), item["caption"], item["references"],
-                                        regions=item["regions"], tokens=item["tokens"], only=only)
+        def score_page(items: list[dict]) -> list[dict]:
+            rows = [{"id": str(item["caption_id"]), "image": item["image"], "caption": item["caption"],
+                     "references": item["references"], "regions": item["regions"], "tokens": item["tokens"]}
+                    for item in items]
+            return self.models.score_rows_on(scorer, rows, only=only)
 
         try:
-            result = mv.rescore_queued(self.store, dataset, tag, score, limit=self.rescore_limit,
+            result = mv.rescore_queued(self.store, dataset, tag, score_page, limit=self.rescore_limit,
                                        on_progress=lambda done, total: self._set(done=done, total=total),
                                        should_stop=stop.is_set)
             if not result["stopped"]:

@@ -140,11 +140,15 @@ class Models:
                 self._scorer = self._build()
             return self._scorer, self.version
 
+    def is_active(self, version: str | None) -> bool:
+        """Whether predictions stored under `version` come from the scorer in use."""
+        return version == (self.version or DEFAULT_TAG)
+
     def word_scale(self, metric: str, version: str | None) -> float:
         """The word threshold scale that decides `metric`'s stored predictions
         of `version`: the active scorer's (its checkpoint's fitted scale) for
         the active version's own predictions, 1 for any other's."""
-        if version != (self.version or DEFAULT_TAG):
+        if not self.is_active(version):
             return 1.0
         try:
             return word_scale_of(self.scorer, metric)
@@ -184,6 +188,13 @@ class Models:
         with self._score_lock, few_threads():
             return scorer.score(image, caption, references=references or None, regions=regions, tokens=tokens,
                                 only=only)
+
+    def score_rows_on(self, scorer, rows: list[dict], only: list[str] | None = None) -> list[dict]:
+        """Input rows scored as one batch by this very `scorer`: one output row
+        each, in order, a row that cannot be scored with its error (re-scoring
+        after an activation; the lock is held for the batch, so keep it small)."""
+        with self._score_lock, few_threads(len(rows)):
+            return scorer.score_batch(rows, only=only)
 
     def region_matches(self, image, row: dict, region: int, metric: str) -> list[tuple[str, float]]:
         """Caption words and phrases ranked by CLIP cosine with one region's

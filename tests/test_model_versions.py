@@ -22,7 +22,7 @@ from sqlalchemy import select
 from annotation_support import import_small_dataset, sqlite_url
 from capscope.annotation import model_versions as mv
 from capscope.annotation.users import add_user
-from capscope.db import Prediction, Store
+from capscope.db import ModelVersion, Prediction, Store
 
 ADMIN, ANN = ("boss", "boss-pw"), ("ann", "ann-pw")
 DATASET = "world"
@@ -235,7 +235,8 @@ def test_activation_under_concurrent_scoring_loses_no_request(world, trained):
 
 
 def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
-    from capscope.annotation.model_versions import activate_version
+    from capscope.annotation.model_versions import activate_version, queued_items
+    from capscope.metrics.images import read_image
     from capscope.annotation.queue import queue_view, set_queue_order
 
     store = world["store"]
@@ -255,6 +256,14 @@ def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
     assert tags == {tag} and len(mine) == status["scored"]
     assert set(mine) == {("infometic", True, True)}
     assert queue_view(store, DATASET)["ranked"] == status["scored"]
+    # scored in pages, as one pair alone would be
+    first = queued_items(store, DATASET, 1)[0]
+    alone = client.app.state.models.score(read_image(first["image"]), first["caption"], first["references"],
+                                          regions=first["regions"], tokens=first["tokens"], metrics=["infometic"])
+    with store.read() as session:
+        paged = session.scalars(select(Prediction.token_scores).where(Prediction.model_version == tag,
+                                                                      Prediction.caption_id == first["caption_id"])).one()
+    assert paged == pytest.approx(alone["metrics"]["infometic"]["token_scores"], abs=1e-5)
     # the annotator's item view shows the version's predictions
     item = client.get("/api/items/next", params={"dataset": DATASET, "predictions": True}, auth=ANN).json()
     assert [p["model_version"] for p in item["predictions"]] == [tag]
@@ -395,6 +404,45 @@ def test_annotate_suggestions_follow_the_newest_prediction(world, monkeypatch):
     assert [s["model_version"] for s in seen] == ["v9:newer"]
 
 
+def test_an_earlier_versions_predictions_keep_its_fitted_word_threshold(world, monkeypatch):
+    """Items past the re-scoring limit keep an earlier version's predictions:
+    Annotate decides them at the scale that version fitted, not the active one's."""
+    import capscope.ui_annotate as ui_annotate
+    from sqlalchemy import delete
+
+    from capscope.annotation.model_versions import add_version, queued_items, store_version_predictions, version_tag
+    from capscope.annotation.users import get_user
+
+    store = world["store"]
+    item = queued_items(store, DATASET, 1)[0]
+    earlier = add_version(store, path="earlier.pt", sha256="ab" * 32, dataset=DATASET,
+                          figures={"word_threshold": {"scale": 0.55, "f1": {}}})
+    tag = version_tag(earlier)
+    store_version_predictions(store, tag, [(item["caption_id"],
+                                            {"metrics": {"infometic": {"token_scores": [0.5] * len(item["tokens"])}}})])
+    scales = []
+    monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule, scale: scales.append(scale) or "x")
+
+    class ActiveElsewhere:   # another version is active, its checkpoint fitted 0.8
+        token_rule = "relative"
+
+        def is_active(self, version):
+            return version == "v999:0123456789ab"
+
+        def word_scale(self, metric, version):
+            return 0.8
+
+    try:
+        for models in (None, ActiveElsewhere()):
+            ui_annotate.Suggestions(store, models)._stored(get_user(store, ADMIN[0]),
+                                                          {"item_id": item["caption_id"], "tokens": item["tokens"]})
+    finally:
+        with store.write() as session:
+            session.execute(delete(Prediction).where(Prediction.model_version == tag))
+            session.execute(delete(ModelVersion).where(ModelVersion.id == earlier["id"]))
+    assert scales == [0.55, 0.55]
+
+
 def test_rescoring_reads_the_queue_a_page_at_a_time_up_to_the_limit(world):
     from sqlalchemy import delete
 
@@ -403,25 +451,32 @@ def test_rescoring_reads_the_queue_a_page_at_a_time_up_to_the_limit(world):
     store = world["store"]
     queued = [item["caption_id"] for item in queued_items(store, DATASET, 100)]
     assert queued_count(store, DATASET) == len(queued) >= 6
-    asked, progress = [], []
+    progress, pages = [], []
 
-    def score(item):
-        asked.append(item["caption_id"])
-        if item["caption_id"] == queued[1]:
-            raise OSError("unreadable image")
-        return {"metrics": {"infometic": {"token_scores": [0.5] * len(item["tokens"])}}}
+    def score_page(items):
+        pages.append([item["caption_id"] for item in items])
+        return [{"error": "cannot read image"} if item["caption_id"] == queued[1]
+                else {"metrics": {"infometic": {"token_scores": [0.5] * len(item["tokens"])}}} for item in items]
 
     try:
-        first = rescore_queued(store, DATASET, "v7:paged", score, limit=5, chunk=2,
+        first = rescore_queued(store, DATASET, "v7:paged", score_page, limit=5, chunk=2,
                                on_progress=lambda done, total: progress.append((done, total)))
         assert first == {"total": 5, "scored": 4, "failed": 1, "stopped": False}
-        assert asked == queued[:5] and progress[-1] == (5, 5)
-        asked.clear()
-        every = rescore_queued(store, DATASET, "v7:paged", score, limit=None, chunk=3)
+        assert pages == [queued[:2], queued[2:4], queued[4:5]] and progress == [(2, 5), (4, 5), (5, 5)]
+        pages.clear()
+        every = rescore_queued(store, DATASET, "v7:paged", score_page, limit=None, chunk=3)
+        asked = [caption for page in pages for caption in page]
         assert every["total"] == len(queued) and asked == queued   # every page, each caption once, by id
+        assert all(len(page) <= 3 for page in pages)
+        pages.clear()
+        stopped = rescore_queued(store, DATASET, "v7:stopped", score_page, limit=None, chunk=3,
+                                 should_stop=lambda: len(pages) == 1)   # stopped after the first page
+        assert stopped == {"total": len(queued), "scored": 2, "failed": 1, "stopped": True}
         with store.read() as session:
             stored = set(session.scalars(select(Prediction.caption_id).where(Prediction.model_version == "v7:paged")))
+            kept = set(session.scalars(select(Prediction.caption_id).where(Prediction.model_version == "v7:stopped")))
         assert stored == set(queued) - {queued[1]}
+        assert kept == {queued[0], queued[2]}   # the page scored before the stop is stored
     finally:
         with store.write() as session:
-            session.execute(delete(Prediction).where(Prediction.model_version == "v7:paged"))
+            session.execute(delete(Prediction).where(Prediction.model_version.in_(["v7:paged", "v7:stopped"])))
