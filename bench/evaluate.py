@@ -101,13 +101,19 @@ def decisions_under(rule: str, beta: float, item: dict, prediction: dict, metric
                         word_scale)
 
 
+def redecided(items: list[dict], predictions: list[dict], rule: str, beta: float, metric: str = "infometic",
+              word_scale: float = 1.0) -> list[dict]:
+    """The predictions with token_correct decided again (`decisions_under`); a
+    failed row's empty prediction stays as it is."""
+    return [dict(p, token_correct=decisions_under(rule, beta, item, p, metric, word_scale)) if p else p
+            for item, p in zip(items, predictions)]
+
+
 def rule_figures(items: list[dict], predictions: list[dict], beta: float, metric: str = "infometic",
                  word_scale: float = 1.0) -> dict:
     out = {}
     for rule in RULES:
-        redecided = [dict(p, token_correct=decisions_under(rule, beta, item, p, metric, word_scale))
-                     for item, p in zip(items, predictions)]
-        judged = collect_tokens(items, redecided)
+        judged = collect_tokens(items, redecided(items, predictions, rule, beta, metric, word_scale))
         out[rule] = {"text_accuracy": accuracy(judged.gold, judged.decided),
                      "incorrect_token_f1": f1(judged.gold, judged.decided)}
     return out
@@ -135,11 +141,11 @@ def fit_word_scale(scorer, items: list[dict], base_dir: Path, *, token_rule: str
     once under the scorer's own scale, which should be 1; a tie goes to the
     scale nearest 1), and the F1 at every scale tried."""
     predictions, _ = predict(scorer, "infometic", items, base_dir)
+    scored = [(item, p) for item, p in zip(items, predictions) if p]   # rows that failed are left out
+    items, predictions = [item for item, _ in scored], [p for _, p in scored]
     found = {}
     for scale in scales:
-        decided = [dict(p, token_correct=decisions_under(token_rule, beta, item, p, "infometic", scale))
-                   for item, p in zip(items, predictions) if p]
-        judged = collect_tokens([item for item, p in zip(items, predictions) if p], decided)
+        judged = collect_tokens(items, redecided(items, predictions, token_rule, beta, "infometic", scale))
         found[scale] = f1(judged.gold, judged.decided) or 0.0
     best = max(found, key=lambda scale: (round(found[scale], 6), scale))
     return {"scale": best, "f1": {f"{scale:g}": round(value, 4) for scale, value in found.items()}}
@@ -149,8 +155,7 @@ def figures_of(items: list[dict], predictions: list[dict], errors: list[str], me
                token_rule: str = "paper", beta: float = BETA, word_scale: float = 1.0) -> dict:
     """`evaluate_gold`'s figures from predictions already made (see `predict`)."""
     if token_rule in RULES:
-        predictions = [dict(p, token_correct=decisions_under(token_rule, beta, item, p, metric, word_scale))
-                       if p else p for item, p in zip(items, predictions)]
+        predictions = redecided(items, predictions, token_rule, beta, metric, word_scale)
     figures = evaluate(items, predictions, metric)
     figures["token_rule"], figures["beta"], figures["word_threshold_scale"] = token_rule, beta, word_scale
     figures["token_rules"] = rule_figures(items, predictions, beta, metric, word_scale)
