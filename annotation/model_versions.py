@@ -56,12 +56,16 @@ def fitted_word_scale(figures: dict) -> float | None:
     return float(fit["scale"]) if fit else None
 
 
-def version_word_scale(session, model_version: str | None) -> float:
-    """The word threshold scale that decides the InfoMetIC words of predictions
-    stored under `model_version`: a version's fitted scale (kept in its figures),
-    1 for a version fitted none, an imported file's or the default model's."""
+SCALED_METRIC = "infometic"   # the metric a fine-tuned version's fitted word threshold scale applies to
+
+
+def version_word_scale(session, model_version: str | None, metric: str = SCALED_METRIC) -> float:
+    """The word threshold scale that decides `metric`'s words in predictions
+    stored under `model_version`: a version's fitted scale (kept in its figures)
+    for InfoMetIC's; 1 for any other metric, a version fitted none, an imported
+    file's or the default model's."""
     version_id = tagged_version_id(model_version) if model_version is not None else None
-    if version_id is None:
+    if metric != SCALED_METRIC or version_id is None:
         return 1.0
     figures = session.scalar(select(ModelVersion.figures).where(ModelVersion.id == version_id))
     return fitted_word_scale(figures) or 1.0

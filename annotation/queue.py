@@ -25,6 +25,7 @@ is claimed first.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import defaultdict
 from datetime import datetime
@@ -189,13 +190,13 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
     if model_version is not None:
         query = query.where(Prediction.model_version == model_version)
     semantic = _semantic_flags(session, dataset_id)
-    scale = version_word_scale(session, model_version)
+    scale_of = functools.cache(lambda metric: version_word_scale(session, model_version, metric))
     best: dict[int, tuple] = {}
     for caption_id, image_id, metric, tokens, regions, stored, created, prediction_id in session.execute(
             query.execution_options(yield_per=1000)):
         preference = _metric_preference(metric)
         value = (item_uncertainty(metric, tokens, regions, stored, semantic.get(caption_id), token_rule,
-                                  scale if preference == 0 else 1.0)
+                                  scale_of(metric))
                  if preference < 2 or stored is not None else None)
         if value is None:
             continue

@@ -101,10 +101,8 @@ class Suggestions:
         its recorded figures; 1 for anything else."""
         if self.models is not None and self.models.is_active(version):
             return self.models.word_scale(metric, version)
-        if metric != "infometic":
-            return 1.0
         with self.store.read() as session:
-            return version_word_scale(session, version)
+            return version_word_scale(session, version, metric)
 
     def _computed(self, item: dict):
         if self.models is None:

@@ -443,6 +443,26 @@ def test_an_earlier_versions_predictions_keep_its_fitted_word_threshold(world, m
     assert scales == [0.55, 0.55]
 
 
+def test_a_versions_fitted_scale_decides_infometic_words_only(world):
+    from sqlalchemy import delete
+
+    from capscope.annotation.model_versions import add_version, version_tag, version_word_scale
+
+    store = world["store"]
+    fitted = add_version(store, path="fitted.pt", sha256="cd" * 32, dataset=DATASET,
+                         figures={"word_threshold": {"scale": 0.6, "f1": {}}})
+    try:
+        with store.read() as session:
+            scales = [version_word_scale(session, version_tag(fitted)),
+                      version_word_scale(session, version_tag(fitted), "infoclip"),
+                      version_word_scale(session, "imported-scores.jsonl"),
+                      version_word_scale(session, None)]
+    finally:
+        with store.write() as session:
+            session.execute(delete(ModelVersion).where(ModelVersion.id == fitted["id"]))
+    assert scales == [0.6, 1.0, 1.0, 1.0]
+
+
 def test_rescoring_reads_the_queue_a_page_at_a_time_up_to_the_limit(world):
     from sqlalchemy import delete
 
