@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from starlette.background import BackgroundTask
-from pydantic import BaseModel, Field, StrictInt
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
 from capscope import __version__
 from capscope.annotation import agreement, browse, export, gold, model_versions, queue, workflow
@@ -89,6 +89,7 @@ class TrainRequest(BaseModel):
     steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     holdout: float = Field(default=0.2, ge=0, lt=1)
     seed: StrictInt = Field(default=0, ge=0, lt=2**32)
+    augment: StrictBool = Field(default=False, description="new brightness, contrast and mirroring each step")
     check_dataset: str | None = Field(default=None, max_length=200,
                                       description="another dataset whose labels are scored before and after")
 
@@ -374,7 +375,7 @@ def _add_routes(app: FastAPI) -> None:
         """Fine-tune InfoMetIC on the dataset's labels in the background (one job at a time)."""
         job_id = app.state.training.start(body.dataset, body.init, minutes=body.minutes, steps=body.steps,
                                           holdout=body.holdout, seed=body.seed, admin=user.name,
-                                          check_dataset=body.check_dataset)
+                                          check_dataset=body.check_dataset, augment=body.augment)
         return {"job": app.state.training.job(job_id)}
 
     @app.get("/api/models/jobs/{job_id}")

@@ -90,10 +90,11 @@ class TrainingJobs:
 
     def start(self, dataset: str, init: str | int = "active", minutes: float | None = None,
               steps: int | None = None, holdout: float = 0.2, seed: int = 0, admin: str | None = None,
-              check_dataset: str | None = None) -> str:
+              check_dataset: str | None = None, augment: bool = False) -> str:
         """Check the request, then fine-tune in the background; returns the job id.
         `check_dataset`: another dataset whose labels are scored before and after
-        (e.g. the parent's own world: does the child forget it?).
+        (e.g. the parent's own world: does the child forget it?). `augment`: new
+        brightness, contrast and mirroring of the images each step (`--augment`).
         Raises NotFound (dataset, version), Invalid (no labels, bad numbers), Conflict (a job is running)."""
         from capscope.demo.finetune import CheckSet, FinetuneError, items_sha256, labelled, split_by_image
 
@@ -102,6 +103,8 @@ class TrainingJobs:
             raise Invalid(f"holdout must be in [0, 1), got {holdout!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
             raise Invalid(f"seed must be an integer from 0 to {2**32 - 1}, got {seed!r}")
+        if not isinstance(augment, bool):
+            raise Invalid(f"augment must be true or false, got {augment!r}")
         with self._lock:  # refuse early; checked again below before the thread starts
             self._refuse_if_running()
         init_path, parent_id = self._init(init)
@@ -120,8 +123,8 @@ class TrainingJobs:
             job_id = str(next(self._ids))
             job = {"id": job_id, "dataset": dataset, "init": init, "parent_file": init_path.name,
                    "parent_id": parent_id, "minutes": minutes, "steps": steps, "holdout": holdout, "seed": seed,
-                   "check_dataset": check_dataset, "admin": admin, "status": "running", "stage": "starting",
-                   "fraction": 0.0, "step": None, "loss": None, "error": None, "version_id": None,
+                   "augment": augment, "check_dataset": check_dataset, "admin": admin, "status": "running",
+                   "stage": "starting", "fraction": 0.0, "step": None, "loss": None, "error": None, "version_id": None,
                    "started_at": _now(), "finished_at": None}
             self._jobs[job_id], self._stop[job_id], self._last = job, threading.Event(), job_id
             thread = threading.Thread(target=self._run, name=f"capscope-finetune-{job_id}", daemon=True,
@@ -220,7 +223,8 @@ class TrainingJobs:
         stop = self._stop[job_id]
         config = FinetuneConfig(out=out, init=init_path, items=items, base_dir=Path("."), labels=labels,
                                 holdout=float(job["holdout"]), minutes=job["minutes"], steps=job["steps"],
-                                seed=job["seed"], device=self.device, token_rule=self.models.token_rule, check=check,
+                                seed=job["seed"], augment=job["augment"], device=self.device,
+                                token_rule=self.models.token_rule, check=check,
                                 progress=False, on_progress=lambda event: self._on_progress(job_id, event),
                                 should_stop=stop.is_set)
         try:

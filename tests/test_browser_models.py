@@ -141,13 +141,14 @@ def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chrom
     choose(admin, "#cs-models-dataset", DATASET)
     admin.locator("#cs-models-steps input").fill(str(STEPS))
     choose(admin, "#cs-models-check", CHECK)
+    admin.get_by_label("Augment").check()
     admin.click("#cs-models-train")
     wait_text(admin, "#cs-models-progress", f"Job 1 on {DATASET}: running")
     progress = wait_text(admin, "#cs-models-progress", ": done", timeout=120_000)
     assert f"Job 1 on {DATASET}: done: version 1 added (not active yet)" in progress, progress
     (version,) = list_versions(store)
     tag = f"v1:{version['sha256'][:12]}"
-    assert version["labels"]["dataset"] == DATASET
+    assert version["labels"]["dataset"] == DATASET and version["figures"]["training"]["augment"]
     # every item was learnt from: the annotator's judgement stands in for the missing gold
     assert version["labels"]["train"]["items"] + version["labels"]["held_out"]["items"] == 8, version["labels"]
     wait_text(admin, "#cs-models-versions", "v1")

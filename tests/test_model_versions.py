@@ -99,7 +99,7 @@ def demo_sha() -> str:
 def trained(world):
     """One fine-tuned version, trained through the API (not active)."""
     client = serve(world)
-    job = train(client, check_dataset=DATASET)  # checked on its own labels: any labelled dataset will do
+    job = train(client, check_dataset=DATASET, augment=True)  # checked on its own labels: any will do
     assert job["status"] == "done", job
     return client.get(f"/api/models/jobs/{job['id']}", auth=ADMIN).json()["job"]
 
@@ -127,7 +127,7 @@ def test_training_through_the_api_records_a_version(world, trained):
     assert version["labels"]["dataset"] == DATASET and version["labels"]["train"]["items"] > 0
     for side in ("before", "after"):
         assert {"incorrect_token_f1", "incorrect_token_auroc", "text_accuracy"} <= set(version["figures"][side])
-    assert version["figures"]["training"]["steps"] == 5
+    assert version["figures"]["training"]["steps"] == 5 and version["figures"]["training"]["augment"]
     check = version["figures"]["check"]
     assert check["dataset"] == DATASET and check["before"]["n_items"] == check["after"]["n_items"] == 8
     assert trained["check_dataset"] == DATASET
@@ -202,6 +202,29 @@ def test_one_job_at_a_time(world, monkeypatch):
     assert second.status_code == 409 and "still running" in second.json()["detail"]
     release.set()
     assert client.app.state.training.wait(first.json()["job"]["id"], 60)["status"] == "failed"
+
+
+def test_the_panel_and_the_api_pass_holdout_and_augment_to_the_fine_tuning(world, monkeypatch):
+    import capscope.demo.finetune as finetune_module
+    from capscope.ui_model_versions import start_training
+
+    client = serve(world)
+    seen = []
+
+    def record(config, evaluate_gold, fit_word_scale=None):
+        seen.append((config.holdout, config.augment))
+        raise RuntimeError("recorded")
+
+    monkeypatch.setattr(finetune_module, "finetune", record)
+    training = client.app.state.training
+    assert f"on **{DATASET}**" in start_training(training, DATASET, None, 5, None, 0, True)
+    training.wait(training.last()["id"], 60)
+    assert training.last()["holdout"] == 0 and training.last()["augment"] is True
+    response = client.post("/api/models/train", json={"dataset": DATASET, "steps": 5, "holdout": 0.5}, auth=ADMIN)
+    assert response.status_code == 202 and response.json()["job"]["augment"] is False
+    training.wait(response.json()["job"]["id"], 60)
+    assert client.post("/api/models/train", json={"dataset": DATASET, "augment": "yes"}, auth=ADMIN).status_code == 422
+    assert seen == [(0.0, True), (0.5, False)]
 
 
 # ---------------------------------------------------------------- activation
