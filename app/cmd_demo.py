@@ -43,7 +43,7 @@ def register(sub) -> None:
 
 
 def _training_options(parser, minutes: float) -> None:
-    budget = "15; fine-tuning: 5" if minutes is None else f"{minutes:g}"
+    budget = "15; fine-tuning: 10" if minutes is None else f"{minutes:g}"
     parser.add_argument("--minutes", type=float, default=minutes, help=f"training time budget (default {budget})")
     parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--seed", type=int, default=0)
@@ -231,7 +231,7 @@ def run_finetune(args) -> int:
         raise CapscopeError("--init: the checkpoint to fine-tune (a file, or `demo` for the bundled model)")
     items, base_dir, labels = labels_for(args)
     if args.minutes is None and args.steps is None:
-        args.minutes = 5.0
+        args.minutes = 10.0
     config = FinetuneConfig(
         out=args.out, init=init_checkpoint(args.init), items=items, base_dir=base_dir, labels=labels,
         holdout=args.holdout, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,

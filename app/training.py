@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 MAX_MINUTES = 240.0
 MAX_STEPS = 1_000_000
-DEFAULT_MINUTES = 5.0
+DEFAULT_MINUTES = 10.0
 RESCORE_LIMIT = 500  # queued items scored again after an activation
 TERMINAL = ("done", "failed", "cancelled")
 

@@ -60,7 +60,7 @@ class FinetuneConfig:
     base_dir: Path                          # where the items' relative image paths start
     labels: dict                            # what the labels are, recorded in the checkpoint
     holdout: float = 0.2                    # share of images held out for the figures
-    minutes: float | None = 5.0
+    minutes: float | None = 10.0
     steps: int | None = None
     seed: int = 0
     device: str = "auto"
