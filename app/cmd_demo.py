@@ -9,6 +9,8 @@ from capscope.cmd_score import add_clip4dm_options, add_precision_option
 from capscope.demo.shifts import SHIFTS
 from capscope.metrics.constants import TOKEN_RULES
 
+FINETUNE_MINUTES = 10.0  # `train infometic`'s budget without --minutes or --steps (FinetuneConfig's default)
+
 
 def register(sub) -> None:
     data = sub.add_parser("demo-data", help="write synthetic scenes with gold labels and a training file")
@@ -43,7 +45,7 @@ def register(sub) -> None:
 
 
 def _training_options(parser, minutes: float) -> None:
-    budget = "15; fine-tuning: 10" if minutes is None else f"{minutes:g}"
+    budget = f"15; fine-tuning: {FINETUNE_MINUTES:g}" if minutes is None else f"{minutes:g}"
     parser.add_argument("--minutes", type=float, default=minutes, help=f"training time budget (default {budget})")
     parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--seed", type=int, default=0)
@@ -231,7 +233,7 @@ def run_finetune(args) -> int:
         raise CapscopeError("--init: the checkpoint to fine-tune (a file, or `demo` for the bundled model)")
     items, base_dir, labels = labels_for(args)
     if args.minutes is None and args.steps is None:
-        args.minutes = 10.0
+        args.minutes = FINETUNE_MINUTES
     config = FinetuneConfig(
         out=args.out, init=init_checkpoint(args.init), items=items, base_dir=base_dir, labels=labels,
         holdout=args.holdout, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,

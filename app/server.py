@@ -36,7 +36,7 @@ from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.metrics.text import check_caption, check_references
-from capscope.training import RESCORE_LIMIT, Activations, TrainingJobs, models_folder
+from capscope.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 from capscope.ui_models import DEFAULT_TOKEN_RULE, Models
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class TrainRequest(BaseModel):
     init: Literal["active", "demo"] | StrictInt = "active"
     minutes: float | None = Field(default=None, gt=0, le=240)
     steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
-    holdout: float = Field(default=0.2, ge=0, lt=1)
+    holdout: float = Field(default=DEFAULT_HOLDOUT, ge=0, lt=1)
     seed: StrictInt = Field(default=0, ge=0, lt=2**32)
     augment: StrictBool = Field(default=False, description="new brightness, contrast and mirroring each step")
     check_dataset: str | None = Field(default=None, max_length=200,

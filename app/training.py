@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MAX_MINUTES = 240.0
 MAX_STEPS = 1_000_000
 DEFAULT_MINUTES = 10.0
+DEFAULT_HOLDOUT = 0.2  # share of images held out for the before/after figures
 RESCORE_LIMIT = 500  # queued items scored again after an activation
 TERMINAL = ("done", "failed", "cancelled")
 
@@ -89,7 +90,7 @@ class TrainingJobs:
     # ------------------------------------------------------------ the calls
 
     def start(self, dataset: str, init: str | int = "active", minutes: float | None = None,
-              steps: int | None = None, holdout: float = 0.2, seed: int = 0, admin: str | None = None,
+              steps: int | None = None, holdout: float = DEFAULT_HOLDOUT, seed: int = 0, admin: str | None = None,
               check_dataset: str | None = None, augment: bool = False) -> str:
         """Check the request, then fine-tune in the background; returns the job id.
         `check_dataset`: another dataset whose labels are scored before and after

@@ -9,7 +9,7 @@ from capscope.annotation import browse
 from capscope.annotation import model_versions as mv
 from capscope.annotation.errors import AnnotationError
 from capscope.db import Store
-from capscope.training import Activations, TrainingJobs
+from capscope.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
 from capscope.ui_explore import admin_only
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
@@ -77,14 +77,14 @@ def running(training: TrainingJobs, activations: Activations) -> bool:
     return bool((job and job["status"] == "running") or (rescoring and rescoring["state"] == "running"))
 
 
-def start_training(training: TrainingJobs, dataset, minutes, steps, check_dataset=None, holdout=0.2,
+def start_training(training: TrainingJobs, dataset, minutes, steps, check_dataset=None, holdout=DEFAULT_HOLDOUT,
                    augment=False) -> str:
     if not dataset:
         return "Choose a dataset."
     try:
         job_id = training.start(dataset, "active", minutes=float(minutes) if minutes else None,
                                 steps=int(steps) if steps else None, check_dataset=check_dataset or None,
-                                holdout=0.2 if holdout is None else float(holdout), augment=bool(augment))
+                                holdout=DEFAULT_HOLDOUT if holdout is None else float(holdout), augment=bool(augment))
     except AnnotationError as err:
         return f"Not started: {err}"
     return job_line(training.job(job_id))
@@ -117,12 +117,12 @@ def build_model_versions(store: Store, training: TrainingJobs, activations: Acti
                 "judgements' majority), compare held-out figures, and choose the version the server scores with.")
     with gr.Row():
         c["dataset"] = gr.Dropdown(label="Dataset", choices=[], allow_custom_value=True, elem_id="cs-models-dataset")
-        c["minutes"] = gr.Number(label="Minutes", value=10, minimum=0, elem_id="cs-models-minutes")
+        c["minutes"] = gr.Number(label="Minutes", value=DEFAULT_MINUTES, minimum=0, elem_id="cs-models-minutes")
         c["steps"] = gr.Number(label="Steps (optional)", value=None, precision=0, minimum=0,
                                elem_id="cs-models-steps")
         # With a few hundred labels, training on all of them and checking on another
         # dataset did better than holding a fifth out (docs/fine-tuning.md).
-        c["holdout"] = gr.Number(label="Hold out", value=0.2, minimum=0, maximum=0.9, step=0.1,
+        c["holdout"] = gr.Number(label="Hold out", value=DEFAULT_HOLDOUT, minimum=0, maximum=0.9, step=0.1,
                                  info="share of images kept for before/after figures; 0 trains on all",
                                  elem_id="cs-models-holdout")
         c["augment"] = gr.Checkbox(label="Augment", value=False, elem_id="cs-models-augment",
