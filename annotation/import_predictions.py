@@ -18,7 +18,7 @@ def import_predictions(store: Store, path: Path, dataset: str = "default", model
     """Store the metrics of a `capscope score` output file as pre-annotations
     of the dataset's captions (matched by id). Re-importing replaces them."""
     report = ImportReport()
-    rows: list[tuple[int, str, dict, str]] = []
+    rows: list[tuple[int, str, dict, str, dict | None]] = []
     with Path(path).open("rb") as stream:
         for line, obj in read_jsonl(stream):
             if isinstance(obj, RowError):
@@ -28,8 +28,9 @@ def import_predictions(store: Store, path: Path, dataset: str = "default", model
             if obj.get("error") or not isinstance(metrics, dict):
                 report.errors.append(RowError(line, str(obj.get("id")), "row has no metrics"))
                 continue
-            version = model_version or json.dumps(obj.get("model") or {}, sort_keys=True)[:200]
-            rows.append((line, str(obj.get("id")), metrics, version))
+            model = obj.get("model") if isinstance(obj.get("model"), dict) else None
+            version = model_version or json.dumps(model or {}, sort_keys=True)[:200]
+            rows.append((line, str(obj.get("id")), metrics, version, model))
     for start in range(0, len(rows), 200):
         store.run_write(lambda s, chunk=rows[start:start + 200]: _write_predictions(s, dataset, chunk, report))
     return report
@@ -40,23 +41,36 @@ def _write_predictions(session, dataset: str, rows, report: ImportReport) -> Non
         select(Caption.external_id, Caption.id).join(Dataset, Caption.dataset_id == Dataset.id)
         .where(Dataset.name == dataset, Caption.external_id.in_([r[1] for r in rows]))
     )}
-    for line, external_id, metrics, version in rows:
+    for line, external_id, metrics, version, model in rows:
         if external_id not in ids:
             report.errors.append(RowError(line, external_id, f"no caption with this id in dataset {dataset!r}"))
             continue
-        upsert_predictions(session, ids[external_id], version, metrics)
+        upsert_predictions(session, ids[external_id], version, metrics, model)
         report.added += 1
 
 
-def upsert_predictions(session, caption_id: int, version: str, metrics: dict) -> None:
-    """Store (or replace) every metric's result for a caption under `version`."""
+def upsert_predictions(session, caption_id: int, version: str, metrics: dict, model: dict | None = None) -> None:
+    """Store (or replace) every metric's result for a caption under `version`;
+    `model`: the score row's model block, which names a fine-tuned checkpoint's
+    word threshold scale (docs/formats.md)."""
     semantic = list(session.scalars(select(Token.semantic).where(Token.caption_id == caption_id).order_by(Token.index)))
     for metric, result in metrics.items():
-        _upsert_prediction(session, caption_id, str(metric)[:50], version, result or {}, semantic or None)
+        _upsert_prediction(session, caption_id, str(metric)[:50], version, result or {}, semantic or None,
+                           recorded_word_scale(model, metric))
+
+
+def recorded_word_scale(model: dict | None, metric: str) -> float | None:
+    """The word threshold scale a score row's model block records for `metric`
+    (`metric_options`); None when it records none, or not a positive number."""
+    options = ((model or {}).get("metric_options") or {}).get(metric)
+    scale = options.get("word_threshold_scale") if isinstance(options, dict) else None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+        return None
+    return None if scale == 1 else float(scale)
 
 
 def _upsert_prediction(session, caption_id: int, metric: str, version: str, result: dict,
-                       semantic: list[bool] | None) -> None:
+                       semantic: list[bool] | None, word_scale: float | None) -> None:
     prediction = session.scalar(select(Prediction).where(
         Prediction.caption_id == caption_id, Prediction.metric == metric, Prediction.model_version == version))
     if prediction is None:
@@ -65,6 +79,7 @@ def _upsert_prediction(session, caption_id: int, metric: str, version: str, resu
     prediction.scores = result.get("scores") or {}
     prediction.token_scores = result.get("token_scores") or []
     prediction.region_scores = result.get("region_scores") or []
+    prediction.word_scale = word_scale
     prediction.uncertainty = prediction_uncertainty(metric, prediction.token_scores, prediction.region_scores,
-                                                    semantic)
+                                                    semantic, word_scale=word_scale or 1.0)
     prediction.created_at = utcnow()

@@ -56,21 +56,6 @@ def fitted_word_scale(figures: dict) -> float | None:
     return float(fit["scale"]) if fit else None
 
 
-SCALED_METRIC = "infometic"   # the metric a fine-tuned version's fitted word threshold scale applies to
-
-
-def version_word_scale(session, model_version: str | None, metric: str = SCALED_METRIC) -> float:
-    """The word threshold scale that decides `metric`'s words in predictions
-    stored under `model_version`: a version's fitted scale (kept in its figures)
-    for InfoMetIC's; 1 for any other metric, a version fitted none, an imported
-    file's or the default model's."""
-    version_id = tagged_version_id(model_version) if model_version is not None else None
-    if metric != SCALED_METRIC or version_id is None:
-        return 1.0
-    figures = session.scalar(select(ModelVersion.figures).where(ModelVersion.id == version_id))
-    return fitted_word_scale(figures) or 1.0
-
-
 def add_version(store: Store, *, path: str | Path, sha256: str, name: str | None = None,
                 parent_sha256: str | None = None, parent_id: int | None = None, dataset: str | None = None,
                 labels: dict | None = None, figures: dict | None = None) -> dict:
@@ -176,7 +161,7 @@ def store_version_predictions(store: Store, model_version: str, rows: list[tuple
 
     def work(session):
         for caption_id, row in rows:
-            upsert_predictions(session, caption_id, model_version, row.get("metrics") or {})
+            upsert_predictions(session, caption_id, model_version, row.get("metrics") or {}, row.get("model"))
         return len(rows)
 
     return store.run_write(work) if rows else 0

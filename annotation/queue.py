@@ -25,7 +25,6 @@ is claimed first.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections import defaultdict
 from datetime import datetime
@@ -35,7 +34,6 @@ from sqlalchemy.orm import aliased
 
 from capscope.annotation.errors import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
-from capscope.annotation.model_versions import version_word_scale
 from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, Token, utcnow
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
@@ -185,18 +183,18 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
     prediction: of `model_version` when given, else the newest; InfoMetIC's
     first, then its family's, then any metric's with an uncertainty."""
     query = (select(Prediction.caption_id, Caption.image_id, Prediction.metric, Prediction.token_scores,
-                    Prediction.region_scores, Prediction.uncertainty, Prediction.created_at, Prediction.id)
+                    Prediction.region_scores, Prediction.uncertainty, Prediction.word_scale, Prediction.created_at,
+                    Prediction.id)
              .join(Caption, Prediction.caption_id == Caption.id).where(Caption.dataset_id == dataset_id))
     if model_version is not None:
         query = query.where(Prediction.model_version == model_version)
     semantic = _semantic_flags(session, dataset_id)
-    scale_of = functools.cache(lambda metric: version_word_scale(session, model_version, metric))
     best: dict[int, tuple] = {}
-    for caption_id, image_id, metric, tokens, regions, stored, created, prediction_id in session.execute(
+    for caption_id, image_id, metric, tokens, regions, stored, scale, created, prediction_id in session.execute(
             query.execution_options(yield_per=1000)):
         preference = _metric_preference(metric)
         value = (item_uncertainty(metric, tokens, regions, stored, semantic.get(caption_id), token_rule,
-                                  scale_of(metric))
+                                  scale or 1.0)
                  if preference < 2 or stored is not None else None)
         if value is None:
             continue

@@ -194,7 +194,8 @@ def predictions_of(session, caption_id: int) -> list[dict]:
     rows = session.scalars(select(Prediction).where(Prediction.caption_id == caption_id)
                            .order_by(Prediction.metric, Prediction.created_at.desc()))
     return [{"metric": p.metric, "model_version": p.model_version, "scores": p.scores,
-             "token_scores": p.token_scores, "region_scores": p.region_scores, "uncertainty": p.uncertainty}
+             "token_scores": p.token_scores, "region_scores": p.region_scores, "uncertainty": p.uncertainty,
+             "word_scale": p.word_scale}
             for p in rows]
 
 

@@ -21,7 +21,7 @@ from PIL import Image
 from capscope import ui_draw
 from capscope.annotation import browse, workflow
 from capscope.annotation.errors import AnnotationError
-from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag, version_word_scale
+from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
@@ -92,17 +92,9 @@ class Suggestions:
         if metric is None:
             return None
         token_rule = self.models.token_rule if self.models is not None else DEFAULT_TOKEN_RULE
-        version = stored[metric].get("model_version")
-        return (*_decided(item, stored[metric], metric, token_rule, self._word_scale(metric, version)), version)
-
-    def _word_scale(self, metric: str, version: str | None) -> float:
-        """The active version's scale from its loaded checkpoint; an earlier
-        version's (items past the re-scoring limit keep its predictions) from
-        its recorded figures; 1 for anything else."""
-        if self.models is not None and self.models.is_active(version):
-            return self.models.word_scale(metric, version)
-        with self.store.read() as session:
-            return version_word_scale(session, version, metric)
+        # decided at the scale the prediction was made with (a fine-tuned version's fitted one)
+        scale = stored[metric].get("word_scale") or 1.0
+        return (*_decided(item, stored[metric], metric, token_rule, scale), stored[metric].get("model_version"))
 
     def _computed(self, item: dict):
         if self.models is None:

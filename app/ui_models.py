@@ -13,8 +13,6 @@ import logging
 import threading
 from typing import Callable, Sequence
 
-from capscope.annotation.model_versions import DEFAULT_TAG
-from capscope.bench.evaluate import word_scale_of
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
 from capscope.metrics.registry import metric_names
@@ -139,21 +137,6 @@ class Models:
             if self._scorer is None:
                 self._scorer = self._build()
             return self._scorer, self.version
-
-    def is_active(self, version: str | None) -> bool:
-        """Whether predictions stored under `version` come from the scorer in use."""
-        return version == (self.version or DEFAULT_TAG)
-
-    def word_scale(self, metric: str, version: str | None) -> float:
-        """The word threshold scale that decides `metric`'s stored predictions
-        of `version`: the active scorer's (its checkpoint's fitted scale) for
-        the active version's own predictions, 1 for any other's."""
-        if not self.is_active(version):
-            return 1.0
-        try:
-            return word_scale_of(self.scorer, metric)
-        except ModelUnavailable:  # stored predictions are still shown when no model loads here
-            return 1.0
 
     @property
     def available(self) -> list[str]:

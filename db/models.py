@@ -238,6 +238,9 @@ class Prediction(Base):
     region_scores: Mapped[list] = mapped_column(JSON, default=list)
     # mean closeness of the token scores to the decision threshold, 0..1
     uncertainty: Mapped[float | None] = mapped_column(Float, default=None)
+    # what the word threshold is multiplied by for these token scores (a fine-tuned
+    # checkpoint's fitted scale); None: 1, the token rule's own threshold
+    word_scale: Mapped[float | None] = mapped_column(Float, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

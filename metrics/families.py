@@ -58,6 +58,12 @@ class InfoFamilyMetric:
         self.name, self.backbone, self.beta, self.token_rule = name, backbone, beta, token_rule
         self.word_scale = word_scale  # a fine-tuned checkpoint's calibration of the word threshold
 
+    @property
+    def options(self) -> dict:
+        """Settings of its own, recorded in every row's model block: a fitted
+        word threshold scale decides the row's `token_correct`, so rows say it."""
+        return {} if self.word_scale == 1.0 else {"word_threshold_scale": self.word_scale}
+
     def text_inputs(self, pairs: list[PreparedPair]):
         """Per pair: pieces, ids (32), mask; then t_g (B x D) and every position's
         feature encoded alone (B x 32 x D)."""

@@ -2,6 +2,7 @@
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 
 from annotation_support import import_small_dataset, sqlite_url, write_jsonl
 from capscope.annotation import workflow as wf
@@ -186,3 +187,21 @@ def test_listing_by_annotator_and_by_stored_score(store, users, tmp_path):
     assert [i["score"] for i in page["items"]] == [3.0, 2.0, 1.0, 0.5]
     kept = browse.list_items(store, score=("infometic", "overall"), score_range=(0.9, 2.5))
     assert [i["id"] for i in kept["items"]] == ["cap00002", "cap00001"] and kept["total"] == 2
+
+
+def test_an_imported_score_file_keeps_the_word_scale_its_rows_record(store, tmp_path):
+    """A file scored elsewhere with a fine-tuned checkpoint says, in each row's
+    model block, the scale its words were decided at; the stored predictions keep it."""
+    from capscope.annotation.importer import import_predictions
+    from capscope.db import Caption, Prediction
+
+    fitted = {"clip": "x", "metric_options": {"infometic": {"word_threshold_scale": 0.45}}}
+    rows = [{"id": "cap00000", "model": fitted, "metrics": {"infometic": {"token_scores": [0.01, 0.2]},
+                                                            "hice": {"token_scores": [0.3, 0.1]}}},
+            {"id": "cap00001", "model": {"clip": "x"}, "metrics": {"infometic": {"token_scores": [0.01, 0.2]}}}]
+    assert import_predictions(store, write_jsonl(tmp_path / "scored.jsonl", rows)).added == 2
+    with store.read() as session:
+        kept = {(c, m): w for c, m, w in session.execute(
+            select(Caption.external_id, Prediction.metric, Prediction.word_scale)
+            .join(Caption, Prediction.caption_id == Caption.id))}
+    assert kept == {("cap00000", "infometic"): 0.45, ("cap00000", "hice"): None, ("cap00001", "infometic"): None}

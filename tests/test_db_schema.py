@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):
@@ -74,6 +74,33 @@ def test_upgrade_to_gold_history_keeps_existing_gold_as_revision_one(tmp_path):
         revision = session.scalars(select(GoldRevision)).one()
         assert (revision.caption_id, revision.revision, revision.source) == (1, 1, "import")
         assert revision.token_labels == ["correct", None]
+
+
+def test_upgrade_gives_a_versions_stored_predictions_its_fitted_word_scale(tmp_path):
+    from capscope.db import Prediction
+
+    store = Store(sqlite_url(tmp_path))
+    store.downgrade("0004")
+    with store.write() as session:  # a fine-tuned version that fitted 0.6; its predictions, and an imported file's
+        for sql in ("INSERT INTO datasets (id, name, created_at) VALUES (1, 'd', '2024-01-01 00:00:00')",
+                    "INSERT INTO images (id, sha256, path, width, height, n_bytes, regions_source, created_at) "
+                    f"VALUES (1, '{'0' * 64}', 'x.png', 4, 4, 1, 'none', '2024-01-01 00:00:00')",
+                    "INSERT INTO captions (id, dataset_id, external_id, image_id, text, \"references\", content_hash, "
+                    "annotators_needed, created_at) VALUES (1, 1, 'a', 1, 'a dog', '[]', 'h', 3, '2024-01-01 00:00:00')",
+                    "INSERT INTO model_versions (id, name, path, sha256, labels, figures, status, active, created_at) "
+                    f"VALUES (3, 'v', 'v.pt', '{'ab' * 32}', '{{}}', '{{\"word_threshold\": {{\"scale\": 0.6}}}}', "
+                    "'ready', 0, '2024-01-01 00:00:00')"):
+            session.execute(text(sql))
+        for metric, version in (("infometic", "v3:abababababab"), ("hice", "v3:abababababab"),
+                                ("infometic", "scored.jsonl")):
+            session.execute(text("INSERT INTO predictions (caption_id, metric, model_version, scores, token_scores, "
+                                 "region_scores, created_at) VALUES (1, :metric, :version, '{}', '[]', '[]', "
+                                 "'2024-01-01 00:00:00')"), {"metric": metric, "version": version})
+    store.upgrade()
+    with store.read() as session:
+        scales = {(p.metric, p.model_version): p.word_scale for p in session.scalars(select(Prediction))}
+    assert scales == {("infometic", "v3:abababababab"): 0.6, ("hice", "v3:abababababab"): None,
+                      ("infometic", "scored.jsonl"): None}
 
 
 def test_foreign_keys_are_enforced(tmp_path):

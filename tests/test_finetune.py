@@ -155,10 +155,14 @@ def test_the_child_carries_the_word_threshold_scale_fitted_on_its_training_items
     assert scorer.word_threshold_scale("infometic") == fit["scale"]
     gold = read_json_lines(dark_world / "captokeneval.jsonl")[1]
     tokens = [{k: t[k] for k in ("text", "start", "end", "semantic")} for t in gold["tokens"]]
-    result = scorer.score(str(dark_world / gold["image"]), gold["caption"], tokens=tokens,
-                          regions=[{"box": r["box"]} for r in gold["regions"]])["metrics"]["infometic"]
+    row = scorer.score(str(dark_world / gold["image"]), gold["caption"], tokens=tokens,
+                       regions=[{"box": r["box"]} for r in gold["regions"]])
+    result = row["metrics"]["infometic"]
     semantic = [t["semantic"] for t in gold["tokens"]]
     assert result["token_correct"] == decide_words("relative", 0.1, semantic, result["token_scores"], fit["scale"])
+    # the row says the scale its words were decided at (1, the rule's own threshold, goes unsaid)
+    recorded = row["model"]["metric_options"].get("infometic", {}).get("word_threshold_scale", 1.0)
+    assert recorded == fit["scale"]
 
 
 def test_a_bad_word_threshold_scale_is_a_clear_load_error(finetuned, tmp_path):

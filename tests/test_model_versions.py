@@ -427,33 +427,38 @@ def test_annotate_suggestions_follow_the_newest_prediction(world, monkeypatch):
     assert [s["model_version"] for s in seen] == ["v9:newer"]
 
 
-def test_an_earlier_versions_predictions_keep_its_fitted_word_threshold(world, monkeypatch):
-    """Items past the re-scoring limit keep an earlier version's predictions:
-    Annotate decides them at the scale that version fitted, not the active one's."""
+def test_stored_predictions_keep_the_word_threshold_scale_their_rows_record(world, monkeypatch):
+    """A version's rows (and an imported file's) say the scale their words were
+    decided at; the prediction keeps it, its uncertainty is measured against it,
+    and Annotate decides its words at it, whichever version is active."""
     import capscope.ui_annotate as ui_annotate
     from sqlalchemy import delete
 
-    from capscope.annotation.model_versions import add_version, queued_items, store_version_predictions, version_tag
+    from capscope.annotation.model_versions import queued_items, store_version_predictions
+    from capscope.annotation.uncertainty import prediction_uncertainty
     from capscope.annotation.users import get_user
 
     store = world["store"]
     item = queued_items(store, DATASET, 1)[0]
-    earlier = add_version(store, path="earlier.pt", sha256="ab" * 32, dataset=DATASET,
-                          figures={"word_threshold": {"scale": 0.55, "f1": {}}})
-    tag = version_tag(earlier)
-    store_version_predictions(store, tag, [(item["caption_id"],
-                                            {"metrics": {"infometic": {"token_scores": [0.5] * len(item["tokens"])}}})])
+    scores = [0.04] * len(item["tokens"])
+    fitted = {"metric_options": {"infometic": {"word_threshold_scale": 0.55}}}
+    store_version_predictions(store, "v998:0123456789ab", [(item["caption_id"], {
+        "model": fitted, "metrics": {"infometic": {"token_scores": scores}, "hice": {"token_scores": scores}}})])
+    with store.read() as session:
+        stored = {metric: (scale, uncertainty) for metric, scale, uncertainty in session.execute(
+            select(Prediction.metric, Prediction.word_scale, Prediction.uncertainty)
+            .where(Prediction.model_version == "v998:0123456789ab"))}
+    semantic = [t["semantic"] for t in item["tokens"]]
+    assert stored["infometic"][0] == 0.55 and stored["hice"][0] is None
+    assert stored["infometic"][1] == pytest.approx(
+        prediction_uncertainty("infometic", scores, [], semantic, word_scale=0.55))
+    assert stored["infometic"][1] != pytest.approx(prediction_uncertainty("infometic", scores, [], semantic))
     scales = []
     monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule, scale: scales.append(scale) or "x")
 
-    class ActiveElsewhere:   # another version is active, its checkpoint fitted 0.8
+    class ActiveElsewhere:   # another version is active
         token_rule = "relative"
-
-        def is_active(self, version):
-            return version == "v999:0123456789ab"
-
-        def word_scale(self, metric, version):
-            return 0.8
+        version = "v999:0123456789ab"
 
     try:
         for models in (None, ActiveElsewhere()):
@@ -461,29 +466,23 @@ def test_an_earlier_versions_predictions_keep_its_fitted_word_threshold(world, m
                                                           {"item_id": item["caption_id"], "tokens": item["tokens"]})
     finally:
         with store.write() as session:
-            session.execute(delete(Prediction).where(Prediction.model_version == tag))
-            session.execute(delete(ModelVersion).where(ModelVersion.id == earlier["id"]))
+            session.execute(delete(Prediction).where(Prediction.model_version == "v998:0123456789ab"))
     assert scales == [0.55, 0.55]
 
 
-def test_a_versions_fitted_scale_decides_infometic_words_only(world):
-    from sqlalchemy import delete
+@pytest.mark.parametrize("model, expected", [
+    ({"metric_options": {"infometic": {"word_threshold_scale": 0.6}}}, 0.6),
+    ({"metric_options": {"infometic": {"word_threshold_scale": 1}}}, None),      # the rule's own threshold
+    ({"metric_options": {"clip4dm": {"epsilon": -5e-5, "layers": 3}}}, None),
+    ({"metric_options": {"infometic": {"word_threshold_scale": -1}}}, None),     # not a scale: ignored
+    ({"metric_options": {"infometic": {"word_threshold_scale": "0.6"}}}, None),
+    ({"metric_options": {"infometic": {"word_threshold_scale": True}}}, None),
+    ({}, None), (None, None),
+])
+def test_a_rows_recorded_word_scale(model, expected):
+    from capscope.annotation.import_predictions import recorded_word_scale
 
-    from capscope.annotation.model_versions import add_version, version_tag, version_word_scale
-
-    store = world["store"]
-    fitted = add_version(store, path="fitted.pt", sha256="cd" * 32, dataset=DATASET,
-                         figures={"word_threshold": {"scale": 0.6, "f1": {}}})
-    try:
-        with store.read() as session:
-            scales = [version_word_scale(session, version_tag(fitted)),
-                      version_word_scale(session, version_tag(fitted), "infoclip"),
-                      version_word_scale(session, "imported-scores.jsonl"),
-                      version_word_scale(session, None)]
-    finally:
-        with store.write() as session:
-            session.execute(delete(ModelVersion).where(ModelVersion.id == fitted["id"]))
-    assert scales == [0.6, 1.0, 1.0, 1.0]
+    assert recorded_word_scale(model, "infometic") == expected
 
 
 def test_rescoring_reads_the_queue_a_page_at_a_time_up_to_the_limit(world):

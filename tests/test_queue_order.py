@@ -39,11 +39,11 @@ def import_rows(store: Store, folder, n: int, dataset: str = "default", per_item
 
 
 def predict(store: Store, caption_id: int, tokens, regions=(), metric="infometic", version="v1",
-            uncertainty=None, at: datetime | None = None) -> None:
+            uncertainty=None, at: datetime | None = None, word_scale: float | None = None) -> None:
     with store.write() as session:
         session.add(Prediction(caption_id=caption_id, metric=metric, model_version=version,
                                token_scores=list(tokens), region_scores=list(regions), uncertainty=uncertainty,
-                               created_at=at or utcnow()))
+                               word_scale=word_scale, created_at=at or utcnow()))
 
 
 def external_ids(store: Store) -> dict[int, str]:
@@ -221,24 +221,16 @@ def test_uncertainty_reads_regions_the_model_version_and_infometic_first(scored)
     assert queue.refresh_queue(scored, "default")["next"] == [2, 7, 3, 6, 4, 5, 1]
 
 
-def test_uncertainty_judges_a_versions_words_at_its_fitted_word_threshold(store, tmp_path):
-    from capscope.annotation.model_versions import add_version, version_tag
-
+def test_uncertainty_judges_words_at_the_scale_their_prediction_records(store, tmp_path):
     import_rows(store, tmp_path, 2, n_images=2)
-    version = add_version(store, path=tmp_path / "child.pt", sha256="ab" * 32,
-                          figures={"word_threshold": {"scale": 0.5, "f1": {}}})
-    tag = version_tag(version)
-    # "red" alone is seen: its threshold is beta, times the version's 0.5. Caption 1 sits on 0.05, caption 2 on
-    # 0.1: at scale 1 caption 2 would come first
-    predict(store, 1, scores_on_red(0.05), version=tag)
-    predict(store, 2, scores_on_red(T), version=tag)
-    assert queue.set_queue_order(store, "default", "uncertainty", model_version=tag)["next"] == [1, 2]
+    # "red" alone is seen: its threshold is beta, times the prediction's 0.5 (a fine-tuned version's fitted
+    # scale). Caption 1 sits on 0.05, caption 2 on 0.1: at scale 1 caption 2 would come first
+    predict(store, 1, scores_on_red(0.05), version="v1:abababababab", word_scale=0.5)
+    predict(store, 2, scores_on_red(T), version="v1:abababababab", word_scale=0.5)
+    assert queue.set_queue_order(store, "default", "uncertainty", model_version="v1:abababababab")["next"] == [1, 2]
     predict(store, 1, scores_on_red(0.05), version="imported")
     predict(store, 2, scores_on_red(T), version="imported")
     assert queue.refresh_queue(store, "default", model_version="imported")["next"] == [2, 1]
-
-
-# ---------------------------------------------------------------- disagreement
 
 def test_disagreement_puts_split_items_first_and_follows_new_labels(store, tmp_path, users):
     ann, bob, cat, dan = users

@@ -459,28 +459,6 @@ def test_stored_predictions_are_decided_under_the_servers_token_rule():
     assert _decided(item, stored, "infometic", "relative", 0.6) == (set(), {0}, "infometic")
 
 
-def test_the_active_versions_word_scale_decides_its_own_stored_predictions_only():
-    class FakeScorer:
-        def __init__(self, metrics, scale=1.0):
-            self.metrics, self.scale = {m: None for m in metrics}, scale
-
-        def word_threshold_scale(self, metric):
-            return self.scale if metric == "infometic" else 1.0
-
-    models = Models(FakeScorer, metrics=["infometic", "hice"])
-    assert models.word_scale("infometic", "default-model") == 1.0
-    models.swap(FakeScorer(["infometic", "hice"], 0.6), {}, "child.pt", "v1:0123456789ab")
-    assert models.word_scale("infometic", "v1:0123456789ab") == 0.6
-    assert models.word_scale("hice", "v1:0123456789ab") == 1.0
-    assert models.word_scale("infometic", "default-model") == models.word_scale("infometic", "imported") == 1.0
-
-
-    def no_model(metrics):
-        raise RuntimeError("open_clip: no weights here")
-
-    assert Models(no_model).word_scale("infometic", "default-model") == 1.0  # stored predictions still decide
-
-
 def test_label_clicks_never_run_the_model_for_suggestions(dataset):
     from capscope.ui_annotate import Suggestions
 
