@@ -6,10 +6,9 @@ from pathlib import Path
 
 from capscope.cli import CapscopeError
 from capscope.cmd_score import add_clip4dm_options, add_precision_option
+from capscope.demo.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 from capscope.demo.shifts import SHIFTS
 from capscope.metrics.constants import TOKEN_RULES
-
-FINETUNE_MINUTES = 10.0  # `train infometic`'s budget without --minutes or --steps (FinetuneConfig's default)
 
 
 def register(sub) -> None:
@@ -79,7 +78,7 @@ def register_train_infometic(targets) -> None:
     tune.add_argument("--dataset", default=None, help="a dataset in the store: gold labels, else the judgements' majority")
     tune.add_argument("--db", default=None, help="database URL for --dataset (default: $CAPSCOPE_DB_URL or the local file)")
     tune.add_argument("--init", default=None, help="the checkpoint to start from: a file, or `demo` for the bundled model")
-    tune.add_argument("--holdout", type=float, default=0.2, help="share of images held out for the before/after figures")
+    tune.add_argument("--holdout", type=float, default=HOLDOUT, help="share of images held out for the before/after figures")
     tune.add_argument("--anchor", type=float, default=None, help="pull towards the parent's weights (L2-SP; default 0.05)")
     tune.add_argument("--train", choices=("head", "visual"), default="visual",
                       help="what learns: the head, or the head and CLIP's image tower (default)")

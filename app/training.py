@@ -24,6 +24,7 @@ from pathlib import Path
 from capscope.annotation import model_versions as mv
 from capscope.annotation.errors import Conflict, Invalid, NotFound
 from capscope.db import Store, data_dir
+from capscope.demo.finetune_defaults import HOLDOUT as DEFAULT_HOLDOUT, MINUTES as DEFAULT_MINUTES
 from capscope.metrics.errors import ModelUnavailable
 from capscope.ui_models import Models, first_line
 
@@ -31,8 +32,6 @@ log = logging.getLogger(__name__)
 
 MAX_MINUTES = 240.0
 MAX_STEPS = 1_000_000
-DEFAULT_MINUTES = 10.0
-DEFAULT_HOLDOUT = 0.2  # share of images held out for the before/after figures
 RESCORE_LIMIT = 500  # queued items scored again after an activation
 TERMINAL = ("done", "failed", "cancelled")
 

@@ -36,6 +36,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from capscope.demo.finetune_defaults import HOLDOUT, MINUTES
 from capscope.metrics.errors import CapscopeError
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ class FinetuneConfig:
     items: list[dict]                       # CapTokenEval items
     base_dir: Path                          # where the items' relative image paths start
     labels: dict                            # what the labels are, recorded in the checkpoint
-    holdout: float = 0.2                    # share of images held out for the figures
-    minutes: float | None = 10.0
+    holdout: float = HOLDOUT                # share of images held out for the figures
+    minutes: float | None = MINUTES
     steps: int | None = None
     seed: int = 0
     device: str = "auto"

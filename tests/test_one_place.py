@@ -217,6 +217,26 @@ def _is_number(node) -> bool:
     return all(isinstance(n, (ast.Constant, ast.BinOp, ast.operator)) for n in ast.walk(node))
 
 
+def test_fine_tunings_budget_and_hold_out_are_written_once():
+    """The CLI, the API body, the Models panel and FinetuneConfig all read demo/finetune_defaults.py."""
+    import argparse
+
+    from capscope import cmd_demo, server, training, ui_model_versions
+    from capscope.demo import finetune_defaults
+    from capscope.demo.finetune import FinetuneConfig
+
+    parser = argparse.ArgumentParser()
+    cmd_demo.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train", "infometic", "--labels", "x.jsonl", "--init", "demo", "--out", "y.pt"])
+    assert args.holdout == FinetuneConfig.holdout == server.TrainRequest.model_fields["holdout"].default == finetune_defaults.HOLDOUT
+    assert FinetuneConfig.minutes == training.DEFAULT_MINUTES == finetune_defaults.MINUTES
+    assert ui_model_versions.DEFAULT_HOLDOUT == finetune_defaults.HOLDOUT
+    literals = [f"{path}:{node.lineno}" for path, tree in package_trees() for node in ast.walk(tree)
+                if isinstance(node, ast.keyword) and node.arg == "holdout"
+                and isinstance(node.value, ast.Constant) and node.value.value == finetune_defaults.HOLDOUT]
+    assert literals == []   # the default spelt out again (holdout=0.0, training on all the labels, is a choice)
+
+
 
 # ---------------------------------------------------------------- images
 
