@@ -26,9 +26,15 @@ SHARPNESS = 2.0
 TINY = 1e-12
 
 
+def verdict_probability(share: float, threshold: float) -> float:
+    """How likely a verdict is positive (a word correct, a region mentioned):
+    sigmoid(SHARPNESS * ln(share / threshold)), 0.5 on the threshold."""
+    return 1.0 / (1.0 + (max(share, TINY) / threshold) ** -SHARPNESS)
+
+
 def verdict_entropy(share: float, threshold: float) -> float:
     """The binary entropy (bits) of one verdict: 1 on the threshold, towards 0 far from it."""
-    p = 1.0 / (1.0 + (max(share, TINY) / threshold) ** -SHARPNESS)
+    p = verdict_probability(share, threshold)
     if p <= 0.0 or p >= 1.0:
         return 0.0
     return -(p * math.log2(p) + (1 - p) * math.log2(1 - p))

@@ -4,12 +4,14 @@ items first help? (`python -m capscope.label_efficiency --out DIR`)
 For each appearance shift of the demo world (demo/shifts.py), in one run:
 - a pool of shifted scenes (two items per scene, a clean caption and its
   polluted twin) and a separate held-out set of shifted scenes;
-- orders over the pool (`--orders`): random (seeded), uncertainty (the
-  parent model's word and region verdicts closest to their threshold first,
-  one caption per image per round: the queue's own `uncertainty` order), and
-  rounds (a random first round, then each round the items most uncertain
-  under the child fine-tuned on the labels so far: the loop of train,
-  activate, re-score the queue, label again);
+- orders over the pool (`--orders`): random (one per `--random-seeds`),
+  uncertainty (the parent model's word and region verdicts closest to their
+  threshold first, one caption per image per round: the queue's own
+  `uncertainty` order), likely-wrong (the items whose words the parent most
+  expects to be wrong first, one caption per image per round; a study order,
+  not a queue order), and rounds (a random first round, then each round the
+  items most uncertain under the child fine-tuned on the labels so far: the
+  loop of train, activate, re-score the queue, label again);
 - for each budget (items labelled), a simulated annotator labels the first
   items of the order from the gold labels, each label flipped with
   probability `noise`; the parent is fine-tuned on them with a fixed number of
@@ -29,7 +31,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-ORDERS = ("random", "uncertainty", "rounds")
+ORDERS = ("random", "uncertainty", "likely-wrong", "rounds")
 KEYS = ("incorrect_token_f1", "incorrect_token_auroc", "text_accuracy", "region_auroc")
 
 
@@ -61,6 +63,26 @@ def uncertainty_order(items: list[dict], predictions: list[dict]) -> list[int]:
         value = item_uncertainty("infometic", p.get("token_scores"), p.get("region_scores"),
                                  semantic=[bool(t.get("semantic")) for t in item["tokens"]])
         scored.append((i, images[str(item["image"])], -1.0 if value is None else value))
+    return interleave_by_image(scored)
+
+
+def likely_wrong_order(items: list[dict], predictions: list[dict]) -> list[int]:
+    """Item indices, the items whose semantic words the parent most expects to
+    be wrong first (the mean of 1 - `verdict_probability` against the word
+    threshold), one caption per image per round. Items without a scored word come last."""
+    from capscope.annotation.queue import interleave_by_image
+    from capscope.annotation.uncertainty import verdict_probability
+    from capscope.metrics.constants import BETA
+    from capscope.metrics.families import word_threshold
+
+    images = {image: k for k, image in enumerate(sorted({str(item["image"]) for item in items}))}
+    scored = []
+    for i, (item, p) in enumerate(zip(items, predictions)):
+        words = [s for s, t in zip(p.get("token_scores") or [], item["tokens"])
+                 if t.get("semantic") and isinstance(s, (int, float)) and np.isfinite(s)]
+        threshold = word_threshold("relative", BETA, len(words), 1.0)
+        value = float(np.mean([1.0 - verdict_probability(s, threshold) for s in words])) if words else -1.0
+        scored.append((i, images[str(item["image"])], value))
     return interleave_by_image(scored)
 
 
@@ -104,12 +126,14 @@ def run(args) -> dict:
     from capscope.metrics.loading import demo_model_path
 
     out = Path(args.out)
+    random_seeds = args.random_seeds or [args.seed]
     parent = Path(args.init) if args.init else demo_model_path()
     own = out / "own"
     write_demo_data(own, args.held_scenes, seed=args.seed + 2, progress=False)
     result = {"parent": parent.name, "steps": args.steps, "noise": args.noise, "budgets": args.budgets,
               "replay": args.replay, "orders": args.orders,
               **({"round_size": args.round_size} if "rounds" in args.orders else {}),
+              **({"random_seeds": random_seeds} if len(random_seeds) > 1 else {}),
               "pool_scenes": args.pool_scenes, "held_scenes": args.held_scenes, "shifts": {}}
     for shift in args.shifts:
         pool_dir, held_dir = out / shift / "pool", out / shift / "held"
@@ -118,9 +142,12 @@ def run(args) -> dict:
         pool = read_json_lines(pool_dir / "captokeneval.jsonl")
         for item in pool:
             item["image"] = str(pool_dir / item["image"])
-        orders = {"random": list(np.random.default_rng(args.seed).permutation(len(pool)))}
-        if "uncertainty" in args.orders:
-            orders["uncertainty"] = uncertainty_order(pool, predict(_scorer(parent), "infometic", pool, pool_dir)[0])
+        permutations = {p: list(np.random.default_rng(p).permutation(len(pool))) for p in random_seeds}
+        orders = {"rounds": permutations[random_seeds[0]]}
+        if {"uncertainty", "likely-wrong"} & set(args.orders):
+            parent_predictions = predict(_scorer(parent), "infometic", pool, pool_dir)[0]
+            orders["uncertainty"] = uncertainty_order(pool, parent_predictions)
+            orders["likely-wrong"] = likely_wrong_order(pool, parent_predictions)
         before = _figures(parent, held_dir, evaluate_gold)
         shift_result = {"before": {k: before.get(k) for k in KEYS}, "runs": []}
 
@@ -133,20 +160,24 @@ def run(args) -> dict:
                 evaluate_gold, fit_word_scale)
             return child
 
-        for order_name in args.orders:
+        for order_name, permutation in _studied(args.orders, random_seeds):
+            ranked = permutations[permutation] if permutation is not None else orders[order_name]
+            name = order_name if permutation is None or len(random_seeds) == 1 else f"random{permutation}"
             for budget in args.budgets:
                 started = time.monotonic()
                 if order_name == "rounds":
-                    child, asked = in_rounds(pool, orders["random"], budget, args,
+                    child, asked = in_rounds(pool, ranked, budget, args,
                                              lambda chosen, name: fine_tune(chosen, name, "rounds"))
                 else:
-                    chosen = simulated_labels([pool[i] for i in orders[order_name][:budget]], args.noise,
-                                              args.seed + budget)
-                    child, asked = fine_tune(chosen, f"{order_name}-{budget}", order_name), None
+                    chosen = simulated_labels([pool[i] for i in ranked[:budget]], args.noise, args.seed + budget)
+                    child, asked = fine_tune(chosen, f"{name}-{budget}", order_name), None
                 after = _figures(child, held_dir, evaluate_gold)
-                run = {"order": order_name, "labels": budget, **{k: after.get(k) for k in KEYS},
+                asked_for = ({"rounds": asked} if asked else
+                             {"wrong_words": _wrong_words([pool[i] for i in ranked[:budget]])})
+                run = {"order": order_name, **({"permutation": permutation} if permutation is not None else {}),
+                       "labels": budget, **{k: after.get(k) for k in KEYS},
                        "own_world_f1": _figures(child, own, evaluate_gold)["incorrect_token_f1"],
-                       "seconds": round(time.monotonic() - started, 1), **({"rounds": asked} if asked else {})}
+                       "seconds": round(time.monotonic() - started, 1), **asked_for}
                 log.info("%s %s", shift, run)
                 shift_result["runs"].append(run)
                 (out / "label_efficiency.json").write_text(
@@ -156,6 +187,11 @@ def run(args) -> dict:
     (out / "label_efficiency.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "label_efficiency.png")
     return result
+
+
+def _studied(orders: list[str], random_seeds: list[int]) -> list[tuple[str, int | None]]:
+    """(order, permutation seed) pairs to run: random once per seed, the others once."""
+    return [(order, seed) for order in orders for seed in (random_seeds if order == "random" else [None])]
 
 
 def _scorer(checkpoint: Path):
@@ -175,6 +211,7 @@ def _figures(checkpoint: Path, folder: Path, evaluate_gold) -> dict:
 
 def plot(result: dict, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -183,13 +220,25 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(shifts), figsize=(4.2 * len(shifts), 3.4), squeeze=False)
     for ax, shift in zip(axes[0], shifts):
         data = result["shifts"][shift]
-        for order, style in (("random", "o--"), ("uncertainty", "s-"), ("rounds", "^-")):
-            runs = [r for r in data["runs"] if r["order"] == order]
-            if not runs:
+        for order, style in (("random", "o--"), ("uncertainty", "s-"), ("likely-wrong", "d-"), ("rounds", "^-")):
+            by_budget: dict[int, list[float]] = {}
+            for r in data["runs"]:
+                if r["order"] == order:
+                    by_budget.setdefault(r["labels"], []).append(r["incorrect_token_f1"])
+            if not by_budget:
                 continue
-            ax.plot([r["labels"] for r in runs], [r["incorrect_token_f1"] for r in runs], style, label=order)
+            budgets = sorted(by_budget)
+            f1s = [by_budget[b] for b in budgets]
+            several = max(map(len, f1s)) > 1  # random order over several permutations: their mean and range
+            line, = ax.plot(budgets, [float(np.mean(v)) for v in f1s], style,
+                            label=f"{order} (mean of {max(map(len, f1s))})" if several else order)
+            if several:
+                ax.fill_between(budgets, [min(v) for v in f1s], [max(v) for v in f1s], color=line.get_color(), alpha=0.15)
         ax.axhline(data["before"]["incorrect_token_f1"], color="grey", lw=1, label="before fine-tuning")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r["labels"] for r in data["runs"]}))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("labelled items")
         ax.set_ylabel("held-out wrong-word F1")
         ax.set_title(f"shift: {shift}", fontsize=10)
@@ -216,6 +265,8 @@ def main(argv=None) -> int:
     parser.add_argument("--noise", type=float, default=0.03, help="chance the simulated annotator flips a label")
     parser.add_argument("--replay", default="demo", help="the parent's own world mixed in (see --replay of train infometic)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--random-seeds", nargs="+", type=int, default=None,
+                        help="the permutation seeds of random order, one fine-tune each (default: --seed)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     if args.round_size < 1:

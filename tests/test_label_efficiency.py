@@ -43,6 +43,28 @@ def test_uncertainty_order_is_the_queue_s_over_items():
     assert le.uncertainty_order(items[:2], [{"token_scores": [None, None]}, predictions[2]]) == [1, 0]
 
 
+def test_likely_wrong_order_asks_first_for_the_words_the_parent_expects_wrong():
+    # two semantic words: threshold 0.1; P(wrong) = 1 / (1 + (share / 0.1) ** 2)
+    items = [item("a.png", ["correct", "correct"]), item("a.png", ["correct", "correct"]),
+             item("b.png", ["correct", "correct"]), item("b.png", ["correct", None])]
+    predictions = [{"token_scores": [0.2, 0.2]},     # 0.2 each: mean 0.2
+                   {"token_scores": [0.05, 0.2]},    # 0.8 and 0.2: mean 0.5
+                   {"token_scores": [0.1, 0.4]},     # 0.5 and 1/17: mean 0.279
+                   {"token_scores": [0.3, 0.01]}]    # the second is not semantic: 0.1
+    # round one: each image's likeliest (1 at 0.5, then 2 at 0.279); round two: 0 (0.2), then 3 (0.1)
+    assert le.likely_wrong_order(items, predictions) == [1, 2, 0, 3]
+    # no scored word: last
+    assert le.likely_wrong_order(items[:2], [{"token_scores": [None, None]}, predictions[0]]) == [1, 0]
+    # to uncertainty, 0 (P(wrong) 0.2 and 0.2) and 1 (0.8 and 0.2) are alike: entropy is symmetric
+    assert le.uncertainty_order(items, predictions) == [0, 2, 1, 3]
+
+
+def test_random_order_runs_once_per_permutation_seed_and_the_others_once():
+    assert le._studied(["random", "uncertainty", "likely-wrong"], [0, 1, 2]) == [
+        ("random", 0), ("random", 1), ("random", 2), ("uncertainty", None), ("likely-wrong", None)]
+    assert le._studied(["uncertainty", "random"], [5]) == [("uncertainty", None), ("random", 5)]
+
+
 def test_plot_draws_each_shift(tmp_path):
     result = {"shifts": {shift: {"before": {"incorrect_token_f1": 0.2},
                                  "runs": [{"order": order, "labels": n, "incorrect_token_f1": f1}
@@ -52,6 +74,20 @@ def test_plot_draws_each_shift(tmp_path):
     le.plot(json.loads(json.dumps(result)), tmp_path / "plot.png")
     png = (tmp_path / "plot.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_plot_draws_random_order_s_mean_and_range_over_permutations(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    drawn = {}
+    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between",
+                        lambda self, x, low, high, **kw: drawn.update(x=list(x), low=low, high=high))
+    runs = [{"order": "random", "permutation": p, "labels": n, "incorrect_token_f1": f1}
+            for p, f1s in ((0, (0.4, 0.6)), (1, (0.5, 0.7)), (2, (0.6, 0.65))) for n, f1 in zip((200, 400), f1s)]
+    runs.append({"order": "likely-wrong", "labels": 200, "incorrect_token_f1": 0.3})
+    le.plot({"shifts": {"outline": {"before": {"incorrect_token_f1": 0.2}, "runs": runs}}}, tmp_path / "plot.png")
+    assert drawn == {"x": [200, 400], "low": [0.4, 0.6], "high": [0.6, 0.7]}
+    assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize("noise", [-0.1, 1.5])
