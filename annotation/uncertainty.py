@@ -46,14 +46,19 @@ def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic:
     """Mean verdict entropy over the semantic words with a score (every scored
     word when `semantic` is unknown), against the word threshold times the
     model's `word_scale`, and the regions with a score, against beta."""
-    flags = list(semantic) if semantic is not None else [True] * len(token_scores)
-    words = [s for s, sem in zip(token_scores, flags) if sem and _finite(s)]
+    words = scored_words(token_scores, semantic)
     regions = [s for s in region_scores if _finite(s)]
     if not words and not regions:
         return None
     threshold = word_threshold(token_rule, beta, len(words), word_scale)
     values = [verdict_entropy(s, threshold) for s in words] + [verdict_entropy(s, beta) for s in regions]
     return sum(values) / len(values)
+
+
+def scored_words(token_scores: Sequence, semantic: Sequence[bool] | None = None) -> list[float]:
+    """The shares of the semantic words with a score (every scored word when `semantic` is unknown)."""
+    flags = list(semantic) if semantic is not None else [True] * len(token_scores)
+    return [s for s, sem in zip(token_scores, flags) if sem and _finite(s)]
 
 
 def token_uncertainty(scores: Sequence, threshold: float = BETA) -> float | None:

@@ -55,35 +55,40 @@ def uncertainty_order(items: list[dict], predictions: list[dict]) -> list[int]:
     """Item indices in the queue's own `uncertainty` order (annotation/queue.py):
     word and region verdicts closest to the threshold first, one caption per
     image per round."""
-    from capscope.annotation.queue import interleave_by_image, item_uncertainty
+    from capscope.annotation.queue import item_uncertainty
 
-    images = {image: k for k, image in enumerate(sorted({str(item["image"]) for item in items}))}
-    scored = []
-    for i, (item, p) in enumerate(zip(items, predictions)):
-        value = item_uncertainty("infometic", p.get("token_scores"), p.get("region_scores"),
-                                 semantic=[bool(t.get("semantic")) for t in item["tokens"]])
-        scored.append((i, images[str(item["image"])], -1.0 if value is None else value))
-    return interleave_by_image(scored)
+    return _interleaved(items, [item_uncertainty("infometic", p.get("token_scores"), p.get("region_scores"),
+                                                 semantic=_semantic(item))
+                                for item, p in zip(items, predictions)])
 
 
 def likely_wrong_order(items: list[dict], predictions: list[dict]) -> list[int]:
     """Item indices, the items whose semantic words the parent most expects to
     be wrong first (the mean of 1 - `verdict_probability` against the word
     threshold), one caption per image per round. Items without a scored word come last."""
-    from capscope.annotation.queue import interleave_by_image
-    from capscope.annotation.uncertainty import verdict_probability
-    from capscope.metrics.constants import BETA
+    from capscope.annotation.uncertainty import scored_words, verdict_probability
+    from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
     from capscope.metrics.families import word_threshold
 
+    def expected_wrong(item: dict, p: dict) -> float | None:
+        words = scored_words(p.get("token_scores") or [], _semantic(item))
+        threshold = word_threshold(DEFAULT_TOKEN_RULE, BETA, len(words))
+        return float(np.mean([1.0 - verdict_probability(s, threshold) for s in words])) if words else None
+
+    return _interleaved(items, [expected_wrong(item, p) for item, p in zip(items, predictions)])
+
+
+def _semantic(item: dict) -> list[bool]:
+    return [bool(t.get("semantic")) for t in item["tokens"]]
+
+
+def _interleaved(items: list[dict], values: list[float | None]) -> list[int]:
+    """Item indices, highest value first (None: last), one caption per image per round."""
+    from capscope.annotation.queue import interleave_by_image
+
     images = {image: k for k, image in enumerate(sorted({str(item["image"]) for item in items}))}
-    scored = []
-    for i, (item, p) in enumerate(zip(items, predictions)):
-        words = [s for s, t in zip(p.get("token_scores") or [], item["tokens"])
-                 if t.get("semantic") and isinstance(s, (int, float)) and np.isfinite(s)]
-        threshold = word_threshold("relative", BETA, len(words), 1.0)
-        value = float(np.mean([1.0 - verdict_probability(s, threshold) for s in words])) if words else -1.0
-        scored.append((i, images[str(item["image"])], value))
-    return interleave_by_image(scored)
+    return interleave_by_image([(i, images[str(item["image"])], -1.0 if value is None else value)
+                                for i, (item, value) in enumerate(zip(items, values))])
 
 
 def in_rounds(pool: list[dict], first: list[int], budget: int, args, fine_tune) -> tuple[Path, list[dict]]:
@@ -168,12 +173,13 @@ def run(args) -> dict:
                 if order_name == "rounds":
                     child, asked = in_rounds(pool, ranked, budget, args,
                                              lambda chosen, name: fine_tune(chosen, name, "rounds"))
+                    asked_for = {"rounds": asked}
                 else:
-                    chosen = simulated_labels([pool[i] for i in ranked[:budget]], args.noise, args.seed + budget)
-                    child, asked = fine_tune(chosen, f"{name}-{budget}", order_name), None
+                    first = [pool[i] for i in ranked[:budget]]
+                    child = fine_tune(simulated_labels(first, args.noise, args.seed + budget), f"{name}-{budget}",
+                                      order_name)
+                    asked_for = {"wrong_words": _wrong_words(first)}
                 after = _figures(child, held_dir, evaluate_gold)
-                asked_for = ({"rounds": asked} if asked else
-                             {"wrong_words": _wrong_words([pool[i] for i in ranked[:budget]])})
                 run = {"order": order_name, **({"permutation": permutation} if permutation is not None else {}),
                        "labels": budget, **{k: after.get(k) for k in KEYS},
                        "own_world_f1": _figures(child, own, evaluate_gold)["incorrect_token_f1"],
@@ -229,10 +235,10 @@ def plot(result: dict, path: Path) -> None:
                 continue
             budgets = sorted(by_budget)
             f1s = [by_budget[b] for b in budgets]
-            several = max(map(len, f1s)) > 1  # random order over several permutations: their mean and range
+            runs_per_budget = max(map(len, f1s))  # random order over several permutations: their mean and range
             line, = ax.plot(budgets, [float(np.mean(v)) for v in f1s], style,
-                            label=f"{order} (mean of {max(map(len, f1s))})" if several else order)
-            if several:
+                            label=f"{order} (mean of {runs_per_budget})" if runs_per_budget > 1 else order)
+            if runs_per_budget > 1:
                 ax.fill_between(budgets, [min(v) for v in f1s], [max(v) for v in f1s], color=line.get_color(), alpha=0.15)
         ax.axhline(data["before"]["incorrect_token_f1"], color="grey", lw=1, label="before fine-tuning")
         ax.set_xscale("log", base=2)
