@@ -125,6 +125,7 @@ def _wrong_words(items: list[dict]) -> int:
 
 def run(args) -> dict:
     from capscope.bench.evaluate import evaluate_gold, fit_word_scale, predict
+    from capscope.bench.gold import f1_difference
     from capscope.demo.dataset import write_demo_data
     from capscope.demo.finetune import FinetuneConfig, finetune
     from capscope.metrics.jsonl import read_json_lines
@@ -153,8 +154,10 @@ def run(args) -> dict:
             parent_predictions = predict(_scorer(parent), "infometic", pool, pool_dir)[0]
             orders["uncertainty"] = uncertainty_order(pool, parent_predictions)
             orders["likely-wrong"] = likely_wrong_order(pool, parent_predictions)
-        before = _figures(parent, held_dir, evaluate_gold)
+        held_items = read_json_lines(held_dir / "captokeneval.jsonl")
+        before = _held_out(parent, held_dir, held_items)[0]
         shift_result = {"before": {k: before.get(k) for k in KEYS}, "runs": []}
+        decided: dict[tuple[str, int], list[list[dict]]] = {}   # (order, labels): each child's held-out verdicts
 
         def fine_tune(chosen: list[dict], name: str, order_name: str) -> Path:
             child = out / shift / f"{name}.pt"
@@ -179,17 +182,20 @@ def run(args) -> dict:
                     child = fine_tune(simulated_labels(first, args.noise, args.seed + budget), f"{name}-{budget}",
                                       order_name)
                     asked_for = {"wrong_words": _wrong_words(first)}
-                after = _figures(child, held_dir, evaluate_gold)
+                after, verdicts = _held_out(child, held_dir, held_items)
+                decided.setdefault((order_name, budget), []).append(verdicts)
                 run = {"order": order_name, **({"permutation": permutation} if permutation is not None else {}),
                        "labels": budget, **{k: after.get(k) for k in KEYS},
-                       "own_world_f1": _figures(child, own, evaluate_gold)["incorrect_token_f1"],
+                       "incorrect_token_f1_ci95": _rounded(f1_difference(held_items, [verdicts])["ci95"]),
+                       "own_world_f1": _own_world_f1(child, own),
                        "seconds": round(time.monotonic() - started, 1), **asked_for}
                 log.info("%s %s", shift, run)
                 shift_result["runs"].append(run)
+                shift_result["against_random"] = against_random(held_items, decided)
                 (out / "label_efficiency.json").write_text(
                     json.dumps(result | {"shifts": result["shifts"] | {shift: shift_result}}, indent=1))
         result["shifts"][shift] = shift_result
-    result["parent_own_world_f1"] = _figures(parent, own, evaluate_gold)["incorrect_token_f1"]
+    result["parent_own_world_f1"] = _own_world_f1(parent, own)
     (out / "label_efficiency.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "label_efficiency.png")
     return result
@@ -207,12 +213,44 @@ def _scorer(checkpoint: Path):
                   token_rule="relative")
 
 
-def _figures(checkpoint: Path, folder: Path, evaluate_gold) -> dict:
-    """The checkpoint's figures on the gold items of a demo-data folder."""
+def _held_out(checkpoint: Path, folder: Path, items: list[dict]) -> tuple[dict, list[dict]]:
+    """The checkpoint's figures on the gold items of a demo-data folder, and
+    its predictions there, decided at its own word threshold."""
+    from capscope.bench.evaluate import figures_of, predict, redecided, word_scale_of
+    from capscope.metrics.constants import BETA
+
+    scorer = _scorer(checkpoint)
+    predictions, errors = predict(scorer, "infometic", items, folder)
+    scale = word_scale_of(scorer, "infometic")
+    figures = figures_of(items, predictions, errors, "infometic", token_rule="relative", word_scale=scale)
+    return figures, redecided(items, predictions, "relative", BETA, "infometic", scale)
+
+
+def _own_world_f1(checkpoint: Path, folder: Path) -> float | None:
     from capscope.metrics.jsonl import read_json_lines
 
-    items = read_json_lines(folder / "captokeneval.jsonl")
-    return evaluate_gold(_scorer(checkpoint), "infometic", items, folder, token_rule="relative")
+    return _held_out(checkpoint, folder, read_json_lines(folder / "captokeneval.jsonl"))[0]["incorrect_token_f1"]
+
+
+def against_random(items: list[dict], decided: dict[tuple[str, int], list[list[dict]]]) -> list[dict]:
+    """Each other order's held-out F1 less random order's (the mean over its
+    permutations), with the same labels and with twice as many (the goal: at
+    most half the labels for the same F1), each with a paired bootstrap 95%
+    interval over held-out images."""
+    from capscope.bench.gold import f1_difference
+
+    out = []
+    for (order, labels), children in decided.items():
+        for random_labels in (labels, 2 * labels) if order != "random" else ():
+            if ("random", random_labels) in decided:
+                found = f1_difference(items, children, decided[("random", random_labels)])
+                out.append({"order": order, "labels": labels, "random_labels": random_labels,
+                            "f1_difference": round(found["value"], 4), "ci95": _rounded(found["ci95"])})
+    return out
+
+
+def _rounded(interval: list[float] | None) -> list[float] | None:
+    return None if interval is None else [round(x, 4) for x in interval]
 
 
 def plot(result: dict, path: Path) -> None:
@@ -266,7 +304,8 @@ def main(argv=None) -> int:
                              "items most uncertain under the newest child")
     parser.add_argument("--round-size", type=int, default=100)
     parser.add_argument("--pool-scenes", type=int, default=300)
-    parser.add_argument("--held-scenes", type=int, default=100)
+    parser.add_argument("--held-scenes", type=int, default=1000,
+                        help="held-out scenes; 80 scenes (160 items) moved one child's F1 by 0.11 against 1000")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--noise", type=float, default=0.03, help="chance the simulated annotator flips a label")
     parser.add_argument("--replay", default="demo", help="the parent's own world mixed in (see --replay of train infometic)")

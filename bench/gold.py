@@ -14,8 +14,11 @@ tokens/regions that got a score and is null when one class is missing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
-from capscope.metrics.stats import auroc
+import numpy as np
+
+from capscope.metrics.stats import auroc, bootstrap_interval
 
 
 @dataclass
@@ -79,6 +82,43 @@ def f1(gold: list[bool], decided: list[bool]) -> float | None:
     fp = sum(d and not g for g, d in zip(gold, decided))
     fn = sum(g and not d for g, d in zip(gold, decided))
     return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def f1_difference(items: list[dict], first: Sequence[list[dict]], second: Sequence[list[dict]] = (), *,
+                  draws: int = 1000, seed: int = 0) -> dict:
+    """The mean wrong-word F1 of the `first` models' predictions on `items`,
+    less the mean F1 of the `second` models' (none: less 0), with its
+    bootstrap 95% interval: each draw resamples whole images (an image's
+    captions share its errors), the same rows for every model, so the interval
+    of a difference is a paired one."""
+    first_counts = [_word_counts(items, predictions) for predictions in first]
+    second_counts = [_word_counts(items, predictions) for predictions in second]
+
+    def difference(rows) -> float:
+        def mean_f1(counts: list[np.ndarray]) -> float:
+            return float(np.mean([_f1_of(c[rows].sum(axis=0)) for c in counts])) if counts else 0.0
+        return mean_f1(first_counts) - mean_f1(second_counts)
+
+    images = [str(item["image"]) for item in items]
+    return {"value": difference(np.arange(len(items))), "ci95": bootstrap_interval(difference, images, draws, seed),
+            "images": len(set(images))}
+
+
+def _word_counts(items: list[dict], predictions: list[dict]) -> np.ndarray:
+    """Per item, (true positives, false positives, false negatives) of its wrong-word verdicts."""
+    counts = np.zeros((len(items), 3))
+    for k, (item, prediction) in enumerate(zip(items, predictions, strict=True)):
+        judged = collect_tokens([item], [prediction])
+        counts[k] = [sum(g and d for g, d in zip(judged.gold, judged.decided)),
+                     sum(d and not g for g, d in zip(judged.gold, judged.decided)),
+                     sum(g and not d for g, d in zip(judged.gold, judged.decided))]
+    return counts
+
+
+def _f1_of(counts: np.ndarray) -> float:
+    """`f1` from the counts of true positives, false positives and false negatives."""
+    tp, fp, fn = counts
+    return 0.0 if tp == 0 else float(2 * tp / (2 * tp + fp + fn))
 
 
 def evaluate(items: list[dict], predictions: list[dict], metric: str = "") -> dict:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 def auroc(gold: list[bool], scores: list[float | None]) -> float | None:
     """Area under the ROC curve of `scores` for the positive (True) class, over
@@ -13,3 +15,28 @@ def auroc(gold: list[bool], scores: list[float | None]) -> float | None:
     from sklearn.metrics import roc_auc_score
 
     return float(roc_auc_score([g for g, _ in pairs], [s for _, s in pairs]))
+
+
+def group_members(groups) -> list[np.ndarray]:
+    """Row indices of each distinct group (image)."""
+    _, inverse = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+
+
+def bootstrap_interval(statistic, groups, draws: int = 1000, seed: int = 0) -> list[float] | None:
+    """Percentile 95% interval of `statistic(row_indices)` over `draws`
+    resamples of whole groups (images) with replacement. Draws whose statistic
+    is undefined (e.g. all resampled rows tie) are left out."""
+    members = group_members(groups)
+    if draws < 1 or len(members) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    values = np.empty(draws)
+    for i in range(draws):
+        picked = rng.integers(0, len(members), len(members))
+        values[i] = statistic(np.concatenate([members[g] for g in picked]))
+    if np.isnan(values).all():
+        return None
+    lo, hi = np.nanpercentile(values, [2.5, 97.5])
+    return [float(lo), float(hi)]

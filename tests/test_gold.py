@@ -1,7 +1,7 @@
 """Evaluate figures against hand-computed values."""
 import pytest
 
-from capscope.bench.gold import auroc, evaluate, f1, foil_accuracy
+from capscope.bench.gold import auroc, evaluate, f1, f1_difference, foil_accuracy
 
 
 def tok(text, semantic, label):
@@ -64,3 +64,33 @@ def test_foil_accuracy_pairs_twins():
              {"id": "s2-polluted", "twin": "s2-clean", "polluted": True}]
     scores = {"s1-clean": 0.9, "s1-polluted": 0.4, "s2-clean": 0.3, "s2-polluted": 0.3}
     assert foil_accuracy(items, scores) == {"foil_accuracy": 0.75, "n_pairs": 2}
+
+
+def one_word(image: str, label: str) -> dict:
+    return {"id": image, "image": image, "tokens": [tok("red", True, label)], "regions": []}
+
+
+def test_f1_interval_resamples_whole_images_by_hand():
+    # image p: a wrong word found (tp); image q: a wrong word missed (fn). F1 = 2 / 3.
+    items = [one_word("p.png", "incorrect"), one_word("q.png", "incorrect")]
+    model = [{"token_correct": [False]}, {"token_correct": [True]}]
+    # two images drawn with replacement: pp (F1 1) and qq (0) a quarter each, pq or qp (2/3) half
+    found = f1_difference(items, [model], draws=4000, seed=1)
+    assert found["value"] == pytest.approx(2 / 3) and found["images"] == 2
+    assert found["ci95"] == [0.0, 1.0]
+    assert f1_difference(items, [model], draws=500, seed=7) == f1_difference(items, [model], draws=500, seed=7)
+
+
+def test_f1_difference_is_paired_and_averages_each_side():
+    items = [one_word(f"{i}.png", "incorrect") for i in range(20)]
+    found = [{"token_correct": [False]}] * 20
+    half = [{"token_correct": [i % 2 == 1]} for i in range(20)]   # finds every other one: F1 2/3
+    same = f1_difference(items, [half], [half])
+    assert same["value"] == 0 and same["ci95"] == [0.0, 0.0]   # one draw for both: no spread
+    better = f1_difference(items, [found], [half])
+    assert better["value"] == pytest.approx(1 / 3) and 0 < better["ci95"][0] <= better["ci95"][1] < 1
+    # each side is the mean of its models: (1 + 2/3) / 2 - 2/3
+    assert f1_difference(items, [found, half], [half])["value"] == pytest.approx(1 / 6)
+    # one image's two captions move together
+    pairs = items + [dict(one_word(f"{i}.png", "incorrect"), id=f"{i}b") for i in range(20)]
+    assert f1_difference(pairs, [found * 2])["images"] == 20

@@ -118,3 +118,22 @@ def test_rounds_ask_first_at_random_then_for_what_the_newest_child_doubts(monkey
     assert trained == [[4, 5], [0, 1, 4, 5], [0, 1, 2, 4, 5]]   # each fine-tune on every label so far
     assert child == "rounds-5-3"
     assert [(a["order"], a["items"]) for a in asked] == [("random", 2), ("uncertainty", 2), ("uncertainty", 1)]
+
+
+def test_each_order_is_set_against_random_order_at_its_budget_and_at_twice_it():
+    items = [{"id": str(i), "image": f"{i}.png", "regions": [],
+              "tokens": [{"text": "red", "semantic": True, "label": "incorrect"}]} for i in range(10)]
+
+    def finding(n):   # a child that finds the first n wrong words: F1 2n / (n + 10)
+        return [{"token_correct": [i >= n]} for i in range(10)]
+
+    decided = {("random", 2): [finding(2), finding(4)], ("random", 4): [finding(5)],
+               ("uncertainty", 2): [finding(5)], ("uncertainty", 4): [finding(10)]}
+    found = le.against_random(items, decided)
+    assert [(r["order"], r["labels"], r["random_labels"]) for r in found] == [
+        ("uncertainty", 2, 2), ("uncertainty", 2, 4), ("uncertainty", 4, 4)]   # no random order at 8
+    at_2, goal, at_4 = (r["f1_difference"] for r in found)
+    assert at_2 == pytest.approx(round(2 * 5 / 15 - (4 / 12 + 8 / 14) / 2, 4))
+    assert goal == 0.0 and found[1]["ci95"] == [0.0, 0.0]    # the same verdicts: no spread
+    assert at_4 == pytest.approx(round(1 - 2 * 5 / 15, 4))
+    assert found[2]["ci95"][0] > 0
