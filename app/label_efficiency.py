@@ -278,6 +278,8 @@ def plot(result: dict, path: Path) -> None:
                             label=f"{order} (mean of {runs_per_budget})" if runs_per_budget > 1 else order)
             if runs_per_budget > 1:
                 ax.fill_between(budgets, [min(v) for v in f1s], [max(v) for v in f1s], color=line.get_color(), alpha=0.15)
+            else:
+                _interval_bars(ax, [r for r in data["runs"] if r["order"] == order], line.get_color())
         ax.axhline(data["before"]["incorrect_token_f1"], color="grey", lw=1, label="before fine-tuning")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({r["labels"] for r in data["runs"]}))
@@ -291,6 +293,16 @@ def plot(result: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _interval_bars(ax, runs: list[dict], color) -> None:
+    """Each run's bootstrap 95% interval of its held-out F1, where it has one."""
+    runs = [r for r in runs if r.get("incorrect_token_f1_ci95")]
+    if runs:
+        f1s = [r["incorrect_token_f1"] for r in runs]
+        ax.errorbar([r["labels"] for r in runs], f1s, fmt="none", ecolor=color, capsize=3, lw=1,
+                    yerr=[[f - r["incorrect_token_f1_ci95"][0] for f, r in zip(f1s, runs)],
+                          [r["incorrect_token_f1_ci95"][1] - f for f, r in zip(f1s, runs)]])
 
 
 def main(argv=None) -> int:

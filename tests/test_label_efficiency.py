@@ -76,7 +76,7 @@ def test_plot_draws_each_shift(tmp_path):
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
-def test_plot_draws_random_order_s_mean_and_range_over_permutations(tmp_path, monkeypatch):
+def test_plot_draws_random_order_s_range_over_permutations_and_each_other_run_s_interval(tmp_path, monkeypatch):
     import matplotlib.axes
 
     drawn = {}
@@ -84,8 +84,11 @@ def test_plot_draws_random_order_s_mean_and_range_over_permutations(tmp_path, mo
                         lambda self, x, low, high, **kw: drawn.update(x=list(x), low=low, high=high))
     runs = [{"order": "random", "permutation": p, "labels": n, "incorrect_token_f1": f1}
             for p, f1s in ((0, (0.4, 0.6)), (1, (0.5, 0.7)), (2, (0.6, 0.65))) for n, f1 in zip((200, 400), f1s)]
-    runs.append({"order": "likely-wrong", "labels": 200, "incorrect_token_f1": 0.3})
+    runs.append({"order": "likely-wrong", "labels": 200, "incorrect_token_f1": 0.3, "incorrect_token_f1_ci95": [0.25, 0.4]})
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar",
+                        lambda self, x, y, yerr, **kw: drawn.update(bars=(list(x), y, yerr)))
     le.plot({"shifts": {"outline": {"before": {"incorrect_token_f1": 0.2}, "runs": runs}}}, tmp_path / "plot.png")
+    assert drawn.pop("bars") == ([200], [0.3], [[pytest.approx(0.05)], [pytest.approx(0.1)]])   # a single run: its interval
     assert drawn == {"x": [200, 400], "low": [0.4, 0.6], "high": [0.6, 0.7]}
     assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
 
