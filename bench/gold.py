@@ -78,10 +78,19 @@ def f1(gold: list[bool], decided: list[bool]) -> float | None:
     """F1 of the positive class; 0 when nothing is predicted or nothing is positive."""
     if not gold:
         return None
-    tp = sum(g and d for g, d in zip(gold, decided))
-    fp = sum(d and not g for g, d in zip(gold, decided))
-    fn = sum(g and not d for g, d in zip(gold, decided))
-    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+    return f1_of_counts(confusion_counts(gold, decided))
+
+
+def confusion_counts(gold: list[bool], decided: list[bool]) -> tuple[int, int, int]:
+    """(true positives, false positives, false negatives) of the positive class."""
+    return (sum(g and d for g, d in zip(gold, decided)), sum(d and not g for g, d in zip(gold, decided)),
+            sum(g and not d for g, d in zip(gold, decided)))
+
+
+def f1_of_counts(counts) -> float:
+    """F1 from (true positives, false positives, false negatives); 0 without a true positive."""
+    tp, fp, fn = counts
+    return 0.0 if tp == 0 else float(2 * tp / (2 * tp + fp + fn))
 
 
 def f1_difference(items: list[dict], first: Sequence[list[dict]], second: Sequence[list[dict]] = (), *,
@@ -96,7 +105,7 @@ def f1_difference(items: list[dict], first: Sequence[list[dict]], second: Sequen
 
     def difference(rows) -> float:
         def mean_f1(counts: list[np.ndarray]) -> float:
-            return float(np.mean([_f1_of(c[rows].sum(axis=0)) for c in counts])) if counts else 0.0
+            return float(np.mean([f1_of_counts(c[rows].sum(axis=0)) for c in counts])) if counts else 0.0
         return mean_f1(first_counts) - mean_f1(second_counts)
 
     images = [str(item["image"]) for item in items]
@@ -109,16 +118,8 @@ def _word_counts(items: list[dict], predictions: list[dict]) -> np.ndarray:
     counts = np.zeros((len(items), 3))
     for k, (item, prediction) in enumerate(zip(items, predictions, strict=True)):
         judged = collect_tokens([item], [prediction])
-        counts[k] = [sum(g and d for g, d in zip(judged.gold, judged.decided)),
-                     sum(d and not g for g, d in zip(judged.gold, judged.decided)),
-                     sum(g and not d for g, d in zip(judged.gold, judged.decided))]
+        counts[k] = confusion_counts(judged.gold, judged.decided)
     return counts
-
-
-def _f1_of(counts: np.ndarray) -> float:
-    """`f1` from the counts of true positives, false positives and false negatives."""
-    tp, fp, fn = counts
-    return 0.0 if tp == 0 else float(2 * tp / (2 * tp + fp + fn))
 
 
 def evaluate(items: list[dict], predictions: list[dict], metric: str = "") -> dict:
