@@ -91,7 +91,8 @@ def _interleaved(items: list[dict], values: list[float | None]) -> list[int]:
                                 for i, (item, value) in enumerate(zip(items, values))])
 
 
-def in_rounds(pool: list[dict], first: list[int], budget: int, args, fine_tune) -> tuple[Path, list[dict]]:
+def in_rounds(pool: list[dict], first: list[int], budget: int, args, fine_tune,
+              name: str = "rounds") -> tuple[Path, list[dict]]:
     """The loop a team runs with the queue: label `round_size` items, fine-tune,
     score the rest of the pool with the new model, label the `round_size` most
     uncertain of them under it (the queue's `uncertainty` order), fine-tune
@@ -105,7 +106,7 @@ def in_rounds(pool: list[dict], first: list[int], budget: int, args, fine_tune) 
     labels = simulated_labels(pool, args.noise, args.seed + 7)   # each item's labels, whichever round asks
     chosen = [int(i) for i in first[: min(args.round_size, budget)]]
     asked = [{"order": "random", "items": len(chosen)}]
-    child = fine_tune([labels[i] for i in chosen], f"rounds-{budget}-1")
+    child = fine_tune([labels[i] for i in chosen], f"{name}-{budget}-1")
     while len(chosen) < budget:
         taken = set(chosen)
         rest = [i for i in range(len(pool)) if i not in taken]
@@ -115,7 +116,7 @@ def in_rounds(pool: list[dict], first: list[int], budget: int, args, fine_tune) 
         more = ranked[: min(args.round_size, budget - len(chosen))]
         chosen += more
         asked.append({"order": "uncertainty", "items": len(more), "wrong_words": _wrong_words([pool[i] for i in more])})
-        child = fine_tune([labels[i] for i in chosen], f"rounds-{budget}-{len(asked)}")
+        child = fine_tune([labels[i] for i in chosen], f"{name}-{budget}-{len(asked)}")
     return child, asked
 
 
@@ -149,7 +150,7 @@ def run(args) -> dict:
         for item in pool:
             item["image"] = str(pool_dir / item["image"])
         permutations = {p: list(np.random.default_rng(p).permutation(len(pool))) for p in random_seeds}
-        orders = {"rounds": permutations[random_seeds[0]]}
+        orders = {}
         if {"uncertainty", "likely-wrong"} & set(args.orders):
             parent_predictions = predict(_scorer(parent), "infometic", pool, pool_dir)[0]
             orders["uncertainty"] = uncertainty_order(pool, parent_predictions)
@@ -170,12 +171,12 @@ def run(args) -> dict:
 
         for order_name, permutation in _studied(args.orders, random_seeds):
             ranked = permutations[permutation] if permutation is not None else orders[order_name]
-            name = order_name if permutation is None or len(random_seeds) == 1 else f"random{permutation}"
+            name = order_name if permutation is None or len(random_seeds) == 1 else f"{order_name}{permutation}"
             for budget in args.budgets:
                 started = time.monotonic()
                 if order_name == "rounds":
                     child, asked = in_rounds(pool, ranked, budget, args,
-                                             lambda chosen, name: fine_tune(chosen, name, "rounds"))
+                                             lambda chosen, child_name: fine_tune(chosen, child_name, "rounds"), name)
                     asked_for = {"rounds": asked}
                 else:
                     first = [pool[i] for i in ranked[:budget]]
@@ -202,8 +203,10 @@ def run(args) -> dict:
 
 
 def _studied(orders: list[str], random_seeds: list[int]) -> list[tuple[str, int | None]]:
-    """(order, permutation seed) pairs to run: random once per seed, the others once."""
-    return [(order, seed) for order in orders for seed in (random_seeds if order == "random" else [None])]
+    """(order, permutation seed) pairs to run: random and rounds (whose first
+    round is random) once per seed, the others once."""
+    return [(order, seed) for order in orders
+            for seed in (random_seeds if order in ("random", "rounds") else [None])]
 
 
 def _scorer(checkpoint: Path):
@@ -323,7 +326,8 @@ def main(argv=None) -> int:
     parser.add_argument("--replay", default="demo", help="the parent's own world mixed in (see --replay of train infometic)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--random-seeds", nargs="+", type=int, default=None,
-                        help="the permutation seeds of random order, one fine-tune each (default: --seed)")
+                        help="the permutation seeds of random order and of rounds' first round, one run each "
+                             "(default: --seed)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     if args.round_size < 1:

@@ -59,10 +59,12 @@ def test_likely_wrong_order_asks_first_for_the_words_the_parent_expects_wrong():
     assert le.uncertainty_order(items, predictions) == [0, 2, 1, 3]
 
 
-def test_random_order_runs_once_per_permutation_seed_and_the_others_once():
+def test_random_and_rounds_run_once_per_permutation_seed_and_the_others_once():
     assert le._studied(["random", "uncertainty", "likely-wrong"], [0, 1, 2]) == [
         ("random", 0), ("random", 1), ("random", 2), ("uncertainty", None), ("likely-wrong", None)]
     assert le._studied(["uncertainty", "random"], [5]) == [("uncertainty", None), ("random", 5)]
+    # rounds asks its first round at random: once per permutation too
+    assert le._studied(["rounds", "uncertainty"], [0, 1]) == [("rounds", 0), ("rounds", 1), ("uncertainty", None)]
 
 
 def test_plot_draws_each_shift(tmp_path):
