@@ -14,9 +14,16 @@ def register(sub) -> None:
     bench.add_argument("--batch-size", type=int, default=16)
     bench.add_argument("--captions-per-image", type=int, default=5,
                        help="also time files where each image carries this many captions (details.shared_images; 1: skip)")
-    bench.add_argument("--metric", action="append", choices=["infometic", "hice", "clip4dm"], help="default: all three")
+    bench.add_argument("--metric", action="append", choices=["clip-s", "infometic", "hice", "clip4dm"],
+                       help="default: all four")
     bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam,mobilesam",
                        help="comma-separated region sources timed on a 640 px image ('' for none)")
+    bench.add_argument("--region-weights", default="auto", choices=["auto", "random"],
+                       help="auto: a region source's real weights where they can be had, else random ones of the same "
+                            "architecture; random: never look for real ones (a machine that must not download)")
+    bench.add_argument("--throughput-pairs", type=int, default=0,
+                       help="also time CLIP-S alone on this many distinct images at each precision, with the host's "
+                            "ceiling (details.clip_s_throughput; 0: skip)")
     bench.add_argument("--ray-workers", type=int, default=2,
                        help="also time capscope score --engine ray with this many workers on this machine against "
                             "the local run (details.ray; needs the ray extra; 0: skip)")
@@ -46,7 +53,8 @@ def run_bench(args: argparse.Namespace) -> int:
         device=args.device, n_pairs=args.pairs, rescore_runs=args.rescore_runs, batch_size=args.batch_size,
         metrics=tuple(args.metric or speed.BENCH_METRICS), region_sources=sources,
         captions_per_image=args.captions_per_image, ray_workers=args.ray_workers, ray_rows=args.ray_rows,
-        precisions=checked_precisions(args.precision),
+        precisions=checked_precisions(args.precision), region_weights=args.region_weights,
+        throughput_pairs=args.throughput_pairs,
     )
     if args.plot:
         from capscope.bench.plot import rescore_plot

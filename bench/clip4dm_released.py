@@ -24,14 +24,15 @@ def released_clip4dm(model, preprocess, tokenizer, image, caption: str, epsilon:
     """clip_score, the caption's (word, attribution) list and the threshold
     reading's words and sum, for one pair."""
     text = TEMPLATE + caption
-    ids = tokenizer([text])
+    device = next(model.parameters()).device
+    ids = tokenizer([text]).to(device)
     probs: list[torch.Tensor] = []
     blocks = list(model.transformer.resblocks)[-layers:]
     for block in blocks:
         block.attention = _recording(block, probs)
     try:
         with torch.enable_grad():
-            image_emb = model.encode_image(preprocess(image.convert("RGB")).unsqueeze(0))
+            image_emb = model.encode_image(preprocess(image.convert("RGB")).unsqueeze(0).to(device))
             text_emb = model.encode_text(ids)
             cosine = (image_emb / image_emb.norm(dim=-1, keepdim=True) * text_emb / text_emb.norm(dim=-1, keepdim=True)).sum()
             grads = torch.autograd.grad(cosine, probs)
@@ -39,6 +40,7 @@ def released_clip4dm(model, preprocess, tokenizer, image, caption: str, epsilon:
         for block in blocks:
             del block.attention
     relevance = sum((g * p.detach()).mean(dim=1)[0] for g, p in zip(grads, probs)) / len(probs)
+    relevance = relevance.cpu()
     eot = int(ids[0].argmax())
     scored = list(zip(tokenizer.encode(text), relevance[eot, 1:eot].tolist()))  # zip drops pieces past 77
     words, used = [], 0

@@ -45,7 +45,8 @@ CLIP_MODEL = "ViT-B-32"
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 70, 220),
            "yellow": (235, 200, 20), "purple": (140, 50, 190), "orange": (245, 130, 20)}
 SHAPES = ("circle", "square", "triangle")
-BENCH_METRICS = ("infometic", "hice", "clip4dm")  # registry names with a naive baseline here (NaiveRunner)
+BENCH_METRICS = ("clip-s", "infometic", "hice", "clip4dm")  # registry names with a naive baseline here (NaiveRunner)
+# pac-s and infoclip cost what clip-s and infometic cost: the same towers and passes, other weights or no head
 
 
 # ---------------------------------------------------------------- data
@@ -197,6 +198,8 @@ class NaiveRunner:
         image = pair["image"]
         if self.name == "clip4dm":
             return self._clip4dm(pair, image)
+        if self.name == "clip-s":
+            return self._clip_s(pair, image)
         regions = given_regions(pair["regions"], *image.size)
         tokens = tokenize(pair["caption"], nlp)
         return self._infometic(pair, image, regions, tokens) if self.name == "infometic" else self._hice(pair, image, regions, tokens)
@@ -209,6 +212,14 @@ class NaiveRunner:
 
         return released_clip4dm(self.model, self.preprocess, self.tokenizer, image, pair["caption"],
                                 self.metric.epsilon, self.metric.layers)
+
+    def _clip_s(self, pair, image) -> dict:
+        """jmhessel/clipscore's computation, one pair at a time: the prompted caption at 77 tokens."""
+        from capscope.metrics.clipscore import CLIP_S_WEIGHT, PROMPT, clip_s
+
+        image_feats = self.images([image])
+        text_feats = self.texts(self.tokenizer([PROMPT + pair["caption"]]))
+        return {"clip-s": float(clip_s(image_feats, text_feats, CLIP_S_WEIGHT)[0])}
 
     def _hice(self, pair, image, regions, tokens) -> dict:
         from capscope.metrics.hice import hice_scores, masked_crop
@@ -232,9 +243,10 @@ class NaiveRunner:
             per_position[row, :3] = torch.tensor([SOT_ID, piece, EOT_ID])
         tokens_feats = self.texts(per_position)
         boxes = torch.tensor([r.box for r in regions], dtype=torch.float32).reshape(1, -1, 4)
+        inputs = (feats[:1], feats[None, 1:], boxes, torch.tensor([image.size], dtype=torch.float32),
+                  t_g, tokens_feats[None], torch.tensor([mask], dtype=torch.float32))
         with torch.inference_mode():
-            out = metric.model(feats[:1], feats[None, 1:], boxes, torch.tensor([image.size], dtype=torch.float32),
-                               t_g, tokens_feats[None], torch.tensor([mask], dtype=torch.float32))
+            out = metric.model(*(t.to(self.device) for t in inputs))
         return {"precision": float(out[1][0]), "recall": float(out[0][0])}
 
 
@@ -297,9 +309,84 @@ def naive_pairs_per_second(scorer, metric: str, pairs: list[dict], timing: dict 
     return len(pairs) / elapsed
 
 
+# ---------------------------------------------------------------- CLIP-S throughput
+
+def clip_s_throughput(device: str, n_pairs: int, batch_size: int, precisions=("fp32", "bf16", "fp16"),
+                      pass_widths=(None,)) -> dict:
+    """CLIP-S alone on `n_pairs` distinct images: pairs/s at each precision and
+    GPU pass width (None: the encoder's own), the naive per-pair loop, and the
+    host's ceiling: the same pipeline with both towers replaced by free
+    stand-ins, which is what decoding, preprocessing, hashing, tokenizing and
+    building rows cost the host alone (the GPU idles while it runs)."""
+    from capscope.metrics import encoder
+    from capscope.metrics.scorer import Scorer
+
+    pairs = make_pairs(n_pairs, seed=2)
+    out: dict = {"n_pairs": n_pairs, "batch_size": batch_size, "pairs_per_s": {}}
+    with tempfile.TemporaryDirectory(prefix="capscope-bench-") as tmp:
+        files = model_files(Path(tmp), ("clip-s",))["clip-s"]
+        for precision in precisions:
+            scorer = Scorer(["clip-s"], device=device, regions="given", precision=precision, **files)
+            for width in pass_widths:
+                with pass_width(encoder, device, width):
+                    pairs_per_second(scorer, pairs[:batch_size], batch_size)  # warm-up
+                    rate = pairs_per_second(scorer, pairs, batch_size)
+                out["pairs_per_s"][f"{precision}" + (f", {width} rows a pass" if width else "")] = rate
+        scorer = Scorer(["clip-s"], device=device, regions="given", **files)
+        naive = pairs[: min(len(pairs), 256)]
+        naive_pairs_per_second(scorer, "clip-s", naive[:4])  # warm-up
+        out["naive_pairs_per_s"] = naive_pairs_per_second(scorer, "clip-s", naive)
+        with free_towers(scorer.metrics["clip-s"].backbone):
+            out["host_ceiling_pairs_per_s"] = pairs_per_second(scorer, pairs, batch_size)
+    return out
+
+
+@contextmanager
+def pass_width(encoder, device: str, width: int | None):
+    """The encoder's rows per pass on `device` set to `width` for the block."""
+    kind = torch.device(device).type
+    saved = (encoder.IMAGE_ROWS.get(kind), encoder.TEXT_ROWS.get(kind))
+    if width:
+        encoder.IMAGE_ROWS[kind] = encoder.TEXT_ROWS[kind] = width
+    try:
+        yield
+    finally:
+        for table, value in zip((encoder.IMAGE_ROWS, encoder.TEXT_ROWS), saved):
+            if value is None:
+                table.pop(kind, None)
+            else:
+                table[kind] = value
+
+
+@contextmanager
+def free_towers(backbone):
+    """Both CLIP towers of `backbone` answer zeros at once (for the host's ceiling)."""
+    model = backbone.model
+    saved_image, saved_group = model.encode_image, backbone._encode_group
+    model.encode_image = lambda pixels, **_: torch.zeros(pixels.shape[0], backbone.dim)
+    backbone._encode_group = lambda ids: torch.zeros(ids.shape[0], backbone.dim)
+    try:
+        yield
+    finally:
+        model.encode_image, backbone._encode_group = saved_image, saved_group
+
+
+def peak_gpu_mb(device) -> float | None:
+    """Peak GPU memory allocated by torch since the last reset, in MB (None off CUDA)."""
+    if not str(device).startswith("cuda"):
+        return None
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
+def reset_peak_gpu(device) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
 # ---------------------------------------------------------------- precision
 
-PRECISION_METRICS = ("clip-s", *BENCH_METRICS)
+PRECISION_METRICS = BENCH_METRICS
 
 
 def precision_figures(device: str, pairs: list[dict], batch_size: int, precisions=("fp32", "bf16", "fp16"),
@@ -387,11 +474,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), side: int = 640,
-                          device: str = "cpu") -> dict:
-    """Seconds per proposal on one side x side image. A source whose weights are
-    not here is timed with randomly initialised weights of the same
-    architecture (the network's cost does not depend on them; the number of
-    masks, and so the post-processing, does)."""
+                          device: str = "cpu", pretrained: bool = True, repeats: int = 1) -> dict:
+    """Seconds per proposal on one side x side image (the best of `repeats`
+    after one warm-up). A source whose weights are not here, or every source
+    when `pretrained` is False (a machine that must not try to download), is
+    timed with randomly initialised weights of the same architecture (the
+    network's cost does not depend on them; the number of masks, and so the
+    post-processing, does)."""
     from capscope.metrics.loading import ModelUnavailable
     from capscope.metrics.regions import PROPOSERS
 
@@ -399,17 +488,31 @@ def region_source_seconds(sources=("classic", "sam", "yolo", "fastsam", "mobiles
     out = {}
     with tempfile.TemporaryDirectory(prefix="capscope-bench-regions-") as tmp:
         for name in sources:
-            weights = "pretrained"
-            try:
-                proposer = PROPOSERS[name](device=device)
-            except ModelUnavailable:
+            proposer, weights = None, "pretrained"
+            if pretrained or name == "classic":
+                try:
+                    proposer = PROPOSERS[name](device=device)
+                except ModelUnavailable:
+                    pass
+            if proposer is None:
                 checkpoint = random_checkpoint(name, Path(tmp))
                 proposer, weights = PROPOSERS[name](checkpoint=checkpoint, device=device), "random"
             proposer.propose(image)  # warm-up
-            start = time.perf_counter()
-            regions = proposer.propose(image)
-            out[name] = {"seconds": time.perf_counter() - start, "regions": len(regions), "weights": weights}
+            times = []
+            for _ in range(repeats):
+                synchronize(device)
+                start = time.perf_counter()
+                regions = proposer.propose(image)
+                synchronize(device)
+                times.append(time.perf_counter() - start)
+            out[name] = {"seconds": min(times), "regions": len(regions), "weights": weights}
     return out
+
+
+def synchronize(device) -> None:
+    """Wait for the GPU's queued work, so that a timer reads what it cost."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def random_checkpoint(source: str, folder: Path) -> str:
@@ -452,6 +555,8 @@ def timed_sections(scorer, metric: str):
     if metric == "hice":
         targets.append((hice, "caption_phrases", "phrases"))
         targets.append((hice, "hice_scores", "HICE-S formulas"))
+    elif metric in ("clip-s", "pac-s"):
+        pass  # the text and image towers and one cosine: nothing else to time
     elif metric == "clip4dm":
         targets.append((metric_obj.relevance, "attribute_chunk", "text tower forward and backward"))
         targets.append((metric_obj, "word_scores", "word aggregation"))
@@ -569,7 +674,7 @@ def machine() -> str:
 def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_size: int = 16,
         metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), breakdown: bool = True,
         captions_per_image: int = 5, ray_workers: int = 2, ray_rows: int = 100,
-        precisions=("fp32", "bf16", "fp16")) -> dict:
+        precisions=("fp32", "bf16", "fp16"), region_weights: str = "auto", throughput_pairs: int = 0) -> dict:
     from capscope.metrics.loading import resolve_device
 
     dev = resolve_device(device)
@@ -588,9 +693,12 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
     naive_timing: dict[str, dict] = {}
     shared = {"captions_per_image": captions_per_image, "pairs_per_s": {}, "naive_pairs_per_s": {}}
     shared_pairs = make_shared_pairs(n_pairs, captions_per_image) if captions_per_image > 1 else []
+    peak_gpu: dict[str, float | None] = {}
     for name, scorer in scorers.items():
         pairs_per_second(scorer, pairs[: min(4, len(pairs))], batch_size)  # warm-up
+        reset_peak_gpu(dev)
         result["pairs_per_s"][name] = pairs_per_second(scorer, pairs, batch_size)
+        peak_gpu[name] = peak_gpu_mb(dev)
         naive_pairs_per_second(scorer, name, pairs[:2])  # warm-up
         naive_timing[name] = {}
         result["naive_pairs_per_s"][name] = naive_pairs_per_second(scorer, name, pairs, naive_timing[name])
@@ -606,7 +714,15 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
     if breakdown:
         extra["rescore_breakdown_ms"] = {name: rescore_breakdown(s, name, pairs[0]) for name, s in scorers.items()}
     if region_sources:
-        extra["region_source_s_640px"] = region_source_seconds(region_sources, device=str(dev))
+        extra["region_source_s_640px"] = region_source_seconds(region_sources, device=str(dev),
+                                                               pretrained=region_weights != "random",
+                                                               repeats=3 if dev.type == "cuda" else 1)
+    if dev.type == "cuda":
+        extra["peak_gpu_mb_batch"] = peak_gpu
+    if throughput_pairs:
+        extra["clip_s_throughput"] = clip_s_throughput(
+            str(dev), throughput_pairs, max(batch_size, 256), ("fp32", *[p for p in precisions if p != "fp32"]),
+            (None, 128) if dev.type == "cuda" else (None,))
     if len(precisions) > 1:
         extra["precision"] = precision_figures(str(dev), pairs, batch_size, ("fp32", *[p for p in precisions if p != "fp32"]),
                                                tuple(dict.fromkeys(("clip-s", *metrics))))
@@ -615,6 +731,8 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
         if ray is not None:
             extra["ray"] = ray
     result["peak_rss_mb"] = peak_rss_mb()
+    if dev.type == "cuda":  # the largest of the per-metric peaks and of what ran after the last reset
+        result["peak_gpu_mb"] = max([torch.cuda.max_memory_allocated() / 2**20, *filter(None, peak_gpu.values())])
     result["details"] = extra
     return result
 
@@ -653,5 +771,12 @@ def summary(result: dict) -> str:
         lines.append(f"{ray['metric']} with --engine ray, {ray['workers']} workers on this machine: "
                      f"{ray['ray']['rows_per_s']:.2f} rows/s against {ray['local']['rows_per_s']:.2f} here "
                      f"({ray['ratio']:.2f}x); whole command {ray['ray']['wall_s']:.0f} s against {ray['local']['wall_s']:.0f} s")
+    sweep = result["details"].get("clip_s_throughput")
+    if sweep:
+        rates = ", ".join(f"{k} {v:.0f}" for k, v in sweep["pairs_per_s"].items())
+        lines.append(f"clip-s on {sweep['n_pairs']} distinct images, pairs/s: {rates}; naive {sweep['naive_pairs_per_s']:.0f}; "
+                     f"the host alone (towers free) {sweep['host_ceiling_pairs_per_s']:.0f}")
     lines.append(f"peak RSS: {result['peak_rss_mb']:.0f} MB")
+    if result.get("peak_gpu_mb") is not None:
+        lines.append(f"peak GPU memory (torch): {result['peak_gpu_mb']:.0f} MB")
     return "\n".join(lines)

@@ -1,7 +1,10 @@
 """`--precision fp32|bf16|fp16`: every metric runs at each; bf16 and fp16 stay
 within the stated tolerances of fp32 on demo scenes with capscope's trained demo
-model; fp32 gives the rows it gave before precisions existed (to 1e-6, against
-rows saved from that code: tests/fixtures/fp32_demo_rows.json); the row's
+model; fp32 gives the rows it gave before precisions existed (to 1e-6 plus 1e-5
+of the value, against rows saved from that code: tests/fixtures/fp32_demo_rows.json;
+the relative part covers another CPU's kernels: an Intel Xeon with torch 2.14
+differs from the AMD EPYC with torch 2.15 that saved them by up to 7.2e-6 on an
+InfoCLIP score of -1.6); the row's
 `model` block names the precision; every command takes the flag."""
 from __future__ import annotations
 
@@ -53,7 +56,8 @@ def test_fp32_gives_the_rows_it_gave_before_precisions_existed():
             before = expected[row["id"]][metric]
             a, b = flat(result), flat(before)
             assert a.shape == b.shape and np.array_equal(np.isnan(a), np.isnan(b)), metric
-            assert np.nanmax(np.abs(a - b)) <= 1e-6, (metric, row["id"], np.nanmax(np.abs(a - b)))
+            excess = np.abs(a - b) - (1e-6 + 1e-5 * np.abs(b))
+            assert np.nanmax(excess) <= 0, (metric, row["id"], np.nanmax(np.abs(a - b)))
             assert result["token_correct"] == before["token_correct"]
             assert result["region_mentioned"] == before["region_mentioned"]
 
