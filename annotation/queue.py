@@ -29,11 +29,12 @@ import hashlib
 from collections import defaultdict
 from datetime import datetime
 
-from sqlalchemy import Float, bindparam, case, cast, distinct, exists, func, literal, select, update
+from sqlalchemy import Float, and_, bindparam, case, cast, distinct, exists, func, literal, or_, select, update
 from sqlalchemy.orm import aliased
 
 from capscope.annotation.errors import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
+from capscope.annotation.users import UserInfo
 from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, Token, utcnow
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
@@ -44,6 +45,30 @@ PREFERRED_METRIC = "infometic"
 MAX_SEED = 2**31 - 1  # the column is a 32-bit integer on PostgreSQL
 PREVIEW = 10
 CHUNK = 200  # ranks written per transaction
+
+
+# ---------------------------------------------------------------- who may be given what
+
+def holds_slot(now: datetime):
+    """SQL condition: this assignment occupies one of its caption's slots."""
+    return or_(Assignment.status == "submitted",
+               and_(Assignment.status == "draft", Assignment.lease_expires_at > now))
+
+
+def candidate_captions(user: UserInfo | None, dataset: str | None, now: datetime, order: str | None = "sequential"):
+    """Caption ids this user may be given next: never theirs before, with a free
+    slot (any user's when `user` is None); in queue `order` (see `order_keys`;
+    None: each caption's dataset's own)."""
+    taken = (select(func.count()).select_from(Assignment)
+             .where(Assignment.caption_id == Caption.id, holds_slot(now))
+             .correlate(Caption).scalar_subquery())
+    free = [taken < Caption.annotators_needed]
+    if user is not None:
+        free.insert(0, ~exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id))
+    query = select(Caption.id).where(*free).order_by(*order_keys(order))
+    if dataset is not None:
+        query = query.where(Caption.dataset_id == select(Dataset.id).where(Dataset.name == dataset).scalar_subquery())
+    return query
 
 
 def check_order(order) -> str:
@@ -89,8 +114,6 @@ def queue_view(store: Store, dataset: str, limit: int = PREVIEW, now: datetime |
     """{"dataset", "order", "seed", "ranked": captions with a stored rank,
     "next": the first `limit` item ids the queue would hand out now (to an
     annotator who has none of them yet)}."""
-    from capscope.annotation.workflow import candidate_captions
-
     with store.read() as session:
         row = session.scalar(select(Dataset).where(Dataset.name == dataset))
         if row is None:

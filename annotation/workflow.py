@@ -22,12 +22,11 @@ from typing import Callable, Iterable
 from sqlalchemy import and_, delete, exists, func, or_, select
 
 from capscope.annotation.errors import Forbidden, Invalid, NotFound
-from capscope.annotation.queue import order_keys, queue_order_of
+from capscope.annotation.queue import candidate_captions, holds_slot, queue_order_of
 from capscope.annotation.users import UserInfo
 from capscope.db import (
     Assignment,
     Caption,
-    Dataset,
     Flag,
     Image,
     Label,
@@ -51,11 +50,6 @@ def image_url(image_id: int) -> str:
 
 
 # ---------------------------------------------------------------- queue
-
-def holds_slot(now: datetime):
-    """SQL condition: this assignment occupies one of its caption's slots."""
-    return or_(Assignment.status == "submitted",
-               and_(Assignment.status == "draft", Assignment.lease_expires_at > now))
 
 
 def next_item(store: Store, user: UserInfo, *, dataset: str | None = None,
@@ -112,22 +106,6 @@ def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, leas
         if taken < needed:
             return _create_assignment(session, caption_id, user, now, lease)
     return None
-
-
-def candidate_captions(user: UserInfo | None, dataset: str | None, now: datetime, order: str | None = "sequential"):
-    """Caption ids this user may be given next: never theirs before, with a free
-    slot (any user's when `user` is None); in queue `order` (annotation/queue.py;
-    None: each caption's dataset's own)."""
-    taken = (select(func.count()).select_from(Assignment)
-             .where(Assignment.caption_id == Caption.id, holds_slot(now))
-             .correlate(Caption).scalar_subquery())
-    free = [taken < Caption.annotators_needed]
-    if user is not None:
-        free.insert(0, ~exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id))
-    query = select(Caption.id).where(*free).order_by(*order_keys(order))
-    if dataset is not None:
-        query = query.where(Caption.dataset_id == select(Dataset.id).where(Dataset.name == dataset).scalar_subquery())
-    return query
 
 
 def _create_assignment(session, caption_id: int, user: UserInfo, now: datetime, lease: datetime) -> Assignment:

@@ -12,17 +12,32 @@ from capscope.metrics.errors import CapscopeError
 
 # module (inside capscope) -> it registers one or more subcommands
 COMMAND_MODULES = [
-    "capscope.cmd_score",      # score, features
-    "capscope.cmd_models",     # models
-    "capscope.cmd_demo",       # demo-data, train, evaluate
-    "capscope.cmd_bench",      # bench
-    "capscope.cmd_annotate",   # import, export, users, serve
-    "capscope.cmd_correlate",  # correlate
+    "capscope.commands.score",      # score, features
+    "capscope.commands.models",     # models
+    "capscope.commands.demo",       # demo-data, train, evaluate
+    "capscope.commands.bench",      # bench
+    "capscope.commands.annotate",   # import, export, users, agreement, gold, queue
+    "capscope.commands.serve",      # serve
+    "capscope.commands.correlate",  # correlate
 ]
 
 
+class CapscopeParser(argparse.ArgumentParser):
+    """An argument parser whose --help gives every option's default. Every
+    command's parser is one: subparsers are made of their parent's class."""
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            default = action.default
+            if not action.option_strings or default in (None, False, argparse.SUPPRESS) or default == []:
+                continue
+            if action.help != argparse.SUPPRESS and "default" not in (action.help or "").lower():
+                action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="capscope", description="Token- and region-level caption evaluation.")
+    parser = CapscopeParser(prog="capscope", description="Token- and region-level caption evaluation.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:

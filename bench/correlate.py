@@ -33,7 +33,7 @@ import numpy as np
 
 from capscope.metrics.stats import bootstrap_interval
 
-from . import published as pub
+from capscope.bench import published as pub
 
 CATEGORIES = ("HC", "HI", "HM", "MM")
 BASELINE_KEY = "baseline.words"  # rating benchmarks: caption length in words, a trivial rule
@@ -321,7 +321,7 @@ def lowest_semantic_word(scored: Scored, metric: str) -> str | None:
 def correlate_tokens(loaded, scorer, metrics: list[str], *, batch_size: int, token_rule: str, beta: float,
                      progress: bool, draws: int = 1000, seed: int = 0) -> tuple[dict, list[str], dict]:
     """Per metric its figures, the problems, and the predictions (`predict_many`'s)."""
-    from .evaluate import figures_of, predict_many, word_scale_of
+    from capscope.bench.evaluate import figures_of, predict_many, word_scale_of
 
     out, problems = {}, []
     predicted = predict_many(scorer, metrics, loaded.rows, Path(loaded.base_dir), batch_size, progress)
@@ -341,7 +341,7 @@ def incorrect_average_precision(items, predictions, draws: int = 0, seed: int = 
     bootstrap interval over images."""
     from sklearn.metrics import average_precision_score
 
-    from .gold import collect_tokens
+    from capscope.bench.gold import collect_tokens
 
     judged = collect_tokens(items, [p or {} for p in predictions])
     kept = [(g, s, image) for g, s, image in zip(judged.gold, judged.scores, labelled_token_images(items), strict=True)
@@ -367,7 +367,7 @@ def pos_breakdown(items, predictions, nlp) -> tuple[dict | None, str]:
     incorrect, the accuracy of the metric's decisions and the AP of incorrect."""
     from sklearn.metrics import average_precision_score
 
-    from .gold import collect_tokens
+    from capscope.bench.gold import collect_tokens
 
     if not (nlp.has_pipe("tagger") or nlp.has_pipe("morphologizer")):
         return None, ("no part-of-speech breakdown: spaCy runs a blank pipeline without a tagger "
@@ -869,7 +869,7 @@ def source_lines(result: dict) -> list[str]:
 
 
 def format_tokens(result: dict) -> str:
-    from .evaluate import format_figures
+    from capscope.bench.evaluate import format_figures
 
     lines = [f"{result['benchmark']}: {result['n']} items\n  protocol: {result['protocol']}"]
     for metric, figures in result["metrics"].items():

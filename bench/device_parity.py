@@ -35,7 +35,7 @@ def random_weight_files(folder: Path, metrics=RANDOM_METRICS) -> dict[str, dict]
     """Per metric, the Scorer options naming random-weight checkpoints in `folder`."""
     import open_clip
 
-    from .speed import CLIP_MODEL, model_files
+    from capscope.bench.speed import CLIP_MODEL, model_files
 
     files = model_files(folder, tuple(m for m in metrics if m in ("clip-s", "infometic", "hice", "clip4dm")))
     if "infoclip" in metrics:
@@ -130,7 +130,7 @@ def compare(base_device: str = "cpu", device: str = "cuda", n_pairs: int = 36, w
     from capscope.metrics.loading import demo_model_path, resolve_device
     from capscope.metrics.scorer import Scorer
 
-    from .speed import make_pairs
+    from capscope.bench.speed import make_pairs
 
     target = resolve_device(device)
     pairs = make_pairs(n_pairs, seed=3)

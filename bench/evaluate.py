@@ -10,7 +10,7 @@ from capscope.metrics.constants import BETA, TOKEN_RULES
 from capscope.metrics.jsonl import read_json_lines
 from capscope.metrics.registry import SPECS
 
-from .gold import accuracy, collect_tokens, evaluate, f1, foil_accuracy
+from capscope.bench.gold import accuracy, collect_tokens, evaluate, f1, foil_accuracy
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
                  "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")

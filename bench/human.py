@@ -1,5 +1,5 @@
 """Loaders for the public human-judgement benchmarks that `capscope correlate`
-compares metrics with. Each turns one public layout (docs/benchmarks.md) into
+compares metrics with. Each turns one public layout (docs/human-judgements.md) into
 plain rows, built the way the reference code of the papers builds them:
 
 - rating benchmarks (Flickr8k-Expert, Flickr8k-CF, Composite, THumB 1.0): one
@@ -26,7 +26,7 @@ import numpy as np
 
 from capscope.metrics.text import load_spacy, tokenize
 
-from .evaluate import read_gold
+from capscope.bench.evaluate import read_gold
 
 BENCHMARKS = ("flickr8k-expert", "flickr8k-cf", "composite", "pascal-50s", "foil", "nocaps-foil", "thumb", "hat",
               "captokeneval")
@@ -137,7 +137,7 @@ def _find_file(data: Path, names: tuple[str, ...], benchmark: str, subfolders: t
         for name in names:
             if (folder / name).is_file():
                 return folder / name
-    raise ValueError(f"{benchmark}: no {' or '.join(names)} in {data} (layouts: docs/benchmarks.md)")
+    raise ValueError(f"{benchmark}: no {' or '.join(names)} in {data} (layouts: docs/human-judgements.md)")
 
 
 def _find_image(name, folders: list[Path]) -> Path | None:
@@ -193,7 +193,7 @@ def _flickr_rows(path: Path, problems: list[str]) -> tuple[list[Rated], int]:
     leave the judged caption out of them)."""
     data = _read_json(path)
     if not isinstance(data, dict):
-        raise ValueError(f"{path.name}: expected an object keyed by image, as flickr8k.json is (docs/benchmarks.md)")
+        raise ValueError(f"{path.name}: expected an object keyed by image, as flickr8k.json is (docs/human-judgements.md)")
     folders = [path.parent / "images", path.parent]
     rows, n_nan = [], 0
     for key, entry in data.items():

@@ -208,7 +208,7 @@ class NaiveRunner:
         """The released loop: one pair per forward and backward pass, the image
         encoded again, 77 tokens, float32 (image_seconds is not split out: the
         image and text run in one graph there)."""
-        from .clip4dm_released import released_clip4dm
+        from capscope.bench.clip4dm_released import released_clip4dm
 
         return released_clip4dm(self.model, self.preprocess, self.tokenizer, image, pair["caption"],
                                 self.metric.epsilon, self.metric.layers)
@@ -362,13 +362,15 @@ def pass_width(encoder, device: str, width: int | None):
 def free_towers(backbone):
     """Both CLIP towers of `backbone` answer zeros at once (for the host's ceiling)."""
     model = backbone.model
-    saved_image, saved_group = model.encode_image, backbone._encode_group
+    saved_image, saved_ids = model.encode_image, backbone.encode_ids
     model.encode_image = lambda pixels, **_: torch.zeros(pixels.shape[0], backbone.dim)
-    backbone._encode_group = lambda ids: torch.zeros(ids.shape[0], backbone.dim)
+    backbone.encode_ids = lambda sequences, rows=None: torch.zeros(len(sequences), backbone.dim)
     try:
         yield
     finally:
-        model.encode_image, backbone._encode_group = saved_image, saved_group
+        model.encode_image = saved_image
+        del backbone.encode_ids  # the instance attribute goes; the method shows through again
+        assert backbone.encode_ids.__func__ is saved_ids.__func__
 
 
 def peak_gpu_mb(device) -> float | None:

@@ -10,8 +10,8 @@ from PIL import Image
 
 from capscope.metrics.text import tokenize
 
-from .shifts import shifted_pixels
-from .scenes import (
+from capscope.demo.shifts import shifted_pixels
+from capscope.demo.scenes import (
     Caption, Scene, make_caption, make_scene, pollute, region_label, scene_regions, scene_rng,
 )
 

@@ -1,5 +1,5 @@
 """Human-style judgements of demo-world captions, in the Flickr8k-Expert layout
-that clipscore and PAC-S read (`flickr8k.json`, docs/benchmarks.md, "Demo world").
+that clipscore and PAC-S read (`flickr8k.json`, docs/human-judgements.md, "Demo world").
 
 Per scene: graded captions with 0 to 3 wrong words (colour, shape or size
 swapped so that the phrase fits no shape, as `scenes.pollute` does), each
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import demo_scene
-from .scenes import Caption, Scene, fix_articles, make_caption, pollution_options
+from capscope.demo.dataset import demo_scene
+from capscope.demo.scenes import Caption, Scene, fix_articles, make_caption, pollution_options
 
 JUDGEMENTS_FILE = "judgements/flickr8k.json"
 MAX_WRONG = 3

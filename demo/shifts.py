@@ -1,7 +1,7 @@
 """Appearance shifts of the demo world: the same scenes, captions and labels,
 drawn in ways the bundled demo model never saw. They stand in for a team's own
 domain when measuring how well fine-tuning on their labels works
-(`capscope demo-data --shift NAME`, `python -m capscope.label_efficiency`).
+(`capscope demo-data --shift NAME`, `python -m capscope.studies.label_efficiency`).
 
 Each shift redraws a rendered scene from its shape masks, so regions, boxes and
 gold labels are those of the unshifted scene; only pixels change.

@@ -61,7 +61,15 @@ class Metric(Protocol):
 
 @dataclass(frozen=True)
 class Needs:
-    """What a metric needs from a row."""
+    """What a metric needs from a row.
+
+    Attributes:
+        image: image features (from pixels or an official features file).
+        pixels: the pixels themselves: a features file will not do.
+        regions: region features.
+        masks: reads a region's mask where it has one (else its box).
+        references: reads the row's references when it has them (its `ref_keys`).
+    """
 
     image: bool = True        # image features (from pixels or an official features file)
     pixels: bool = True       # the pixels themselves: a features file will not do
@@ -96,14 +104,28 @@ class MetricParts:
 class MetricSpec:
     """One metric, described once.
 
-    kind: the finest level it judges: "global" (the caption as a whole),
-    "token" (words, and regions when it needs them) or "region" (regions only).
-    score_keys: the `scores` keys of every row; ref_keys: those added when the
-    row has references. primary_key: the one number that ranks captions
-    (FOIL pairing, plots). token_decision / region_decision: how
-    `token_correct` and `region_mentioned` are decided, for people; threshold:
-    the default cut of both (None for global metrics); follows_token_rule: the
-    decision honours `--beta` and `--token-rule`. build: the factory."""
+    Attributes:
+        name: the name `--metric`, the REST API and `Scorer` take ("clip-s").
+        title: the name for people ("CLIP-S").
+        kind: the finest level it judges: "global" (the caption as a whole),
+            "token" (words, and regions when it needs them) or "region"
+            (regions only).
+        score_keys: the `scores` keys of every row.
+        primary_key: the one number that ranks captions (FOIL pairing, plots);
+            one of `score_keys`.
+        build: the factory: `MetricParts` -> a `Metric`.
+        ref_keys: the `scores` keys added when the row has references.
+        needs: what it needs from a row (`Needs`).
+        token_decision, region_decision: how `token_correct` and
+            `region_mentioned` are decided, in words for people ("" when it
+            gives no such verdict).
+        threshold: the default cut of both (None for global metrics).
+        follows_token_rule: the decision honours `--beta` and `--token-rule`.
+
+    Raises:
+        ValueError: (on construction) an empty or padded name, an unknown kind,
+            or a primary key not among the score keys.
+    """
 
     name: str
     title: str
@@ -151,7 +173,14 @@ METRIC_NAMES: Sequence[str] = _LiveNames()
 
 
 def register(spec: MetricSpec, replace: bool = False) -> MetricSpec:
-    """Add a metric; a name already taken is an error unless `replace`."""
+    """Add a metric; a name already taken is an error unless `replace`.
+
+    Returns:
+        `spec`.
+
+    Raises:
+        ValueError: the name is taken and `replace` is False.
+    """
     if spec.name in SPECS and not replace:
         raise ValueError(f"metric {spec.name!r} is already registered")
     SPECS[spec.name] = spec
@@ -159,14 +188,36 @@ def register(spec: MetricSpec, replace: bool = False) -> MetricSpec:
 
 
 def unregister(name: str) -> None:
+    """Remove a metric; an unknown name is no error."""
     SPECS.pop(name, None)
 
 
 def metric_names(kind: str | None = None) -> tuple[str, ...]:
+    """The registered metric names, in registration order.
+
+    Args:
+        kind: only the metrics of this kind ("global", "token" or "region");
+            None (default) for all. An unknown kind gives ().
+
+    Returns:
+        The names, e.g. ("infometic", "infoclip", "clip-s", "pac-s", "hice",
+        "clip4dm") for the built-in metrics.
+    """
     return tuple(name for name, spec in SPECS.items() if kind is None or spec.kind == kind)
 
 
 def get_spec(name: str) -> MetricSpec:
+    """The spec of one metric.
+
+    Args:
+        name: a registered metric name.
+
+    Returns:
+        Its `MetricSpec` (`score_keys`, `ref_keys`, `primary_key`, `kind`, ...).
+
+    Raises:
+        ValueError: an unknown name; the message lists the valid ones.
+    """
     try:
         return SPECS[name]
     except (KeyError, TypeError):
@@ -174,6 +225,8 @@ def get_spec(name: str) -> MetricSpec:
 
 
 def metric_title(name: str) -> str:
+    """The name for people ("InfoMetIC" for "infometic"); the name itself
+    when it is not registered (never raises)."""
     spec = SPECS.get(name)
     return spec.title if spec else name
 

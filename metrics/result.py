@@ -53,7 +53,27 @@ class WordScore:
 class MetricResult:
     """One metric's verdict on one pair: global `scores`, one value per token
     and per region, and what only some families report (`pieces`, `phrases`,
-    `features`: left out of the JSON when None)."""
+    `features`, `words`: left out of the JSON when None). The fields are the
+    metric object of docs/formats.md §2.2.
+
+    Attributes:
+        scores: the global scores, keyed by the spec's `score_keys` (plus its
+            `ref_keys` when the row had references).
+        token_scores: one per row token: how well the image supports the word,
+            None where the metric has no score for it.
+        token_correct: one per row token: the verdict (docs/formats.md §2.4),
+            None for non-semantic tokens and tokens without a score.
+        region_scores: one per row region: how much the caption covers it
+            (empty for global-only metrics and clip4dm).
+        region_mentioned: one per row region: the verdict.
+        null_score: the InfoMetIC family's share of the vision null slot; None
+            for the others.
+        pieces: the InfoMetIC family's BPE pieces with their shares.
+        phrases: HICE-S's caption phrases.
+        features: HICE-S's account of how it worked (region features, phrase
+            source, threshold).
+        words: CLIP4DM's words with their attributions.
+    """
 
     scores: dict[str, float]
     token_scores: list[float | None]
@@ -72,6 +92,7 @@ class MetricResult:
         return cls(scores, [None] * n_tokens, [None] * n_tokens)
 
     def to_dict(self) -> dict:
+        """The metric object of a JSON row; the optional fields only when set."""
         out = {
             "scores": self.scores,
             "token_scores": self.token_scores,
@@ -122,9 +143,26 @@ class ModelInfo:
 
 @dataclass
 class ScoreRow:
-    """One output row. `tokens` and `regions` hold objects with `to_dict()`
-    (`text.Token`, `regions.Region`); `model` is None on a row that failed
-    before any model saw it."""
+    """One output row, as `Scorer.results` gives it; `to_dict()` is the JSON
+    row of docs/formats.md §2.2, the fields in the same order.
+
+    Attributes:
+        id: the input row's id, as given.
+        image: the input's image path as given (None for an in-memory image or
+            a features-only row).
+        caption: the caption, as given.
+        tokens: the caption's words as `text.Token` (text, start, end,
+            semantic); empty on a row that failed.
+        regions: the regions every metric saw, as `regions.Region`, in the
+            order of every per-region list; empty on a row that failed.
+        metrics: metric name -> its `MetricResult`, for each metric that
+            scored the row.
+        model: what produced the numbers (`ModelInfo`: CLIP, region source,
+            spaCy pipeline, demo flag, versions, precision, checkpoints); None
+            on a row that failed before any model saw it.
+        error: None, or one line (for people) saying what went wrong; it may
+            stand beside results (docs/formats.md §2.5).
+    """
 
     id: Any
     image: str | None
@@ -142,6 +180,7 @@ class ScoreRow:
         return cls(row.get("id"), row.get("image"), row.get("caption"), error=error)
 
     def to_dict(self) -> dict:
+        """The JSON-ready row (docs/formats.md §2.2)."""
         return {
             "id": self.id,
             "image": self.image,

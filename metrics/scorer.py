@@ -8,6 +8,10 @@ rows of docs/formats.md §2.
 Image-side features are cached per image, so a new caption on a known image
 costs only its text. Regions come from the pair (`regions`), from an official
 feature file (`features`), or from the configured proposer.
+
+Every constructor option, the row layout and the errors are described in
+docs/api.md (the reference page of the Python API); the JSON fields of a row in
+docs/formats.md §2.
 """
 from __future__ import annotations
 
@@ -60,6 +64,38 @@ class _Prepared:
 
 
 class Scorer:
+    """Loads the models of some metrics once and scores (image, caption) pairs.
+
+    The models are loaded in the constructor: a missing one raises
+    `ModelUnavailable` there (or, with `skip_unavailable`, leaves its metric
+    out), never half-way through a batch. The metrics that share a model share
+    one copy (clip-s, infoclip, hice and clip4dm read the same CLIP). Scoring
+    never raises for a bad input row: `score_batch` and `results` put the reason
+    in that row's `error`, `score` raises `RowError`. The one exception is a
+    region proposer (`regions` = sam, yolo, fastsam, mobilesam), loaded at the
+    first image that needs it: its `ModelUnavailable` comes from the scoring call.
+
+    Example (docs/api.md has a complete one, run by the tests):
+
+        scorer = Scorer(["infometic", "clip-s"], device="cpu", regions="given")
+        row = scorer.score(image, "a red circle", regions=[[62, 62, 162, 162]])
+        row["metrics"]["infometic"]["scores"]["overall"]
+
+    Attributes:
+        metrics: name -> the loaded metric, in the order asked for (without those
+            left out by `skip_unavailable`).
+        specs: name -> its `registry.MetricSpec`, for every name asked for.
+        unavailable: name -> the one-line reason its model could not be had
+            (empty unless `skip_unavailable`).
+        device: the `torch.device` the models run on.
+        demo: True once capscope's bundled demo model stands in for the
+            pretrained weights; every row says so in `model.demo`.
+        precision, region_source, max_regions, beta, token_rule: the options.
+        clip_name: the name of the first CLIP loaded ("none" when none was).
+        text_model: the spaCy pipeline, or "spacy.blank('en') (fallback)".
+        checkpoints: role -> {"file", "sha256"} of every checkpoint file loaded.
+    """
+
     def __init__(
         self,
         metrics=("infometic",),
@@ -82,11 +118,108 @@ class Scorer:
         spacy_model: str = "en_core_web_sm",
         skip_unavailable: bool = False,
     ):
-        """`skip_unavailable`: a metric whose model cannot be had is left out and
-        its one-line reason kept in `self.unavailable` (the server's way, so that
-        the models that do load are loaded once); by default it raises.
-        `precision`: fp32, or the CLIP towers under bf16 or fp16 autocast (see
-        `encoder.AUTOCAST_DTYPES`; what reads their features stays in float32)."""
+        """Loads the models of `metrics` on `device`.
+
+        Pretrained files are found in this order: the option, its environment
+        variable, capscope's cache folder (CAPSCOPE_CACHE, default
+        ~/.cache/capscope). Nothing is downloaded here but an open_clip tag
+        that is not yet cached, and only when the Hugging Face hub answers
+        (never with HF_HUB_OFFLINE=1); `capscope models download` fetches the
+        rest. Demo fallback: when the InfoMetIC checkpoint or the default CLIP
+        (ViT-B-32/openai) cannot be had and was not named explicitly
+        (`infometic_checkpoint`; `clip_model` / `clip_pretrained`), capscope's
+        bundled demo model (a tiny CLIP and InfoMetIC head that know coloured
+        shapes, not photos; CAPSCOPE_DEMO_MODEL points to another file) stands
+        in, with a warning, and every row says `"demo": true` in its `model`
+        block. Set CAPSCOPE_NO_DEMO=1 to get `ModelUnavailable` instead.
+
+        Args:
+            metrics: the metric names to load, an iterable of names from the
+                registry (`registry.metric_names()`: infometic, infoclip, clip-s,
+                pac-s, hice, clip4dm), not one string. Default ("infometic",).
+            device: "auto" (default) picks CUDA when a GPU is visible, else the
+                CPU; "cpu", "cuda" or any `torch.device` string ("cuda:1").
+            clip_model: the open_clip architecture of the CLIP that clip-s,
+                infoclip, hice and clip4dm read. Default None: ViT-B-32.
+                InfoMetIC and PAC-S bring their own CLIP and ignore it.
+            clip_pretrained: that CLIP's weights: an open_clip pretrained tag
+                (loaded from the Hugging Face cache, downloaded when online) or a
+                local checkpoint file (open_clip, OpenAI or PAC-S layout).
+                Default None: "openai". Naming either `clip_model` or
+                `clip_pretrained` turns the demo fallback off for this CLIP.
+            clip_crop: an `encoder.CropStyle` saying how a region becomes a CLIP
+                input for that CLIP (margin, fixed canvas), for a CLIP trained on
+                styled crops. Default None: the plain box crop. The demo model
+                carries its own.
+            regions: where a row without its own `regions` (and without a
+                features file) gets regions from: "classic" (default; graph
+                segmentation, no weights), "sam", "yolo", "fastsam", "mobilesam"
+                (learned proposers, their weights found as in
+                `segmenters`, loaded at the first image that needs them), or
+                "given" (no proposals: such a row has no regions). A row's own
+                regions are always used as given; a features file's always win.
+                Read by the metrics that use regions: infometic, infoclip, hice.
+            max_regions: how many proposed regions are kept: K-means over the
+                proposals' boxes keeps the most confident of each of this many
+                clusters (InfoMetIC appendix C). Default 20. Given regions are
+                not reduced (at most `limits.MAX_REGIONS`, 100, per row).
+            infometic_checkpoint: the InfoMetIC checkpoint file (the released
+                best_model.pth or a capscope-trained one). Default None:
+                CAPSCOPE_INFOMETIC_CHECKPOINT, else <cache>/infometic/
+                best_model.pth, else the demo model. A file named here that is
+                missing raises `ModelUnavailable` (no demo fallback).
+            pacs_checkpoint: the PAC-S checkpoint file (pac-s). Default None:
+                CAPSCOPE_PACS_CHECKPOINT, else <cache>/pacs/clip_ViT-B-32.pth.
+                PAC-S has no demo fallback.
+            pacs_model: the open_clip architecture `pacs_checkpoint` is loaded
+                into. Default "ViT-B-32-quickgelu".
+            alpha_clip_checkpoint: an Alpha-CLIP visual checkpoint for hice's
+                region features (the region's mask in the alpha channel).
+                Default None: CAPSCOPE_ALPHA_CLIP_CHECKPOINT, else none: regions
+                are masked crops of the main CLIP.
+            clip4dm_epsilon: clip4dm's threshold: a semantic word whose
+                attribution is below it is wrong. Default -5e-5 (the released
+                `main.py --epsilon`).
+            clip4dm_layers: how many of the last text blocks clip4dm takes its
+                relevance from. Default 3; between 1 and the CLIP's text depth
+                (outside it clip4dm is unavailable: `ModelUnavailable`).
+            precision: "fp32" (default), "bf16" or "fp16": the CLIP towers run
+                in float32 or under bfloat16 / float16 autocast
+                (`encoder.AUTOCAST_DTYPES`); what reads their features (the
+                InfoMetIC head, the scores) stays in float32. On CUDA, fp32 runs
+                with TF32 off (cuDNN's and matmul's TF32 would move scores), so
+                GPU numbers stay close to the CPU's. fp16 on a CPU
+                works but is slow (a warning says so); bf16 is the CPU's fast
+                precision. Rows record it in `model.precision` and `model.dtype`.
+            beta: InfoMetIC's β (sec. 3.3), read by infometic and infoclip: a
+                word is correct, a region mentioned, above this attention share
+                (see `token_rule`; a fine-tuned checkpoint's fitted
+                `word_threshold_scale` multiplies the word threshold). Default 0.1.
+            token_rule: how infometic and infoclip judge words: "paper"
+                (default here and in `capscope score`): share > `beta`;
+                "relative" (the default of `capscope serve`): share >
+                min(β, β·5/n) for n semantic words seen. hice and clip4dm have
+                their own thresholds (docs/formats.md §2.4).
+            spacy_model: the spaCy pipeline that tokenises captions and tags
+                semantic words (nouns, verbs, adjectives, numbers, ...), for
+                every metric. Default "en_core_web_sm"; when it is not installed,
+                `spacy.blank("en")` with a warning (semantic = neither a stop
+                word nor punctuation) and rows say "(fallback)" in `model.text`.
+            skip_unavailable: when True, a metric whose model cannot be had
+                (`ModelUnavailable`, or a missing optional package's
+                `ImportError`) is left out and its one-line reason kept in
+                `self.unavailable` (the server's way, so that the models that do
+                load are loaded once); default False: it raises.
+
+        Raises:
+            ValueError: an unknown metric name, region source, precision or (when
+                infometic or infoclip is asked for) token rule.
+            ModelUnavailable: a model cannot be had (missing or unreadable file,
+                an open_clip tag not cached while offline, the demo fallback
+                unavailable or turned off), or device "cuda" with no GPU
+                visible; unless `skip_unavailable`, as for a metric's
+                `ImportError`. A device error is raised either way.
+        """
         self.specs = {name: get_spec(name) for name in metrics}
         self.precision = check_precision(precision)
         if regions not in ("given", *PROPOSERS):
@@ -210,7 +343,36 @@ class Scorer:
 
     def score(self, image, caption: str, references=None, regions=None, tokens=None, features=None,
               only: list[str] | None = None) -> dict:
-        """One pair; raises RowError when it cannot be scored. `only`: a subset of the loaded metrics."""
+        """Scores one pair: `score_batch` of one row.
+
+        Args:
+            image: a PIL image (any mode; converted to RGB) or the path of an
+                image file.
+            caption: the caption, 1 to 1000 characters.
+            references: reference captions (a list of non-empty strings) for
+                the `ref_*` scores of clip-s, pac-s and hice; None for none.
+            regions: this image's regions, used instead of proposing any: boxes
+                [x0, y0, x1, y1] in pixels, or {"box", "confidence"?, "mask"?}
+                dicts (mask: COCO RLE of the image's size); None: the
+                constructor's `regions` source.
+            tokens: the caption's tokens as {"text", "start", "end",
+                "semantic"?} dicts, used instead of tokenising;
+                caption[start:end] must equal text.
+            features: the path of an official InfoMetIC image-features file
+                (.npz, docs/formats.md §5); the image side comes from it.
+            only: score with these of the loaded metrics only (default: all).
+
+        Returns:
+            The output row as a JSON-ready dict (docs/formats.md §2.2). It may
+            carry an `error` beside results, e.g. when some metric needs the
+            pixels of a features-only row.
+
+        Raises:
+            RowError: the pair cannot be scored at all (empty or over-long
+                caption, unreadable image, bad regions, tokens or references).
+            ModelUnavailable: a region proposer's weights, loaded at its first
+                use, cannot be had.
+        """
         row = self.score_batch([{
             "id": "0", "image": image, "caption": caption, "references": references,
             "regions": regions, "tokens": tokens, "features": features,
@@ -220,11 +382,43 @@ class Scorer:
         return row
 
     def score_batch(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None) -> list[dict]:
-        """Output rows as JSON-ready dicts (docs/formats.md), one per input row, in order."""
+        """Scores many pairs, one output row per input row, in order.
+
+        Args:
+            rows: input rows as dicts with the keys of docs/formats.md §2.1:
+                "id", "image" (a PIL image or a path), "caption", and optionally
+                "references", "regions", "tokens", "features" (as in `score`).
+            base_dir: the folder relative image and features paths are read
+                from (default: the working directory).
+            only: score with these of the loaded metrics only (default: all).
+
+        Returns:
+            The output rows as JSON-ready dicts (docs/formats.md §2.2). A row
+            that cannot be scored does not raise: it has an "error" line, empty
+            "metrics" and a null "model" (docs/formats.md §2.5).
+
+        Raises:
+            ModelUnavailable: a region proposer's weights, loaded at its first
+                use, cannot be had.
+        """
         return [row.to_dict() for row in self.results(rows, base_dir, only)]
 
     def results(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None) -> list[ScoreRow]:
-        """`score_batch`, typed."""
+        """`score_batch`, typed: the same rows as `ScoreRow` objects.
+
+        Args:
+            rows: input rows, as for `score_batch`.
+            base_dir: the folder relative paths are read from.
+            only: score with these of the loaded metrics only (default: all).
+
+        Returns:
+            One `result.ScoreRow` per input row, in order; `to_dict()` gives
+            the JSON row. A row that cannot be scored has `error` set, no
+            `metrics` and `model` None.
+
+        Raises:
+            ModelUnavailable: a region proposer's weights cannot be had.
+        """
         prepared = [self._prepare(i, row, base_dir) for i, row in enumerate(rows)]
         ready = [p for p in prepared if not p.errors]
         results: dict[int, dict[str, MetricResult]] = {p.index: {} for p in prepared}

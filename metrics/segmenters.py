@@ -328,7 +328,7 @@ def _mask_regions(masks, scores, size: tuple[int, int], source: str, min_area_fr
 # ---------------------------------------------------------------- `capscope models`
 
 def component_rows() -> list[dict]:
-    """The region proposers' (and Alpha-CLIP's) rows of `capscope models` (see loading.components)."""
+    """The region proposers' (and Alpha-CLIP's) rows of `capscope models` (see inventory.components)."""
     sam_type = os.environ.get("CAPSCOPE_SAM_MODEL", "vit_b")
     sam_file = os.environ.get("CAPSCOPE_SAM_CHECKPOINT") or cache_dir() / "sam" / SAM_URLS.get(sam_type, SAM_URLS["vit_b"]).rsplit("/", 1)[-1]
     rows = [{

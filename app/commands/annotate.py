@@ -1,0 +1,182 @@
+"""`capscope import`, `export`, `users`, `agreement`, `gold` and `queue`: the
+annotation store from the command line. The database is `--db URL`, else
+`CAPSCOPE_DB_URL`, else an SQLite file in the data folder (`CAPSCOPE_DATA_DIR`)."""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+from pathlib import Path
+
+
+from capscope.metrics.errors import CapscopeError
+from capscope.commands.options import add_db_option, open_store
+
+
+def register(sub) -> None:
+    imp = sub.add_parser("import", help="import images + captions JSONL, a CapTokenEval file, or model predictions")
+    source = imp.add_mutually_exclusive_group(required=True)
+    source.add_argument("--captions", type=Path, help="captions JSONL: {id, image, caption, references?, regions?}")
+    source.add_argument("--captokeneval", type=Path, help="a CapTokenEval file (labels become gold)")
+    source.add_argument("--predictions", type=Path, help="a `capscope score` output file: pre-annotations")
+    imp.add_argument("--images", type=Path, help="images folder (required with --captions)")
+    imp.add_argument("--dataset", default="default")
+    imp.add_argument("--annotators-per-item", type=int, default=3, metavar="N")
+    imp.add_argument("--regions", default="classic", help="region proposer for images without regions, or none")
+    imp.add_argument("--max-regions", type=int, default=20)
+    imp.add_argument("--batch-size", type=int, default=16, help="rows per transaction")
+    imp.add_argument("--no-progress", action="store_true")
+    add_db_option(imp)
+    imp.set_defaults(func=run_import)
+
+    exp = sub.add_parser("export", help="export labels: CapTokenEval JSONL, CSV or COCO regions")
+    exp.add_argument("--format", default="captokeneval", choices=["captokeneval", "csv", "coco"])
+    exp.add_argument("--out", required=True, help="output file, or - for standard output")
+    exp.add_argument("--dataset", default=None)
+    exp.add_argument("--with-images", action="store_true",
+                     help="captokeneval only: copy the images into images/ beside --out and name them relatively, "
+                          "so the benchmark can be shared")
+    add_db_option(exp)
+    exp.set_defaults(func=run_export)
+
+    users = sub.add_parser("users", help="manage users")
+    users_sub = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    add = users_sub.add_parser("add", help="add a user (or --replace an existing one's password and role)")
+    add.add_argument("name")
+    add.add_argument("--password", default=None, help="default: $CAPSCOPE_PASSWORD, else asked for")
+    add.add_argument("--role", default="annotator", choices=["admin", "annotator"])
+    add.add_argument("--replace", action="store_true")
+    add_db_option(add)
+    add.set_defaults(func=run_users_add)
+    listing = users_sub.add_parser("list", help="list users")
+    add_db_option(listing)
+    listing.set_defaults(func=run_users_list)
+
+    agree = sub.add_parser("agreement", help="inter-annotator agreement (JSON)")
+    agree.add_argument("--dataset", default=None)
+    agree.add_argument("--all-tokens", action="store_true", help="count non-semantic tokens too")
+    add_db_option(agree)
+    agree.set_defaults(func=run_agreement)
+
+    gold = sub.add_parser("gold", help="set gold labels from the majority vote")
+    gold.add_argument("--dataset", default=None)
+    gold.add_argument("--min-judgements", type=int, default=2)
+    gold.add_argument("--replace-adjudicated", action="store_true")
+    add_db_option(gold)
+    gold.set_defaults(func=run_gold)
+
+    queue = sub.add_parser("queue", help="show or set the order a dataset's annotation queue hands items out in")
+    queue.add_argument("--dataset", required=True, metavar="NAME")
+    queue.add_argument("--order", default=None,
+                       help="set it: sequential (caption id), random (by --seed), uncertainty (closest to the model's "
+                            "threshold first), disagreement (split judgements first)")
+    queue.add_argument("--seed", type=int, default=0, metavar="N", help="the random order's seed (default 0)")
+    queue.add_argument("--model-version", default=None, metavar="V",
+                       help="uncertainty: rank by this model version's predictions (default: each item's newest)")
+    queue.add_argument("--refresh", action="store_true",
+                       help="rank again under the current order (after new predictions or captions)")
+    queue.add_argument("--show", type=int, default=10, metavar="N", help="how many queued item ids to print")
+    add_db_option(queue)
+    queue.set_defaults(func=run_queue)
+
+
+def run_import(args) -> int:
+    from capscope.annotation import importer
+
+    store = open_store(args)
+    options = importer.ImportOptions(dataset=args.dataset, annotators_per_item=args.annotators_per_item,
+                                     regions=args.regions, max_regions=args.max_regions,
+                                     batch_size=max(1, args.batch_size), progress=not args.no_progress)
+    if args.captions:
+        if args.images is None:
+            raise CapscopeError("--captions needs --images DIR")
+        report = importer.import_captions(store, args.captions, args.images, options)
+    elif args.captokeneval:
+        report = importer.import_captokeneval(store, args.captokeneval, options, args.images)
+    else:
+        report = importer.import_predictions(store, args.predictions, args.dataset)
+    for error in report.errors:
+        print(f"rejected {error}", file=sys.stderr)
+    print(report.summary())
+    return 1 if report.errors else 0
+
+
+def run_export(args) -> int:
+    from capscope.annotation.export import export_to_file
+
+    if args.with_images and (args.format != "captokeneval" or args.out == "-"):
+        raise CapscopeError("--with-images needs --format captokeneval and an --out file")
+    store = open_store(args)
+    try:
+        if args.with_images:
+            from capscope.annotation.export import export_benchmark
+
+            items, images = export_benchmark(store, Path(args.out), args.dataset)
+            print(f"wrote {args.out}: {items} items, {images} images in {Path(args.out).parent / 'images'}",
+                  file=sys.stderr)
+            return 0
+        if args.out == "-":
+            export_to_file(store, args.format, sys.stdout, args.dataset)
+            return 0
+        out = Path(args.out)
+        partial = out.with_name(out.name + ".partial")
+        with partial.open("w", encoding="utf-8", newline="") as handle:
+            export_to_file(store, args.format, handle, args.dataset)
+        partial.replace(out)  # a reader never sees half a file
+    except OSError as err:
+        raise CapscopeError(f"cannot write {args.out}: {err.strerror}") from None
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def run_users_add(args) -> int:
+    from capscope.annotation.users import add_user
+
+    password = args.password or os.environ.get("CAPSCOPE_PASSWORD")
+    if not password:
+        password = getpass.getpass(f"password for {args.name}: ")
+    user = add_user(open_store(args), args.name, password, args.role, replace=args.replace)
+    print(f"user {user.name} ({user.role}) saved")
+    return 0
+
+
+def run_users_list(args) -> int:
+    from capscope.annotation.users import list_users
+
+    for user in list_users(open_store(args)):
+        print(f"{user.name}\t{user.role}")
+    return 0
+
+
+def run_agreement(args) -> int:
+    from capscope.annotation.agreement import agreement_report
+
+    report = agreement_report(open_store(args), args.dataset, semantic_only=not args.all_tokens)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def run_gold(args) -> int:
+    from capscope.annotation.agreement import gold_from_majority
+
+    written = gold_from_majority(open_store(args), args.dataset, min_judgements=args.min_judgements,
+                                 replace_adjudicated=args.replace_adjudicated)
+    print(f"gold labels written for {written} items")
+    return 0
+
+
+def run_queue(args) -> int:
+    from capscope.annotation import queue
+
+    store = open_store(args)
+    if args.order is not None:
+        queue.set_queue_order(store, args.dataset, args.order, args.seed, args.model_version)
+    elif args.refresh:
+        queue.refresh_queue(store, args.dataset, args.model_version)
+    view = queue.queue_view(store, args.dataset, limit=max(0, args.show))
+    print(f"dataset {view['dataset']}: order {view['order']}, seed {view['seed']}, {view['ranked']} items ranked")
+    print("next: " + (" ".join(str(i) for i in view["next"]) or "(nothing left)"))
+    return 0
+
+

@@ -1,0 +1,67 @@
+"""`capscope bench`: speed figures (docs/formats.md §7) measured in one run."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub) -> None:
+    bench = sub.add_parser("bench", help="measure scoring speed against plain open_clip baselines (offline, random weights)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object (docs/formats.md §7)")
+    bench.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bench.add_argument("--pairs", type=int, default=24, help="distinct image-caption pairs for pairs/s")
+    bench.add_argument("--rescore-runs", type=int, default=50, help="timed re-scores after warm-up (at least 50 for the contract)")
+    bench.add_argument("--batch-size", type=int, default=16)
+    bench.add_argument("--captions-per-image", type=int, default=5,
+                       help="also time files where each image carries this many captions (details.shared_images; 1: skip)")
+    bench.add_argument("--metric", action="append", choices=["clip-s", "infometic", "hice", "clip4dm"],
+                       help="default: all four")
+    bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam,mobilesam",
+                       help="comma-separated region sources timed on a 640 px image ('' for none)")
+    bench.add_argument("--region-weights", default="auto", choices=["auto", "random"],
+                       help="auto: a region source's real weights where they can be had, else random ones of the same "
+                            "architecture; random: never look for real ones (a machine that must not download)")
+    bench.add_argument("--throughput-pairs", type=int, default=0,
+                       help="also time CLIP-S alone on this many distinct images at each precision, with the host's "
+                            "ceiling (details.clip_s_throughput; 0: skip)")
+    bench.add_argument("--ray-workers", type=int, default=2,
+                       help="also time capscope score --engine ray with this many workers on this machine against "
+                            "the local run (details.ray; needs the ray extra; 0: skip)")
+    bench.add_argument("--ray-rows", type=int, default=100, help="rows of the file both runs score")
+    bench.add_argument("--precision", default="fp32,bf16,fp16",
+                       help="comma-separated precisions timed against fp32 on the same pairs, with the change in "
+                            "scores and verdicts (details.precision; 'fp32' alone to skip)")
+    bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
+    bench.set_defaults(func=run_bench)
+
+
+def checked_precisions(text: str) -> tuple[str, ...]:
+    from capscope.metrics.errors import CapscopeError
+    from capscope.metrics.constants import check_precision
+
+    try:
+        return tuple(dict.fromkeys(check_precision(p.strip()) for p in text.split(",") if p.strip()))
+    except ValueError as err:
+        raise CapscopeError(str(err)) from None
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from capscope.bench import speed
+
+    sources = tuple(s for s in args.region_sources.split(",") if s.strip())
+    result = speed.run(
+        device=args.device, n_pairs=args.pairs, rescore_runs=args.rescore_runs, batch_size=args.batch_size,
+        metrics=tuple(args.metric or speed.BENCH_METRICS), region_sources=sources,
+        captions_per_image=args.captions_per_image, ray_workers=args.ray_workers, ray_rows=args.ray_rows,
+        precisions=checked_precisions(args.precision), region_weights=args.region_weights,
+        throughput_pairs=args.throughput_pairs,
+    )
+    if args.plot:
+        from capscope.bench.plot import rescore_plot
+
+        rescore_plot(result, args.plot)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(speed.summary(result))
+    return 0

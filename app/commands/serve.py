@@ -1,0 +1,52 @@
+"""`capscope serve`: the REST API and the web UI on one port."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from capscope.commands.options import add_db_option, add_precision_option, open_store
+from capscope.metrics.constants import TOKEN_RULES
+from capscope.metrics.errors import CapscopeError
+
+
+def register(sub) -> None:
+    serve = sub.add_parser("serve", help="start the web UI and REST API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=7860)
+    serve.add_argument("--lease-minutes", type=float, default=30.0, help="an unsaved item returns to the queue after this")
+    serve.add_argument("--token-rule", default="relative", choices=TOKEN_RULES,
+                       help="how the API and the UI decide a wrong word: paper (share <= beta) or relative "
+                            "(beta scaled by the number of semantic words; default)")
+    add_precision_option(serve)
+    serve.add_argument("--data-root", action="append", type=Path, dest="data_roots", metavar="DIR",
+                       help="a folder whose files the web UI may read when a user names them (the Benchmark tab's "
+                            "judgement files and their images); repeatable; default: the data folder")
+    serve.add_argument("--rescore-limit", type=int, default=None, metavar="N",
+                       help="after a model version is activated, its dataset's first N queued items are scored "
+                            "again with it (default 500; 0: every queued item)")
+    add_db_option(serve)
+    serve.set_defaults(func=run_serve)
+
+
+def run_serve(args) -> int:
+    import uvicorn
+
+    from capscope.server.data_roots import check_folders
+    from capscope.server.api import create_app
+    from capscope.server.training import RESCORE_LIMIT
+
+    roots = check_folders(args.data_roots)
+    if args.rescore_limit is not None and args.rescore_limit < 0:
+        raise CapscopeError(f"--rescore-limit must be 0 (every queued item) or more, not {args.rescore_limit}")
+    rescore_limit = RESCORE_LIMIT if args.rescore_limit is None else (args.rescore_limit or None)
+    app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
+                     token_rule=args.token_rule, precision=args.precision, data_roots=roots,
+                     rescore_limit=rescore_limit)
+    try:  # the Gradio UI (its own issue) mounts itself at / on the same app
+        from capscope.ui.page import mount_ui
+    except ModuleNotFoundError as err:
+        if err.name != "capscope.ui.page":
+            raise
+    else:
+        app = mount_ui(app) or app
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info")
+    return 0

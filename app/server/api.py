@@ -1,0 +1,432 @@
+"""The REST API (docs/formats.md §8): FastAPI, HTTP Basic users, everything under `/api`.
+
+`create_app()` returns the FastAPI app; the Gradio UI mounts itself on the same
+app at `/` afterwards (`gr.mount_gradio_app(app, demo, path="/")`), using
+`app.state.store`, `app.state.models` and `user_from_request` so that both
+share one database, one scorer (one token rule, CLIP loaded once) and one
+login. Every workflow call goes through `capscope.annotation`.
+
+Bad input never yields a 5xx: request bodies are size-limited before they are
+read, images are decoded completely before scoring, label indices are checked
+against the item, and workflow errors map to 4xx with `{"detail": ...}`.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path as FilePath
+from typing import Annotated, Callable, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from starlette.background import BackgroundTask
+from pydantic import BaseModel, Field, StrictBool, StrictInt
+
+from capscope import __version__
+from capscope.annotation import agreement, browse, export, gold, model_versions, queue, workflow
+from capscope.annotation.errors import AnnotationError
+from capscope.annotation.users import UserInfo, authenticate
+from capscope.server.data_roots import DataRoots
+from capscope.db import Store
+from capscope.metrics.errors import ModelUnavailable
+from capscope.metrics.images import ImageError, ImageTooLarge, read_image
+from capscope.metrics.text import check_caption, check_references
+from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
+from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 * 2**20
+MAX_SCORE_BODY_BYTES = 32 * 2**20
+SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
+ItemId = Annotated[int, Path(ge=1, le=2**62)]
+ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
+MAX_INDICES = 10_000
+DEFAULT_API_METRICS = ("infometic",)  # POST /api/score without `metrics`
+
+
+# ---------------------------------------------------------------- request bodies
+
+class ScoreRequest(BaseModel):
+    image: str = Field(description="base64 PNG or JPEG (a data: URL prefix is accepted)")
+    caption: str
+    references: list[str] | None = None
+    metrics: list[str] | None = None
+
+
+class LabelsRequest(BaseModel):
+    incorrect_tokens: list[StrictInt] = Field(default_factory=list, max_length=MAX_INDICES)
+    mentioned_regions: list[StrictInt] = Field(default_factory=list, max_length=MAX_INDICES)
+    status: Literal["draft", "submitted", "skipped"] = "draft"
+
+
+class FlagRequest(BaseModel):
+    kind: Literal["unsure", "bad_image", "bad_caption", "comment"]
+    comment: str = Field(default="", max_length=workflow.MAX_COMMENT_CHARS)
+
+
+class GoldRequest(BaseModel):
+    token_labels: list[Literal["correct", "incorrect"] | None] = Field(max_length=MAX_INDICES)
+    region_labels: list[Literal["mentioned", "unmentioned"] | None] = Field(max_length=MAX_INDICES)
+
+
+class QueueRequest(BaseModel):
+    order: str = Field(max_length=50, description=f"one of {', '.join(queue.ORDERS)}")
+    seed: StrictInt | None = Field(default=None, description="the random order's seed (default 0)")
+    model_version: str | None = Field(default=None, max_length=200,
+                                      description="uncertainty: this model version's predictions (default the newest)")
+
+
+class TrainRequest(BaseModel):
+    dataset: str = Field(max_length=200)
+    init: Literal["active", "demo"] | StrictInt = "active"
+    minutes: float | None = Field(default=None, gt=0, le=240)
+    steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    holdout: float = Field(default=DEFAULT_HOLDOUT, ge=0, lt=1)
+    seed: StrictInt = Field(default=0, ge=0, lt=2**32)
+    augment: StrictBool = Field(default=False, description="new brightness, contrast and mirroring each step")
+    check_dataset: str | None = Field(default=None, max_length=200,
+                                      description="another dataset whose labels are scored before and after")
+
+
+class ActivateRequest(BaseModel):
+    dataset: str | None = Field(default=None, max_length=200,
+                                description="whose queued items to score again (default the version's own dataset)")
+    rescore: bool = True
+
+
+# ---------------------------------------------------------------- body size limit
+
+class BodyLimit:
+    """Reject request bodies over the limit with 413 before the app reads them whole."""
+
+    def __init__(self, app, default: int = MAX_BODY_BYTES, by_path: dict[str, int] | None = None):
+        self.app, self.default, self.by_path = app, default, by_path or {}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.by_path.get(scope["path"], self.default)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            problem = _declared_length_problem(declared, limit)
+            if problem:
+                return await JSONResponse({"detail": problem[1]}, status_code=problem[0])(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise HTTPException(413, f"request body over {limit} bytes")
+            return message
+
+        return await self.app(scope, limited_receive, send)
+
+
+def _declared_length_problem(declared: bytes, limit: int) -> tuple[int, str] | None:
+    try:
+        length = int(declared)
+    except ValueError:
+        return 400, "malformed Content-Length"
+    if length > limit:
+        return 413, f"request body is {length} bytes (limit {limit})"
+    return None
+
+
+# ---------------------------------------------------------------- auth
+
+_basic = HTTPBasic(auto_error=False)
+
+
+def user_from_request(request: Request) -> UserInfo | None:
+    """The user named by the request's HTTP Basic credentials, or None (for the UI's auth hook)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic" or not encoded:
+        return None
+    try:
+        name, _, password = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return authenticate(request.app.state.store, name, password)
+
+
+def current_user(request: Request, credentials: HTTPBasicCredentials | None = Depends(_basic)) -> UserInfo:
+    challenge = {"WWW-Authenticate": 'Basic realm="capscope"'}
+    if credentials is None:
+        raise HTTPException(401, "credentials required (HTTP Basic)", headers=challenge)
+    user = authenticate(request.app.state.store, credentials.username, credentials.password)
+    if user is None:
+        raise HTTPException(401, "unknown user or wrong password", headers=challenge)
+    return user
+
+
+def admin_user(user: UserInfo = Depends(current_user)) -> UserInfo:
+    if not user.is_admin:
+        raise HTTPException(403, "this call needs the admin role")
+    return user
+
+
+User = Annotated[UserInfo, Depends(current_user)]
+Admin = Annotated[UserInfo, Depends(admin_user)]
+
+
+# ---------------------------------------------------------------- scoring
+
+def known_metrics() -> tuple[str, ...] | None:
+    try:
+        from capscope.metrics.registry import METRIC_NAMES
+    except ImportError:
+        return None
+    return tuple(METRIC_NAMES)
+
+
+def _checked_score_request(body: ScoreRequest):
+    """(PIL image, caption, references, metrics) or HTTPException 4xx."""
+    names = known_metrics()
+    if body.metrics is not None:
+        if not body.metrics:
+            raise HTTPException(422, "metrics, when given, must name at least one metric")
+        unknown = [m for m in body.metrics if names is not None and m not in names]
+        if unknown:
+            raise HTTPException(422, f"unknown metric {unknown[0]!r}; choose from {', '.join(names)}")
+    problem = check_caption(body.caption) or check_references(body.references)
+    if problem:
+        raise HTTPException(422, problem)
+    return decode_score_image(body.image), body.caption, body.references, body.metrics
+
+
+def decode_score_image(encoded: str):
+    if encoded.startswith("data:"):
+        encoded = encoded.partition(",")[2]
+    try:
+        raw = base64.b64decode("".join(encoded.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise HTTPException(422, "image is not valid base64") from None
+    try:
+        return read_image(raw, name="upload", formats=SCORE_FORMATS)
+    except ImageTooLarge as err:
+        raise HTTPException(413, str(err)) from None
+    except ImageError as err:
+        raise HTTPException(422, str(err)) from None
+
+
+def public_version(version: dict) -> dict:
+    """A model version as the API shows it (the file's name, not where it lies on the server)."""
+    return {k: v for k, v in version.items() if k != "path"} | {"file": FilePath(version["path"]).name}
+
+
+# ---------------------------------------------------------------- the app
+
+def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
+               lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
+               data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
+               rescore_limit: int | None = RESCORE_LIMIT) -> FastAPI:
+    """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
+    the data folder's SQLite file). `app.state.models` is the process's one
+    scorer, which the UI mounted on this app shares: capscope's Scorer under
+    `token_rule` at `precision`, or what `scorer_factory(metrics)` builds (given every metric
+    to try; again without those whose loading failed). `app.state.data_roots`:
+    the folders whose files the UI may read when a user names them (default
+    the data folder). `app.state.training` and `app.state.activations`: the
+    fine-tuning jobs and model versions (app/server/training.py); fine-tuned
+    checkpoints go to `models_dir` (default a `models` folder beside the
+    SQLite file, else in the data folder); after an activation, the first
+    `rescore_limit` queued items (None: all) are scored again. The active
+    model version, if any, is what the scorer loads."""
+    app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
+                  redoc_url=None)
+    app.state.store = store or Store(db_url)
+    app.state.models = Models(scorer_factory, token_rule=token_rule, precision=precision)
+    app.state.data_roots = data_roots or DataRoots()
+    app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))
+    app.state.activations = Activations(app.state.store, app.state.models, rescore_limit=rescore_limit)
+    app.state.activations.load_active()
+    app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
+    app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES})
+
+    @app.exception_handler(AnnotationError)
+    async def _annotation_error(_request, err: AnnotationError):
+        return JSONResponse({"detail": str(err)}, status_code=err.status)
+
+    _add_routes(app)
+    return app
+
+
+def _add_routes(app: FastAPI) -> None:
+    store: Store = app.state.store
+    lease = app.state.lease_seconds
+
+    @app.get("/api/health")
+    def health() -> dict:
+        try:
+            store.ping()
+        except Exception as err:  # the database is down: the server is up but cannot serve
+            raise HTTPException(503, f"database unavailable: {type(err).__name__}") from None
+        return {"status": "ok", "version": __version__, "database": store.dialect,
+                "token_rule": app.state.models.token_rule}
+
+    @app.get("/api/me")
+    def me(user: User) -> dict:
+        return {"id": user.id, "name": user.name, "role": user.role}
+
+    @app.post("/api/score")
+    def score(body: ScoreRequest, user: User) -> dict:
+        image, caption, refs, metrics = _checked_score_request(body)
+        try:
+            return app.state.models.score(image, caption, refs, metrics=metrics or list(DEFAULT_API_METRICS))
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
+        except ModelUnavailable as err:
+            raise HTTPException(503, str(err)) from None
+
+    @app.get("/api/items/next", responses={204: {"description": "nothing left for this user"}})
+    def next_item(user: User, dataset: str | None = None, predictions: bool = False):
+        item = workflow.next_item(store, user, dataset=dataset, lease_seconds=lease)
+        if item is None:
+            return Response(status_code=204)
+        if predictions:
+            item = workflow.get_item(store, user, item["item_id"], include_predictions=True)
+        return item
+
+    @app.get("/api/items/previous", responses={204: {"description": "no earlier submitted item"}})
+    def previous_item(user: User, before: ItemQuery = None):
+        """The item this user submitted before `before` (default: their latest submitted one)."""
+        item = workflow.previous_item(store, user, before)
+        return Response(status_code=204) if item is None else item
+
+    @app.get("/api/items")
+    def list_items(user: Admin, dataset: str | None = None, status: str = "all", search: str | None = None,
+                   sort: str = "id", descending: bool = False, page: int = Query(1, ge=1, le=10**9),
+                   page_size: int = Query(50, ge=1, le=browse.MAX_PAGE_SIZE)) -> dict:
+        return browse.list_items(store, dataset=dataset, status=status, search=search, sort=sort,
+                                 descending=descending, page=page, page_size=page_size)
+
+    @app.get("/api/items/{item_id}")
+    def get_item(item_id: ItemId, user: User, predictions: bool = False) -> dict:
+        return workflow.get_item(store, user, item_id, include_predictions=predictions)
+
+    @app.put("/api/items/{item_id}/labels")
+    def put_labels(item_id: ItemId, body: LabelsRequest, user: User) -> dict:
+        return workflow.save_labels(store, user, item_id, body.incorrect_tokens, body.mentioned_regions,
+                                    body.status, lease_seconds=lease)
+
+    @app.post("/api/items/{item_id}/undo")
+    def undo(item_id: ItemId, user: User) -> dict:
+        return workflow.undo(store, user, item_id, lease_seconds=lease)
+
+    @app.get("/api/items/{item_id}/history")
+    def history(item_id: ItemId, user: User) -> list:
+        return workflow.history(store, user, item_id)
+
+    @app.post("/api/items/{item_id}/flags")
+    def flag(item_id: ItemId, body: FlagRequest, user: User) -> dict:
+        return workflow.add_flag(store, user, item_id, body.kind, body.comment)
+
+    @app.get("/api/items/{item_id}/gold")
+    def get_gold(item_id: ItemId, user: Admin) -> dict:
+        labels = agreement.gold_view(store, item_id)
+        if labels is None:
+            raise HTTPException(404, f"item {item_id} has no gold labels")
+        return labels
+
+    @app.get("/api/items/{item_id}/gold/history")
+    def get_gold_history(item_id: ItemId, user: Admin) -> list[dict]:
+        """Every gold label set of the item, oldest first (imported, majority, adjudicated)."""
+        return gold.gold_history(store, item_id)
+
+    @app.put("/api/items/{item_id}/gold")
+    def put_gold(item_id: ItemId, body: GoldRequest, user: Admin) -> dict:
+        return agreement.adjudicate(store, user, item_id, body.token_labels, body.region_labels)
+
+    @app.post("/api/gold/majority")
+    def gold_majority(user: Admin, dataset: str | None = None, min_judgements: int = Query(2, ge=1, le=1000)) -> dict:
+        return {"written": agreement.gold_from_majority(store, dataset, min_judgements=min_judgements)}
+
+    @app.get("/api/datasets/{name}/queue")
+    def get_queue(name: str, user: Admin) -> dict:
+        """The dataset's queue order, seed and the item ids it hands out next."""
+        return queue.queue_view(store, name)
+
+    @app.put("/api/datasets/{name}/queue")
+    def put_queue(name: str, body: QueueRequest, user: Admin) -> dict:
+        """Set the dataset's queue order (and seed) and rank its items for it."""
+        seed = 0 if body.seed is None else body.seed
+        return queue.set_queue_order(store, name, body.order, seed, body.model_version,
+                                     token_rule=app.state.models.token_rule)
+
+    @app.get("/api/models")
+    def get_models(user: Admin) -> dict:
+        """The model versions, the active one (null: the default model) and the current or last training job."""
+        versions = model_versions.list_versions(store)
+        active = next((v["id"] for v in versions if v["active"]), None)
+        return {"active": active, "versions": [public_version(v) for v in versions],
+                "job": app.state.training.last(), "rescoring": app.state.activations.rescoring()}
+
+    @app.post("/api/models/train", status_code=202)
+    def train(body: TrainRequest, user: Admin) -> dict:
+        """Fine-tune InfoMetIC on the dataset's labels in the background (one job at a time)."""
+        job_id = app.state.training.start(body.dataset, body.init, minutes=body.minutes, steps=body.steps,
+                                          holdout=body.holdout, seed=body.seed, admin=user.name,
+                                          check_dataset=body.check_dataset, augment=body.augment)
+        return {"job": app.state.training.job(job_id)}
+
+    @app.get("/api/models/jobs/{job_id}")
+    def get_job(job_id: Annotated[str, Path(max_length=40)], user: Admin) -> dict:
+        return {"job": app.state.training.job(job_id)}
+
+    @app.post("/api/models/jobs/{job_id}/cancel")
+    def cancel_job(job_id: Annotated[str, Path(max_length=40)], user: Admin) -> dict:
+        return {"job": app.state.training.cancel(job_id)}
+
+    @app.post("/api/models/default/activate")
+    def activate_default(user: Admin, body: ActivateRequest | None = None) -> dict:
+        """Go back to the server's default model (kept across restarts); the queued
+        items of the dataset of the version it replaces are scored again."""
+        body = body or ActivateRequest()
+        return app.state.activations.activate(None, body.dataset, rescore=body.rescore)
+
+    @app.post("/api/models/{version_id}/activate")
+    def activate(version_id: ItemId, user: Admin, body: ActivateRequest | None = None) -> dict:
+        """Score with this version from now on (kept across restarts); its dataset's queued items are scored again."""
+        body = body or ActivateRequest()
+        return app.state.activations.activate(version_id, body.dataset, rescore=body.rescore)
+
+    @app.get("/api/progress")
+    def progress(user: User, dataset: str | None = None) -> dict:
+        return browse.progress(store, user, dataset=dataset)
+
+    @app.get("/api/agreement")
+    def agreement_report(user: Admin, dataset: str | None = None, all_tokens: bool = False) -> dict:
+        return agreement.agreement_report(store, dataset, semantic_only=not all_tokens)
+
+    @app.get("/api/images/{image_id}")
+    def image(image_id: ItemId, user: User):
+        path = workflow.image_path(store, user, image_id)
+        if not os.path.isfile(path):
+            raise HTTPException(404, f"image {image_id} is missing on disk")
+        return FileResponse(path)
+
+    @app.get("/api/export")
+    def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None, images: bool = False):
+        """Streamed; with `images=true` (CapTokenEval only) a zip of the file and its images."""
+        pieces = export.iter_export(store, format, dataset)  # raises for an unknown format before streaming
+        stem = export.export_stem(dataset)
+        if images:
+            if format != "captokeneval":
+                raise HTTPException(422, "images=true needs format=captokeneval")
+            folder = tempfile.mkdtemp(prefix="capscope-benchmark-")
+            archive = export.export_benchmark_zip(store, FilePath(folder), stem, dataset)
+            return FileResponse(archive, media_type="application/zip", filename=archive.name,
+                                background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True))
+        name = f"{stem}.{export.EXTENSIONS[format]}"
+        return StreamingResponse(pieces, media_type=export.FORMATS[format],
+                                 headers={"Content-Disposition": f'attachment; filename="{name}"'})
+

@@ -1,0 +1,1 @@
+"""Research studies run on capscope as a whole (the label-efficiency study)."""

@@ -1,0 +1,523 @@
+"""Annotate: the annotator's queue, one click = one saved label.
+
+The database is the source of truth: every handler reads the item and its
+labels back from the store (`capscope.annotation.workflow`) and redraws from
+that, so a reload, a second tab or a lost response never shows stale labels.
+Each click saves inside its own handler and answers with the saved revision.
+Handlers taking `gr.SelectData` only unpack the event and call a plain
+function that takes the index."""
+from __future__ import annotations
+
+import functools
+import html
+import logging
+import threading
+from datetime import datetime
+from typing import Callable
+
+import gradio as gr
+from PIL import Image
+
+from capscope.ui import draw as ui_draw
+from capscope.annotation import browse, workflow
+from capscope.annotation.errors import AnnotationError
+from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
+from capscope.annotation.users import UserInfo, get_user
+from capscope.db import Store
+from capscope.metrics.images import read_image
+from capscope.metrics.families import decide_words
+from capscope.metrics.lru import LRUCache
+from capscope.metrics.registry import get_spec, metric_names
+from capscope.ui.inspect import decision_threshold
+from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
+
+log = logging.getLogger(__name__)
+
+SUGGESTIONS_KEPT = 2048  # items whose pre-labels are kept in memory
+
+MAX_REGION_KEYS = 10
+KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
+             "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · "
+             "<kbd>u</kbd>/<kbd>z</kbd> undo · "
+             "<kbd>n</kbd> next · <kbd>b</kbd> previous (submitted items stay editable) · <kbd>p</kbd> model suggestions · <kbd>g</kbd> guidelines · "
+             "<kbd>←</kbd>/<kbd>→</kbd> + <kbd>Enter</kbd> on words</span>")
+
+
+def guidelines_text() -> str:
+    from importlib import resources
+
+    return resources.files("capscope.static").joinpath("guidelines.md").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=64)
+def _image(path: str) -> Image.Image:
+    return read_image(path)
+
+
+# ---------------------------------------------------------------- model suggestions
+
+class Suggestions:
+    """Model pre-labels per item: stored predictions when the store has them,
+    else computed once with the UI's scorer on the item's own tokens and regions."""
+
+    def __init__(self, store: Store, models: Models | None):
+        self.store, self.models = store, models
+        self._cache = LRUCache(SUGGESTIONS_KEPT)
+
+    def _key(self, item_id: int) -> tuple[int, str | None]:
+        """Kept per item and per server model: an activation makes every item look again."""
+        return item_id, getattr(self.models, "version", None)
+
+    def cached(self, item_id: int) -> tuple[set[int], set[int], str, str | None] | None:
+        key = self._key(item_id)
+        return self._cache[key] if key in self._cache else None
+
+    def get(self, user: UserInfo, item: dict,
+            compute: bool = True) -> tuple[set[int], set[int], str, str | None] | None:
+        """(wrong words, mentioned regions, metric, model version or None for
+        the server's default model): cached, else stored, else (with `compute`) scored now."""
+        key = self._key(item["item_id"])
+        if key in self._cache:
+            return self._cache[key]
+        found = self._stored(user, item) or (self._computed(item) if compute else None)
+        if found is not None:
+            self._cache[key] = found
+        return found
+
+    def _stored(self, user: UserInfo, item: dict):
+        full = workflow.get_item(self.store, user, item["item_id"], include_predictions=True)
+        # newest first per metric (workflow.predictions_of): after an activation, the active version's
+        stored = {p["metric"]: p for p in reversed(full.get("predictions") or []) if p.get("token_scores")}
+        metric = next((m for m in metric_names(kind="token") if m in stored), None)
+        if metric is None:
+            return None
+        token_rule = self.models.token_rule if self.models is not None else DEFAULT_TOKEN_RULE
+        # decided at the scale the prediction was made with (a fine-tuned version's fitted one)
+        scale = stored[metric].get("word_scale") or 1.0
+        return (*_decided(item, stored[metric], metric, token_rule, scale), stored[metric].get("model_version"))
+
+    def _computed(self, item: dict):
+        if self.models is None:
+            return None
+        try:
+            image, regions = _image(self.store_path(item)), [{"box": r["box"]} for r in item["regions"]]
+            scorer, version = self.models.current()   # the scorer and its version tag as one pair
+            row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"])
+        except Exception as err:  # a missing model must not break annotation
+            log.warning("pre-labels unavailable for item %s: %s", item["item_id"], err)
+            return None
+        metric = next((m for m in metric_names(kind="token") if m in row["metrics"]), None)
+        if metric is None:
+            return None
+        result = row["metrics"][metric]
+        wrong = {i for i, c in enumerate(result.get("token_correct") or []) if c is False}
+        mentioned = {i for i, m in enumerate(result.get("region_mentioned") or []) if m}
+        return wrong, mentioned, metric, version
+
+    def store_path(self, item: dict) -> str:
+        return item["_path"]
+
+
+def _decided(item: dict, stored: dict, metric: str, token_rule: str, word_scale: float = 1.0):
+    """Stored scores to (wrong tokens, mentioned regions), decided as the server's
+    scorer decides: the InfoMetIC family under the server's token rule (and the
+    version's word threshold scale), other metrics at their own threshold."""
+    threshold = decision_threshold(metric)
+    token_scores, region_scores = stored["token_scores"], stored.get("region_scores") or []
+    if get_spec(metric).follows_token_rule:
+        correct = decide_words(token_rule, threshold, [t["semantic"] for t in item["tokens"]], token_scores,
+                               word_scale)
+    else:
+        correct = [(s > threshold) if (t["semantic"] and s is not None) else None
+                   for t, s in zip(item["tokens"], token_scores)]
+    wrong = {i for i, c in enumerate(correct) if c is False}
+    mentioned = {i for i, s in enumerate(region_scores) if s is not None and s > threshold}
+    return wrong, mentioned, metric
+
+
+# ---------------------------------------------------------------- plain logic
+
+class Annotator:
+    """What the Annotate tab does for one user, independent of Gradio."""
+
+    def __init__(self, store: Store, models: Models | None = None, lease_seconds: int = workflow.LEASE_SECONDS):
+        self.store = store
+        self.lease = lease_seconds
+        self.suggestions = Suggestions(store, models)
+        self._locks: dict[int, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def lock_for(self, user: UserInfo) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(user.id, threading.Lock())
+
+    def user(self, name: str | None) -> UserInfo:
+        if not name:
+            raise AnnotationError("not logged in")
+        return get_user(self.store, name)
+
+    def item(self, user: UserInfo, item_id: int) -> dict:
+        item = workflow.get_item(self.store, user, item_id)
+        item["_path"] = workflow.image_path(self.store, user, item["image_id"])
+        return item
+
+    def next(self, user: UserInfo) -> dict | None:
+        item = workflow.next_item(self.store, user, lease_seconds=self.lease)
+        if item is not None:
+            item["_path"] = workflow.image_path(self.store, user, item["image_id"])
+        return item
+
+    def previous(self, user: UserInfo, item_id: int | None) -> dict | None:
+        item = workflow.previous_item(self.store, user, item_id)
+        if item is not None:
+            item["_path"] = workflow.image_path(self.store, user, item["image_id"])
+        return item
+
+    def toggle_token(self, user: UserInfo, item_id: int, index: int) -> dict:
+        return workflow.toggle_token(self.store, user, item_id, index, lease_seconds=self.lease)
+
+    def toggle_region(self, user: UserInfo, item_id: int, index: int) -> dict:
+        return workflow.toggle_region(self.store, user, item_id, index, lease_seconds=self.lease)
+
+    def region_at_click(self, user: UserInfo, item_id: int, point) -> int | None:
+        item = self.item(user, item_id)
+        return ui_draw.clicked_region([r["box"] for r in item["regions"]], (item["width"], item["height"]), point)
+
+    def undo(self, user: UserInfo, item_id: int) -> dict:
+        return workflow.undo(self.store, user, item_id, lease_seconds=self.lease)
+
+    def submit(self, user: UserInfo, item_id: int) -> dict:
+        return workflow.submit(self.store, user, item_id, lease_seconds=self.lease)
+
+    def skip(self, user: UserInfo, item_id: int) -> dict:
+        """Give the item back; a submitted item (reached again through Previous) stays submitted."""
+        labels = self.item(user, item_id).get("labels") or {}
+        if labels.get("status") == "submitted":
+            return labels
+        return workflow.skip(self.store, user, item_id, lease_seconds=self.lease)
+
+    def flag(self, user: UserInfo, item_id: int, kind: str, comment: str = "") -> dict:
+        return workflow.add_flag(self.store, user, item_id, kind, comment)
+
+    def progress(self, user: UserInfo) -> dict:
+        return browse.progress(self.store, user)
+
+
+def token_values(item: dict, suggested: set[int] | None = None) -> list[tuple[str, float | None]]:
+    """Score-mode values: 1.0 (red) for words this annotator marked incorrect;
+    a model suggestion, when shown, as a faint 0.3."""
+    from capscope.ui.inspect import token_segments
+
+    marked = set(item["labels"]["incorrect_tokens"]) if item.get("labels") else set()
+    segments = token_segments(item["caption"], item["tokens"])
+    return [(text, 1.0 if i in marked else 0.3 if suggested and i in suggested else None)
+            for i, text in enumerate(segments)]
+
+
+def saved_text(labels: dict | None, note: str = "") -> str:
+    if not labels:
+        return note
+    at = labels.get("saved_at", "")
+    try:
+        at = datetime.fromisoformat(at.rstrip("Z")).strftime("%H:%M:%S UTC")
+    except ValueError:
+        pass
+    words, regions = len(labels["incorrect_tokens"]), len(labels["mentioned_regions"])
+    status = labels["status"]
+    text = (f"<span class='cs-ok'>✓ Saved</span> · revision {labels['revision']} · {at} · "
+            f"{words} wrong word{'s' * (words != 1)}, {regions} region{'s' * (regions != 1)} mentioned · {status}")
+    return f"{text} · {note}" if note else text
+
+
+def _bar(done: int, total: int) -> str:
+    share = 0 if total <= 0 else min(100, round(100 * done / total))
+    return f"<div class='cs-progress'><div style='width:{share}%'></div></div>"
+
+
+def progress_html(progress: dict) -> str:
+    me, team = progress.get("me", {}), progress["everyone"]
+    mine_total = me.get("submitted", 0) + me.get("available", 0) + me.get("in_progress", 0)
+    return (f"<b>Mine</b>: {me.get('submitted', 0)} submitted, {me.get('skipped', 0)} skipped, "
+            f"{me.get('available', 0)} more available{_bar(me.get('submitted', 0), mine_total)}"
+            f"<b>Everyone</b>: {team['judgements_submitted']} / {team['judgements_needed']} judgements, "
+            f"{team['items_complete']} / {team['items']} items complete"
+            f"{_bar(team['judgements_submitted'], team['judgements_needed'])}")
+
+
+def item_header(item: dict) -> str:
+    return (f"**Item {item['item_id']}** · `{html.escape(item['id'])}` · dataset {html.escape(item['dataset'])} · "
+            f"{len(item['regions'])} regions. Click wrong words; click the regions the caption mentions.")
+
+
+# ---------------------------------------------------------------- Gradio layer
+
+def build_annotate(annotator: Annotator) -> dict:
+    c: dict = {}
+    with gr.Column(elem_id="cs-annotate"):
+        with gr.Row():
+            c["header"] = gr.Markdown("Loading your queue…")
+            c["saved"] = gr.Markdown("", elem_id="cs-saved", elem_classes="cs-saved")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                c["image"] = gr.Image(label="Click a region to mark it mentioned", interactive=False, buttons=[],
+                                      height=420, elem_id="cs-annotate-image")
+                c["gallery"] = gr.Gallery(label="Regions (click to toggle)", columns=10, rows=1, height=150,
+                                          allow_preview=False, object_fit="contain", interactive=False,
+                                          elem_id="cs-gallery")
+            with gr.Column(scale=2):
+                c["tokens"] = gr.HighlightedText(label="Caption · click a word to mark it incorrect",
+                                                 interactive=False, elem_id="cs-annotate-tokens",
+                                                 elem_classes="cs-tokens")
+                c["suggested"] = gr.Markdown("", visible=True, elem_id="cs-suggested")
+                with gr.Row():
+                    c["submit"] = gr.Button("Submit & next (s)", variant="primary", elem_id="cs-submit")
+                    c["skip"] = gr.Button("Skip (k)", elem_id="cs-skip")
+                with gr.Row():
+                    c["previous"] = gr.Button("Previous (b)", elem_id="cs-previous")
+                    c["undo"] = gr.Button("Undo (u)", elem_id="cs-undo")
+                    c["next"] = gr.Button("Next (n)", elem_id="cs-next")
+                c["prelabels"] = gr.Checkbox(False, label="Show model suggestions (p)", elem_id="cs-prelabels")
+                gr.HTML(KEYS_HELP)
+                with gr.Accordion("Flag this item", open=False):
+                    with gr.Row():
+                        c["flag_kind"] = gr.Dropdown(list(workflow.FLAG_KINDS), value="unsure", label="Kind",
+                                                     scale=1)
+                        c["flag_comment"] = gr.Textbox(label="Comment (optional)", scale=2)
+                    c["flag"] = gr.Button("Flag", size="sm", elem_id="cs-flag")
+                c["progress"] = gr.HTML("", elem_id="cs-progress-box")
+                c["guidelines_button"] = gr.Button("Guidelines (g)", size="sm", elem_id="cs-guidelines")
+                with gr.Accordion("Guidelines", open=False) as c["guidelines"]:
+                    gr.Markdown(guidelines_text())
+        with gr.Row(elem_classes="cs-hidden"):
+            c["region_keys"] = [gr.Button(str(i), elem_id=f"cs-region-{i}") for i in range(1, MAX_REGION_KEYS + 1)]
+    c["item_id"] = gr.State(None)  # which item is on screen; its labels always come from the store
+    _wire_annotate(annotator, c)
+    return c
+
+
+# ---------------------------------------------------------------- actions
+# An action applies one step for a signed-in user and says what to show next:
+# `action(annotator, user, item_id, *args) -> (item or None, note)`.
+
+def open_next(annotator: Annotator, user: UserInfo, item_id: int | None):
+    return annotator.next(user), ""
+
+
+def open_previous(annotator: Annotator, user: UserInfo, item_id: int | None):
+    earlier = annotator.previous(user, item_id)
+    if earlier is not None:
+        return earlier, f"item {earlier['item_id']}: submitted earlier; changes are saved to it"
+    return _current_or_next(annotator, user, item_id), "no earlier submitted item"
+
+
+def current_item(annotator: Annotator, user: UserInfo, item_id: int | None):
+    return _current_or_next(annotator, user, item_id), ""
+
+
+def _current_or_next(annotator: Annotator, user: UserInfo, item_id: int | None) -> dict | None:
+    return annotator.item(user, item_id) if item_id else annotator.next(user)
+
+
+def change_labels(annotator: Annotator, user: UserInfo, item_id: int | None, change: Callable, *args):
+    """`change(user, item_id, *args)` saves labels; the item is shown with what was saved."""
+    if item_id is None:
+        return annotator.next(user), ""
+    labels = change(user, item_id, *args)
+    item = annotator.item(user, item_id)
+    item["labels"] = labels
+    return item, ""
+
+
+def finish_item(annotator: Annotator, user: UserInfo, item_id: int | None, step: Callable, word: str):
+    """Submit or skip (`step`), then the next item; the note says what became of this one."""
+    if item_id is None:
+        return annotator.next(user), ""
+    status = step(user, item_id)["status"]
+    return annotator.next(user), f"item {item_id} {word if status == word else 'stays ' + status}"
+
+
+def toggle_region_at_point(annotator: Annotator, user: UserInfo, item_id: int | None, point):
+    if item_id is None:
+        return annotator.next(user), ""
+    region = annotator.region_at_click(user, item_id, point)
+    if region is None:
+        return annotator.item(user, item_id), "no region under that point"
+    return change_labels(annotator, user, item_id, annotator.toggle_region, region)
+
+
+def flag_item(annotator: Annotator, user: UserInfo, item_id: int | None, kind: str, comment: str | None):
+    if item_id is None:
+        return annotator.next(user), ""
+    annotator.flag(user, item_id, kind, comment or "")
+    return annotator.item(user, item_id), f"flagged: {kind.replace('_', ' ')}"
+
+
+# ---------------------------------------------------------------- drawing the tab
+
+def render(annotator: Annotator, user: UserInfo, item: dict | None, note: str = "", show_suggestions: bool = False,
+           compute: bool = False, words_only: bool = False) -> tuple:
+    """Every output; with `words_only` (a word toggled on the same item) the
+    picture, thumbnails and header are left as they are, which keeps clicks quick."""
+    progress = progress_html(annotator.progress(user))
+    if item is None:
+        return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "")
+    # label clicks never run the model: only the suggestions handler (model queue) computes
+    suggestion = annotator.suggestions.get(user, item, compute) if show_suggestions else None
+    wrong, mentioned = (suggestion[0], suggestion[1]) if suggestion else (None, None)
+    if words_only:
+        picture = (gr.skip(), gr.skip(), gr.skip())
+    else:
+        picture = _picture(item, mentioned)
+    hint = suggestions_hint(suggestion, compute) if show_suggestions else ""
+    return (item["item_id"], *picture, token_values(item, wrong), saved_text(item.get("labels"), note),
+            progress, hint)
+
+
+def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
+    """(header, image with the chosen and suggested regions, thumbnails)."""
+    image = _image(item["_path"])
+    boxes = [r["box"] for r in item["regions"]]
+    chosen = set(item["labels"]["mentioned_regions"]) if item.get("labels") else set()
+    return (item_header(item), ui_draw.labels_overlay(image, boxes, chosen, suggested_regions),
+            ui_draw.thumbnails(image, boxes, chosen))
+
+
+def suggestion_source(version: str | None) -> str:
+    """Who made a suggestion: a model version by its tag, the server's default
+    model (None), or predictions imported from a file (any other tag)."""
+    if version is None or version == DEFAULT_TAG:
+        return "the server's default model"
+    if is_version_tag(version):
+        return f"model version **{version}**"
+    return "imported predictions"
+
+
+def suggestions_hint(suggestion: tuple | None, computed: bool) -> str:
+    """The line under the caption; it says which model version made the suggestions."""
+    if suggestion:
+        return (f"Model suggestions from {suggestion_source(suggestion[3])} ({suggestion[2]}): "
+                "faint red words, dashed boxes.")
+    return "No model suggestions for this item." if computed else "Model suggestions are being computed…"
+
+
+def run(annotator: Annotator, request: gr.Request | None, item_id: int | None, show: bool, action: Callable,
+        *args, compute: bool = False, words_only: bool = False) -> tuple:
+    """`action` for the request's user, drawn; workflow errors go to the status line."""
+    try:
+        user = annotator.user(request.username if request else None)
+    except AnnotationError as err:
+        return (None, f"**{html.escape(str(err))}**", None, [], [], "", "", "")
+    with annotator.lock_for(user):  # one user's clicks are applied and drawn in order
+        try:
+            item, note = action(annotator, user, item_id, *args)
+        except AnnotationError as err:
+            item = _current_or_next(annotator, user, item_id)
+            note = f"⚠ not saved: {html.escape(str(err))}"
+        same_item = item is not None and item["item_id"] == item_id
+        return render(annotator, user, item, note, show, compute, words_only and same_item)
+
+
+# ---------------------------------------------------------------- handlers
+
+class AnnotateHandlers:
+    """The tab's event handlers. Each takes the on-screen state (the item's id,
+    whether suggestions are shown), the event's own values and the request, and
+    returns every output. Methods rather than closures: Gradio reads their
+    `gr.Request` / `gr.SelectData` annotations; handlers taking `gr.SelectData`
+    only unpack the event."""
+
+    def __init__(self, annotator: Annotator):
+        self.annotator = annotator
+
+    def _run(self, request, item_id, show, action, *args, **options) -> tuple:
+        return run(self.annotator, request, item_id, show, action, *args, **options)
+
+    def toggle_token(self, item_id, show, index, request: gr.Request):
+        return self._run(request, item_id, show, change_labels, self.annotator.toggle_token, int(index),
+                         words_only=True)
+
+    def toggle_region(self, item_id, show, index, request: gr.Request):
+        return self._run(request, item_id, show, change_labels, self.annotator.toggle_region, int(index))
+
+    def on_word(self, item_id, show, evt: gr.SelectData, request: gr.Request):
+        return self.toggle_token(item_id, show, evt.index, request)
+
+    def on_image(self, item_id, show, evt: gr.SelectData, request: gr.Request):
+        return self._run(request, item_id, show, toggle_region_at_point, evt.index)
+
+    def on_thumbnail(self, item_id, show, evt: gr.SelectData, request: gr.Request):
+        return self.toggle_region(item_id, show, evt.index, request)
+
+    def on_region_key(self, key: str, item_id, show, request: gr.Request):
+        """A region's number button (its label is "1" to "10")."""
+        return self.toggle_region(item_id, show, int(key) - 1, request)
+
+    def undo(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, change_labels, self.annotator.undo)
+
+    def submit(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, finish_item, self.annotator.submit, "submitted")
+
+    def skip(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, finish_item, self.annotator.skip, "skipped")
+
+    def next(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, open_next)
+
+    def previous(self, item_id, show, request: gr.Request):
+        return self._run(request, item_id, show, open_previous)
+
+    def flag(self, item_id, show, kind, comment, request: gr.Request):
+        return self._run(request, item_id, show, flag_item, kind, comment)
+
+    def reload(self, item_id, show, request: gr.Request):
+        """The item again, computing its model suggestions when they are shown."""
+        return self._run(request, item_id, show, current_item, compute=True)
+
+    def suggest(self, item_id, show, request: gr.Request):
+        """After moving to another item: its suggestions, when they are shown and not known yet."""
+        if not show or item_id is None or self.annotator.suggestions.cached(item_id) is not None:
+            return tuple(gr.skip() for _ in OUTPUTS)
+        return self.reload(item_id, show, request)
+
+
+# ---------------------------------------------------------------- wiring
+
+# what every handler returns, in this order
+OUTPUTS = ("item_id", "header", "image", "gallery", "tokens", "saved", "progress", "suggested")
+DB_QUEUE = {"concurrency_id": "db", "concurrency_limit": 4, "show_progress": "hidden"}
+MODEL_QUEUE = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
+CLICKS = {"trigger_mode": "multiple", "api_visibility": "private", **DB_QUEUE}
+
+
+def _wire_annotate(annotator: Annotator, c: dict) -> None:
+    """Connect the components to the handlers; label saves run in the "db"
+    queue, anything that may run the model in the "model" queue."""
+    handlers = AnnotateHandlers(annotator)
+    outputs = [c[name] for name in OUTPUTS]
+    state = [c["item_id"], c["prelabels"]]
+    c["tokens"].select(handlers.on_word, state, outputs, **CLICKS)
+    c["image"].select(handlers.on_image, state, outputs, **CLICKS)
+    c["gallery"].select(handlers.on_thumbnail, state, outputs, **CLICKS)
+    for button in c["region_keys"]:
+        button.click(handlers.on_region_key, [button, *state], outputs, **CLICKS)
+    _wire_api(handlers, state, outputs)
+    c["undo"].click(handlers.undo, state, outputs, trigger_mode="multiple", api_name="undo", **DB_QUEUE)
+    c["flag"].click(handlers.flag, [*state, c["flag_kind"], c["flag_comment"]], outputs, api_name="flag", **DB_QUEUE)
+    for name in ("submit", "skip", "next", "previous"):
+        c[name].click(getattr(handlers, name), state, outputs, api_name=name, **DB_QUEUE) \
+            .then(handlers.suggest, state, outputs, **MODEL_QUEUE)
+    # suggestions may need the model: they queue with inference, so label saves never wait behind them
+    c["prelabels"].change(handlers.reload, state, outputs, show_progress="minimal", **MODEL_QUEUE)
+    c["guidelines_button"].click(lambda: gr.Accordion(open=True), None, c["guidelines"], api_visibility="private",
+                                 queue=False)
+    c["open"] = (handlers.next, state, outputs)
+
+
+def _wire_api(handlers: AnnotateHandlers, state: list, outputs: list) -> None:
+    """The click actions with explicit indices, as API endpoints (for gradio_client)."""
+    index = gr.Number(visible=False, precision=0)
+    gr.Button(visible=False).click(handlers.toggle_token, [*state, index], outputs, api_name="toggle_token",
+                                   **DB_QUEUE)
+    gr.Button(visible=False).click(handlers.toggle_region, [*state, index], outputs, api_name="toggle_region",
+                                   **DB_QUEUE)

@@ -1,0 +1,393 @@
+"""Inspect: one image, one or two captions, every metric's verdict drawn on them.
+
+Plain functions turn a scorer row (docs/formats.md §2) into what the components
+show; `build_inspect` wires them. Scoring goes through `Models`, whose scorer
+caches the image side, so an edited caption costs only its text."""
+from __future__ import annotations
+
+import html
+import math
+
+import gradio as gr
+from PIL import Image
+
+from capscope.ui import draw as ui_draw
+from capscope.metrics.constants import BETA
+from capscope.metrics.images import read_image
+from capscope.metrics.registry import SPECS, metric_names, metric_title
+from capscope.server.scorer import Models
+
+DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
+               "bundled demo model, which knows coloured shapes on plain backgrounds, not photos. "
+               "See `capscope models` for what is missing.")
+
+
+# ---------------------------------------------------------------- row -> display
+
+def decision_threshold(metric: str, result: dict | None = None) -> float:
+    """The cut the metric decided with: the one its result reports (HICE-S's
+    `features.threshold`), else its registry default."""
+    reported = ((result or {}).get("features") or {}).get("threshold")
+    if reported is not None:
+        return float(reported)
+    spec = SPECS.get(metric)
+    return spec.threshold if spec and spec.threshold is not None else BETA
+
+
+def token_metrics() -> tuple[str, ...]:
+    """The metrics that judge words, in registry order (the first is shown by default)."""
+    return metric_names(kind="token")
+
+
+def token_shade(score: float | None, correct: bool | None, threshold: float) -> float | None:
+    """HighlightedText score-mode value: red (> 0) for unsupported words, purple
+    (< 0) for supported ones, None for words the metric does not judge."""
+    if score is None or correct is None:
+        return None
+    value = max(-1.0, min(1.0, (threshold - score) / (abs(threshold) or 1.0)))  # CLIP4DM's cut is negative
+    if correct is False:
+        return max(value, 0.6)
+    return min(value * 0.7, -0.1)
+
+
+def token_segments(caption: str, tokens: list[dict]) -> list[str]:
+    """Each token's text with the whitespace before it, so that the segments
+    join back into the caption and segment i is token i."""
+    segments, previous_end = [], 0
+    for token in tokens:
+        segments.append(caption[previous_end:token["end"]])
+        previous_end = token["end"]
+    if segments and previous_end < len(caption):
+        segments[-1] += caption[previous_end:]
+    return segments
+
+
+def shaded_tokens(row: dict | None, metric: str) -> list[tuple[str, float | None]]:
+    if not row:
+        return []
+    result = row["metrics"].get(metric) or {}
+    segments = token_segments(row["caption"], row["tokens"])
+    scores = result.get("token_scores") or [None] * len(segments)
+    correct = result.get("token_correct") or [None] * len(segments)
+    threshold = decision_threshold(metric, result)
+    return [(text, token_shade(s, c, threshold)) for text, s, c in zip(segments, scores, correct)]
+
+
+def wrong_words(row: dict | None, metric: str) -> list[str]:
+    if not row:
+        return []
+    correct = (row["metrics"].get(metric) or {}).get("token_correct") or []
+    return [t["text"] for t, c in zip(row["tokens"], correct) if c is False]
+
+
+def region_boxes(row: dict | None) -> list:
+    return [r["box"] for r in (row or {}).get("regions", [])]
+
+
+def overlay(image: Image.Image | None, row: dict | None, metric: str, selected: int | None = None):
+    if image is None:
+        return None
+    result = (row or {}).get("metrics", {}).get(metric) or {}
+    scores = result.get("region_scores") or None
+    mentioned = result.get("region_mentioned") or None
+    return ui_draw.score_overlay(image, region_boxes(row), scores, mentioned, selected)
+
+
+def fmt(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def summary_markdown(row: dict | None, metric: str) -> str:
+    if not row:
+        return ""
+    if row.get("error") and not row.get("metrics"):
+        return f"**Cannot score:** {row['error']}"
+    result = row["metrics"].get(metric) or {}
+    parts = []
+    wrong = wrong_words(row, metric)
+    if metric in token_metrics():
+        scaled = SPECS[metric].follows_token_rule and (row.get("model") or {}).get("token_rule") == "relative"
+        rule = " (β scaled to the caption's length)" if scaled else ""
+        parts.append(f"**Wrong words{rule}:** " + (", ".join(f"~~{w}~~" for w in wrong) if wrong else "none found"))
+    mentioned = result.get("region_mentioned") or []
+    if mentioned:
+        missing = [str(i + 1) for i, m in enumerate(mentioned) if not m]
+        parts.append(f"**Regions left out:** {', '.join(missing) if missing else 'none'} of {len(mentioned)}")
+    if result.get("null_score") is not None:
+        parts.append(f"**Null token:** {result['null_score']:.3f}")
+    return " · ".join(parts)
+
+
+def phrases_markdown(row: dict | None) -> str:
+    phrases = ((row or {}).get("metrics", {}).get("hice") or {}).get("phrases") or []
+    if not phrases:
+        return ""
+    lines = ["| HICE-S phrase | score | |", "|---|---:|---|"]
+    for phrase in phrases:
+        mark = "✓" if phrase.get("correct") else "✗"
+        lines.append(f"| {html.escape(phrase['text'])} | {phrase['score']:.3f} | {mark} |")
+    return "\n".join(lines)
+
+
+def scores_rows(row_a: dict | None, row_b: dict | None) -> list[list]:
+    """Global scores of both captions side by side: [metric, key, A, B]."""
+    keys: dict[tuple[str, str], None] = {}
+    for row in (row_a, row_b):
+        for name, result in ((row or {}).get("metrics") or {}).items():
+            for key in result.get("scores", {}):
+                keys[(name, key)] = None
+
+    def value(row, name, key):
+        score = ((row or {}).get("metrics", {}).get(name) or {}).get("scores", {}).get(key)
+        return None if score is None else round(float(score), 4)
+
+    return [[metric_title(n), k, value(row_a, n, k), value(row_b, n, k)] for n, k in keys]
+
+
+def region_report(row: dict | None, metric: str, region: int | None, matches: list[tuple[str, float]]) -> str:
+    if row is None or region is None:
+        return "Click inside a region to see what in the caption matches it."
+    result = row["metrics"].get(metric) or {}
+    scores, mentioned = result.get("region_scores") or [], result.get("region_mentioned") or []
+    text = f"**Region {region + 1}**"
+    if region < len(scores):
+        state = "mentioned" if region < len(mentioned) and mentioned[region] else "**not mentioned**"
+        text += f" · {metric_title(metric)} score {scores[region]:.3f} ({state})"
+    if matches:
+        best, cos = matches[0]
+        text += f" · best match: **{html.escape(best)}** (cosine {cos:.3f})"
+        if len(matches) > 1:
+            text += " · then " + ", ".join(f"{html.escape(t)} {c:.2f}" for t, c in matches[1:4])
+    return text
+
+
+def parse_references(text: str | None) -> list[str] | None:
+    refs = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return refs or None
+
+
+# ---------------------------------------------------------------- handlers' logic
+
+def score_caption(models: Models, image, caption: str, references: str, regions: list | None,
+                  metrics: list[str] | None = None) -> dict | None:
+    """A scorer row (by `metrics`, default every loaded one), or a row-shaped
+    error; None when there is nothing to score."""
+    if image is None or not (caption or "").strip():
+        return None
+    try:
+        return models.score(image, caption, parse_references(references), regions=regions, metrics=metrics)
+    except Exception as err:  # a bad caption, or no model at all: said on the page, the app stays up
+        return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": str(err).splitlines()[0]}
+
+
+def score_rest(models: Models, image, caption: str, references: str, regions: list | None,
+               first: dict | None) -> dict | None:
+    """The whole row, given `first`: the same pair already scored by some of the
+    metrics (a keystroke's words-first row), which are not computed again."""
+    done = set(((first or {}).get("metrics") or {}))
+    if not done or first.get("caption") != caption:
+        return score_caption(models, image, caption, references, regions)
+    rest = [m for m in models.available if m not in done]
+    if not rest:
+        return first
+    row = score_caption(models, image, caption, references, regions, rest)
+    if row is None or (row.get("error") and not row.get("metrics")):
+        return row
+    return {**row, "metrics": {**first["metrics"], **row["metrics"]}}
+
+
+def words_first(models: Models, image, caption: str, references: str, regions: list | None, metric: str):
+    """A keystroke's first answer: the row by the shown metric alone (a fifth of
+    the time of every metric) and its shaded words."""
+    shown = metric if metric in models.available else None
+    row = score_caption(models, image, caption, references, regions, [shown] if shown else None)
+    return row, shaded_tokens(row, shown_metric(row, metric))
+
+
+def shown_metric(row: dict | None, metric: str | None) -> str | None:
+    """The asked metric when the row has it, else its first token-level one."""
+    present = list(((row or {}).get("metrics") or {}))
+    if metric in present or not present:
+        return metric
+    return next((m for m in token_metrics() if m in present), present[0])
+
+
+def caption_view(image, row: dict | None, metric: str) -> tuple:
+    """(overlay, shaded tokens, summary, phrases) for one caption column."""
+    metric = shown_metric(row, metric)
+    return overlay(image, row, metric), shaded_tokens(row, metric), summary_markdown(row, metric), \
+        phrases_markdown(row)
+
+
+def click_report(models: Models, image, row: dict | None, metric: str, point) -> tuple:
+    """(overlay with the region selected, report) for a click at `point` = [x, y]."""
+    if image is None or not row:
+        return gr.skip(), region_report(None, metric, None, [])
+    metric = shown_metric(row, metric)
+    region = ui_draw.clicked_region(region_boxes(row), image.size, point)
+    if region is None:
+        return overlay(image, row, metric), "No region under that point."
+    matching = metric if metric in row["metrics"] and hasattr(models.scorer.metrics.get(metric), "backbone") \
+        else next(iter(row["metrics"]), metric)
+    matches = models.region_matches(image, row, region, matching) if row["metrics"] else []
+    return overlay(image, row, metric, region), region_report(row, metric, region, matches)
+
+
+def banner(models: Models) -> tuple:
+    """(banner update, metric radio update) once the models are loaded."""
+    try:
+        available = models.available
+    except Exception as err:  # nothing loads: annotation still works, scoring cannot
+        text = f"⚠ **No scoring model can be loaded here**, so Inspect cannot score: {html.escape(str(err))}"
+        return gr.update(value=text, visible=True), gr.skip()
+    missing = ", ".join(metric_title(k) for k in models.unavailable)  # reasons are in the server log
+    text = DEMO_BANNER if models.demo else ""
+    if missing:
+        text += ("\n\n" if text else "") + f"<small>Not available here: {html.escape(missing)} " \
+                                              "(their weights are missing; `capscope models` lists what to get)</small>"
+    first = next((m for m in available if m in token_metrics()), available[0])
+    choices = [(metric_title(m), m) for m in available]
+    return gr.update(value=text, visible=bool(text)), gr.update(choices=choices, value=first)
+
+
+# ---------------------------------------------------------------- layout
+
+def build_inspect(models: Models, examples: list[dict]) -> dict:
+    """The Inspect tab's components and listeners (inside an open Blocks)."""
+    c: dict = {}
+    with gr.Row():
+        with gr.Column(scale=2):
+            c["image"] = gr.Image(type="pil", label="Image", sources=["upload", "clipboard"], height=260,
+                                  elem_id="cs-image")
+            c["example"] = gr.Dropdown(
+                choices=[(f"{e['id']}: {e['caption'][:60]}", i) for i, e in enumerate(examples)],
+                label="…or pick a demo scene (clean and polluted caption)", value=None)
+        with gr.Column(scale=3):
+            c["caption_a"] = gr.Textbox(label="Caption A", lines=2, elem_id="cs-caption-a",
+                                        placeholder="Type a caption; it is scored as you type")
+            c["caption_b"] = gr.Textbox(label="Caption B (optional, for comparison)", lines=2, elem_id="cs-caption-b")
+            c["references"] = gr.Textbox(label="References (optional, one per line)", lines=2)
+            with gr.Row():
+                c["metric"] = gr.Radio(choices=[(metric_title(m), m) for m in metric_names()], value=token_metrics()[0],
+                                       label="Show tokens and regions by", scale=3)
+                c["score"] = gr.Button("Score", variant="primary", scale=1, elem_id="cs-score")
+    c["regions"] = gr.State(None)  # given boxes for a demo scene; None = propose
+    c["row_a"], c["row_b"] = gr.State(None), gr.State(None)
+    c["first_a"], c["first_b"] = gr.State(None), gr.State(None)  # a keystroke's row by the shown metric alone
+    c["image_now"] = gr.State(None)  # the image, kept on the server: a keystroke neither sends nor decodes it
+    for side in ("a", "b"):  # clicked by the page once typing pauses: score the rest
+        c[f"rest_{side}"] = gr.Button(visible="hidden", elem_id=f"cs-rest-{side}")
+    with gr.Row(equal_height=False):
+        for side in ("a", "b"):
+            with gr.Column():
+                c[f"overlay_{side}"] = gr.Image(label=f"Regions · caption {side.upper()}", interactive=False,
+                                                buttons=[], height=380, elem_id=f"cs-overlay-{side}",
+                                                format="jpeg")  # 1 ms to encode a 640 x 427 overlay; webp 29
+                c[f"tokens_{side}"] = gr.HighlightedText(
+                    label=f"Caption {side.upper()} · red: unsupported word, purple: supported",
+                    interactive=False, show_legend=True, elem_id=f"cs-tokens-{side}", elem_classes="cs-tokens")
+                c[f"summary_{side}"] = gr.Markdown()
+                c[f"region_{side}"] = gr.Markdown("Click inside a region to see what in the caption matches it.",
+                                                  elem_id=f"cs-match-{side}")
+                c[f"phrases_{side}"] = gr.Markdown()
+    c["table"] = gr.Dataframe(headers=["metric", "score", "caption A", "caption B"], label="Global scores",
+                              interactive=False, elem_classes="cs-scores")
+    _wire_inspect(models, examples, c)
+    return c
+
+
+TYPING_PAUSE_MS = 250  # after the last keystroke, the rest of the row is scored
+
+
+def debounced_click(button_id: str, pause_ms: int = TYPING_PAUSE_MS) -> str:
+    """A JS listener that clicks `button_id` once no keystroke has come for `pause_ms`."""
+    timer = f"window.__capscope_{button_id.replace('-', '_')}"
+    return (f"() => {{ clearTimeout({timer}); {timer} = setTimeout("
+            f"() => document.getElementById('{button_id}')?.click(), {pause_ms}); }}")
+
+
+def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
+    model_queue = {"concurrency_id": "model", "concurrency_limit": 1}
+
+    def make_scorer(side: str):
+        other = "b" if side == "a" else "a"
+
+        def score_side(image, caption, references, metric, regions, other_row):
+            row = score_caption(models, image, caption, references, regions)
+            pair = (row, other_row) if side == "a" else (other_row, row)
+            return (row, *caption_view(image, row, metric), scores_rows(*pair))
+
+        outputs = [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
+                   c[f"phrases_{side}"], c["table"]]
+        inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"], c[f"row_{other}"]]
+        return score_side, inputs, outputs
+
+    def make_rest(side: str):
+        other = "b" if side == "a" else "a"
+
+        def rest_side(image, caption, references, metric, regions, other_row, first):
+            row = score_rest(models, image, caption, references, regions, first)
+            pair = (row, other_row) if side == "a" else (other_row, row)
+            metric = shown_metric(row, metric)
+            return row, overlay(image, row, metric), summary_markdown(row, metric), phrases_markdown(row), \
+                scores_rows(*pair)
+
+        inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"],
+                  c[f"row_{other}"], c[f"first_{side}"]]
+        return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"summary_{side}"], c[f"phrases_{side}"],
+                                   c["table"]]
+
+    def make_words_first(side: str):
+        def first_side(image, caption, references, metric, regions):
+            return words_first(models, image, caption, references, regions, metric)
+
+        inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
+        return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]
+
+    c["image"].change(lambda image: image, c["image"], c["image_now"], queue=False, api_visibility="private")
+    for side in ("a", "b"):
+        # A keystroke shades the words by the shown metric alone, outside Gradio's queue (so that it
+        # waits behind no other user's whole re-score); the other metrics, the region overlay and
+        # the table follow once typing pauses (a client-side debounce clicks a hidden button).
+        fn, inputs, outputs = make_words_first(side)
+        c[f"caption_{side}"].input(fn, inputs, outputs, trigger_mode="always_last", show_progress="hidden",
+                                   api_visibility="private", queue=False)
+        c[f"caption_{side}"].input(None, None, None, js=debounced_click(f"cs-rest-{side}"))
+        rest, rest_inputs, rest_outputs = make_rest(side)
+        c[f"rest_{side}"].click(rest, rest_inputs, rest_outputs, trigger_mode="always_last", show_progress="hidden",
+                                api_visibility="private", **model_queue)
+        fn, inputs, outputs = make_scorer(side)
+        c["score"].click(fn, inputs, outputs, api_name=f"score_{side}", **model_queue)
+        c["references"].submit(fn, inputs, outputs, api_visibility="private", **model_queue)
+
+        def on_click(image, row, metric, evt: gr.SelectData):
+            return click_report(models, image, row, metric, evt.index)
+
+        c[f"overlay_{side}"].select(on_click, [c["image"], c[f"row_{side}"], c["metric"]],
+                                    [c[f"overlay_{side}"], c[f"region_{side}"]], trigger_mode="multiple",
+                                    api_visibility="private", **model_queue)
+
+    def redraw(image, metric, row_a, row_b):
+        return (*caption_view(image, row_a, metric), *caption_view(image, row_b, metric))
+
+    views = [c[k] for s in ("a", "b") for k in (f"overlay_{s}", f"tokens_{s}", f"summary_{s}", f"phrases_{s}")]
+    c["metric"].change(redraw, [c["image"], c["metric"], c["row_a"], c["row_b"]], views, api_visibility="private")
+
+    def pick_example(index):
+        if index is None or not 0 <= index < len(examples):
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        example = examples[index]
+        image = read_image(example["path"])
+        return image, example["caption"], example.get("twin_caption", ""), example["regions"]
+
+    picked = c["example"].change(pick_example, c["example"], [c["image"], c["caption_a"], c["caption_b"], c["regions"]],
+                                 api_visibility="private")
+    for side in ("a", "b"):
+        fn, inputs, outputs = make_scorer(side)
+        picked = picked.then(fn, inputs, outputs, api_visibility="private", **model_queue)
+    uploaded = c["image"].upload(lambda: None, None, c["regions"], api_visibility="private")
+    for side in ("a", "b"):
+        fn, inputs, outputs = make_scorer(side)
+        uploaded = uploaded.then(fn, inputs, outputs, api_visibility="private", **model_queue)

@@ -1,0 +1,187 @@
+"""The capscope web UI (Gradio), mounted at `/` on the API's FastAPI app.
+
+    app = create_app(...)          # capscope.server.api: the REST API under /api
+    app = mount_ui(app)            # this module: the pages at /, same users
+
+Tabs: Inspect (score an image and captions), Annotate (the queue), and for
+admins Explore, Benchmark and Admin. Login is Gradio's login page checked
+against the store's users. Database handlers run in the "db" queue and model
+inference in the "model" queue, so a label save never waits behind scoring.
+
+On first run (a database without datasets) the demo dataset is generated into
+the data folder and imported, and an `admin` user is created when there is
+none (password from CAPSCOPE_ADMIN_PASSWORD, else a random one, logged once).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from importlib import resources
+from pathlib import Path
+
+import gradio as gr
+
+from capscope.annotation import browse, importer
+from capscope.annotation.errors import Invalid
+from capscope.annotation.users import add_user, authenticate, get_user, list_users
+from capscope.metrics.errors import CapscopeError
+from capscope.server.data_roots import DataRoots
+from capscope.db import Store, data_dir
+from capscope.metrics.jsonl import read_json_lines
+from capscope.ui.annotate import Annotator, build_annotate
+from capscope.ui.explore import DatasetScores, build_admin, build_benchmark, build_explore
+from capscope.ui.inspect import banner, build_inspect
+from capscope.server.training import Activations, TrainingJobs, models_folder
+from capscope.ui.admin import build_model_versions
+from capscope.server.scorer import TOKEN_RULE_NOTES, Models
+
+log = logging.getLogger(__name__)
+
+DEMO_DATASET = "demo"
+DEMO_SCENES = 24
+MAX_EXAMPLES = 12
+
+
+def static_text(name: str) -> str:
+    return resources.files("capscope.static").joinpath(name).read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------- first run
+
+def seed_demo(store: Store, folder: Path | None = None, scenes: int = DEMO_SCENES) -> Path | None:
+    """Generate and import the demo dataset when the store has no dataset yet."""
+    if browse.dataset_names(store):
+        return None
+    from capscope.demo.dataset import write_demo_data
+
+    folder = folder or data_dir() / "demo-data"
+    if not (folder / "captokeneval.jsonl").is_file():
+        log.info("first run: writing %d demo scenes to %s", scenes, folder)
+        write_demo_data(folder, scenes, seed=0, progress=False)
+    options = importer.ImportOptions(dataset=DEMO_DATASET, annotators_per_item=3, regions="none", progress=False)
+    report = importer.import_captokeneval(store, folder / "captokeneval.jsonl", options)
+    log.info("first run: demo dataset imported: %s", report.summary())
+    return folder
+
+
+def ensure_admin(store: Store) -> str | None:
+    """Create `admin` when there is no user at all; returns the password it set."""
+    if list_users(store):
+        return None
+    password = os.environ.get("CAPSCOPE_ADMIN_PASSWORD") or secrets.token_urlsafe(9)
+    try:
+        add_user(store, "admin", password, "admin")
+    except Invalid as err:
+        raise CapscopeError(f"CAPSCOPE_ADMIN_PASSWORD: {err}") from None
+    if not os.environ.get("CAPSCOPE_ADMIN_PASSWORD"):
+        log.warning("first run: created user 'admin' with password %s (change it: capscope users add admin "
+                    "--replace)", password)
+    return password
+
+
+def demo_examples(folder: Path | None, limit: int = MAX_EXAMPLES) -> list[dict]:
+    """Demo scenes for the Inspect tab: image, polluted caption, its clean twin, the scene's boxes."""
+    listing = folder / "captokeneval.jsonl" if folder else None
+    if listing is None or not listing.is_file():
+        return []
+    rows = read_json_lines(listing)
+    by_image: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        kind = "polluted" if "pollut" in row["id"] else "clean"
+        by_image.setdefault(row["image"], {})[kind] = row
+    examples = []
+    for image, pair in by_image.items():
+        first = pair.get("polluted") or pair.get("clean")
+        twin = pair.get("clean") if "polluted" in pair else None
+        examples.append({"id": first["id"], "path": str(folder / image), "caption": first["caption"],
+                         "twin_caption": twin["caption"] if twin else "",
+                         "regions": [{"box": r["box"]} for r in first["regions"]]})
+        if len(examples) >= limit:
+            break
+    return examples
+
+
+# ---------------------------------------------------------------- the page
+
+def token_rule_note(rule: str) -> str:
+    """The line that says which token rule this server judges words by."""
+    return f"<small>Token rule: **{rule}**: {TOKEN_RULE_NOTES[rule]}. The REST API uses the same.</small>"
+
+
+def build_ui(store: Store, models: Models | None = None, examples: list[dict] | None = None,
+             lease_seconds: int | None = None, data_roots: DataRoots | None = None,
+             training: TrainingJobs | None = None, activations: Activations | None = None) -> gr.Blocks:
+    """The page; `data_roots`: the folders whose files a user may name (default the data folder);
+    `training`, `activations`: the server's fine-tuning jobs and model versions (app/server/training.py)."""
+    models = models or Models()
+    training = training or TrainingJobs(store, models, models_folder(store))
+    activations = activations or Activations(store, models)
+    annotator = Annotator(store, models, **({"lease_seconds": lease_seconds} if lease_seconds else {}))
+    scores = DatasetScores(store, models)
+    with gr.Blocks(title="capscope") as demo:
+        with gr.Row():
+            gr.Markdown("## capscope · which words are wrong, which regions were left out")
+            who = gr.Markdown("", elem_id="cs-who")
+        model_banner = gr.Markdown(visible=False, elem_classes="cs-banner", elem_id="cs-banner")
+        with gr.Tabs() as tabs:
+            with gr.Tab("Inspect", id="inspect"):
+                gr.Markdown(token_rule_note(models.token_rule), elem_id="cs-token-rule")
+                inspect = build_inspect(models, examples or [])
+            with gr.Tab("Annotate", id="annotate"):
+                annotate = build_annotate(annotator)
+            with gr.Tab("Explore", id="explore", visible=False) as explore_tab:
+                explore = build_explore(store, scores)
+            with gr.Tab("Benchmark", id="benchmark", visible=False) as bench_tab:
+                bench = build_benchmark(store, scores, data_roots)
+            with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
+                admin = build_admin(store, models.token_rule)
+                model_versions = build_model_versions(store, training, activations)
+
+        def whoami(request: gr.Request):
+            name = getattr(request, "username", None)
+            try:
+                user = get_user(store, name) if name else None
+            except Exception:
+                user = None
+            is_admin = bool(user and user.is_admin)
+            text = f"Signed in as **{user.name}** ({user.role}) · [log out](logout)" if user else ""
+            return (text, *(gr.Tab(visible=is_admin) for _ in range(3)))
+
+        demo.load(whoami, None, [who, explore_tab, bench_tab, admin_tab], api_visibility="private", queue=False)
+        demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
+        demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
+                  concurrency_id="model", concurrency_limit=1)
+        for part in (explore, bench, admin, model_versions):
+            for fn, inputs, outputs in part["load"]:
+                demo.load(fn, inputs, outputs, api_visibility="private")
+        del tabs
+    return demo
+
+
+def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_scenes: int = DEMO_SCENES,
+             path: str = "/"):
+    """Mount the UI on the API app (one port). Uses the app's store and its one
+    scorer (`app.state.models`, which the REST API scores with too); seeds the
+    demo dataset on first run unless CAPSCOPE_NO_SEED is set."""
+    store = store or app.state.store
+    if seed is None:
+        seed = not os.environ.get("CAPSCOPE_NO_SEED")
+    folder = data_dir() / "demo-data"
+    if seed:
+        ensure_admin(store)
+        try:
+            seed_demo(store, folder, demo_scenes)
+        except Exception as err:  # the UI still works on an empty store
+            log.warning("demo dataset not seeded: %s", err)
+    demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None),
+                    getattr(app.state, "data_roots", None), getattr(app.state, "training", None),
+                    getattr(app.state, "activations", None))
+    demo.queue(default_concurrency_limit=1)
+
+    def login(name: str, password: str) -> bool:
+        return authenticate(store, name, password) is not None
+
+    return gr.mount_gradio_app(app, demo, path=path, auth=login, auth_message="capscope: sign in with your "
+                               "annotator or admin account", ssr_mode=False, css=static_text("ui.css"),
+                               head=static_text("hotkeys.js"))

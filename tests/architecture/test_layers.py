@@ -1,0 +1,162 @@
+"""The layer rule, whole, and no import circle anywhere.
+
+Every import of every module is followed, those inside functions too (not
+those under `if TYPE_CHECKING:`, which never run). A module's layer is its
+folder; each layer may import only the layers listed in `MAY_IMPORT`, and no
+module can reach itself through imports. `capscope` itself (app/__init__.py,
+the version) imports nothing and anyone may import it. Two modules are short re-exports
+kept so that old entry points still work (`RE_EXPORTS`); they are the only
+exceptions."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# folder in the repository -> import name (pyproject's package-dir)
+FOLDERS = {"metrics": "capscope.metrics", "db": "capscope.db", "annotation": "capscope.annotation",
+           "demo": "capscope.demo", "bench": "capscope.bench", "train": "capscope.train", "app": "capscope"}
+MAY_IMPORT = {
+    "metrics": set(),
+    "db": set(),
+    "annotation": {"db", "metrics"},
+    "demo": {"metrics"},
+    "bench": {"metrics", "demo"},
+    "train": {"metrics", "demo", "bench"},
+    "batch": {"metrics"},
+    "server": {"metrics", "db", "annotation", "demo", "bench", "train", "batch"},
+    "ui": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server"},
+    "studies": {"metrics", "db", "annotation", "demo", "bench", "train"},
+    "commands": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui", "studies"},
+    "cli": {"metrics", "commands"},
+    "capscope": set(),  # app/__init__.py: the version, imported by anyone
+    "static": set(),
+}
+RE_EXPORTS = {  # module -> the one module it re-exports (its old home kept as an entry point)
+    "capscope.bench.browser_latency": "capscope.ui.browser_latency",
+    "capscope.label_efficiency": "capscope.studies.label_efficiency",
+}
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of capscope by its import name."""
+    modules = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join([package, *parts])] = path
+    return modules
+
+
+MODULES = module_files()
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[1:2] and parts[1] in ("metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui",
+                                    "studies", "commands", "cli", "static"):
+        return parts[1]
+    return "capscope"
+
+
+def running_tree(path: Path) -> ast.AST:
+    """The file's syntax tree without its `if TYPE_CHECKING:` blocks."""
+    class Drop(ast.NodeTransformer):
+        def visit_If(self, node):
+            if ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                return node.orelse or None
+            return self.generic_visit(node)
+
+    return Drop().visit(ast.parse(path.read_text(encoding="utf-8")))
+
+
+def imports_of(module: str) -> set[str]:
+    """The capscope modules `module` imports, anywhere in its file."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(running_tree(path)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            source = ".".join(part for part in (base, node.module or "") if part)
+            names = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source
+                     for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in MODULES and name != module)
+    return found
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def test_every_folder_is_a_known_layer():
+    assert {layer(m) for m in MODULES} <= set(MAY_IMPORT)
+    assert {"capscope.server.api", "capscope.ui.page", "capscope.batch.pipeline", "capscope.commands.score",
+            "capscope.train.finetune", "capscope.studies.label_efficiency"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("source_layer", sorted(MAY_IMPORT))
+def test_each_layer_imports_only_the_layers_below_it(source_layer):
+    wrong = sorted(f"{module} imports {target}" for module, targets in GRAPH.items() if layer(module) == source_layer
+                   for target in targets
+                   if layer(target) not in (source_layer, "capscope") and layer(target) not in MAY_IMPORT[source_layer]
+                   and RE_EXPORTS.get(module) != target)
+    assert wrong == []
+
+
+def test_only_the_cli_and_commands_import_commands():
+    wrong = sorted(f"{m} imports {t}" for m, targets in GRAPH.items() for t in targets
+                   if layer(t) == "commands" and layer(m) not in ("commands", "cli"))
+    assert wrong == []
+
+
+def test_the_re_exports_are_short_and_import_only_their_new_home():
+    for module, target in RE_EXPORTS.items():
+        assert GRAPH[module] == {target}, module
+        assert len(MODULES[module].read_text(encoding="utf-8").splitlines()) <= 12, module
+
+
+def test_no_module_reaches_itself_through_imports():
+    """Tarjan's strongly connected components over the whole import graph:
+    every component must be a single module."""
+    index, low, on_stack, stack, circles = {}, {}, set(), [], []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in GRAPH[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(GRAPH):
+        if node not in index:
+            visit(node)
+    assert circles == []
+
+
+def test_a_layer_violation_would_be_found():
+    """The checks above can fail: a metrics module importing db is caught."""
+    graph = {**GRAPH, "capscope.metrics.scorer": GRAPH["capscope.metrics.scorer"] | {"capscope.db.store"}}
+    wrong = [t for t in graph["capscope.metrics.scorer"] if layer(t) not in MAY_IMPORT["metrics"] | {"metrics"}]
+    assert wrong == ["capscope.db.store"]
