@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterable
 
 from sqlalchemy import select
 
@@ -17,20 +18,27 @@ from capscope.db.models import utcnow
 def import_predictions(store: Store, path: Path, dataset: str = "default", model_version: str | None = None) -> ImportReport:
     """Store the metrics of a `capscope score` output file as pre-annotations
     of the dataset's captions (matched by id). Re-importing replaces them."""
+    with Path(path).open("rb") as stream:
+        return import_prediction_rows(store, read_jsonl(stream), dataset, model_version)
+
+
+def import_prediction_rows(store: Store, numbered_rows: Iterable, dataset: str = "default",
+                           model_version: str | None = None) -> ImportReport:
+    """`import_predictions` on rows already in memory: (line number, output
+    row) pairs; a row may be a RowError (a line of a file that is no row)."""
     report = ImportReport()
     rows: list[tuple[int, str, dict, str, dict | None]] = []
-    with Path(path).open("rb") as stream:
-        for line, obj in read_jsonl(stream):
-            if isinstance(obj, RowError):
-                report.errors.append(obj)
-                continue
-            metrics = obj.get("metrics")
-            if obj.get("error") or not isinstance(metrics, dict):
-                report.errors.append(RowError(line, str(obj.get("id")), "row has no metrics"))
-                continue
-            model = obj.get("model") if isinstance(obj.get("model"), dict) else None
-            version = model_version or json.dumps(model or {}, sort_keys=True)[:200]
-            rows.append((line, str(obj.get("id")), metrics, version, model))
+    for line, obj in numbered_rows:
+        if isinstance(obj, RowError):
+            report.errors.append(obj)
+            continue
+        metrics = obj.get("metrics")
+        if obj.get("error") or not isinstance(metrics, dict):
+            report.errors.append(RowError(line, str(obj.get("id")), "row has no metrics"))
+            continue
+        model = obj.get("model") if isinstance(obj.get("model"), dict) else None
+        version = model_version or json.dumps(model or {}, sort_keys=True)[:200]
+        rows.append((line, str(obj.get("id")), metrics, version, model))
     for start in range(0, len(rows), 200):
         store.run_write(lambda s, chunk=rows[start:start + 200]: _write_predictions(s, dataset, chunk, report))
     return report

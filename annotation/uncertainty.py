@@ -2,7 +2,7 @@
 order ranks by and Explore's uncertainty column shows, 0..1 (1: a coin toss).
 
 The InfoMetIC family decides a word by its share of the text attention against
-the token rule's threshold for its caption (metrics.families.word_threshold)
+the token rule's threshold for its caption (metrics.words.word_threshold)
 and a region by its share against beta. Each verdict's probability is read as
 sigmoid(SHARPNESS * ln(share / threshold)), the same logistic fine-tuning
 trains (train/finetune.py, share_loss), and an item's uncertainty is the mean
@@ -19,7 +19,7 @@ import math
 from typing import Sequence
 
 from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
-from capscope.metrics.families import word_threshold
+from capscope.metrics.words import word_threshold
 from capscope.metrics.registry import SPECS
 
 SHARPNESS = 2.0

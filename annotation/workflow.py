@@ -51,7 +51,6 @@ def image_url(image_id: int) -> str:
 
 # ---------------------------------------------------------------- queue
 
-
 def next_item(store: Store, user: UserInfo, *, dataset: str | None = None,
               lease_seconds: int = LEASE_SECONDS, now: datetime | None = None) -> dict | None:
     """The item this user should label now: their open draft if any (its lease

@@ -92,7 +92,7 @@ def decisions_under(rule: str, beta: float, item: dict, prediction: dict, metric
     """token_correct recomputed from the reported word scores under a token rule
     and the checkpoint's word threshold scale (metrics that follow the token
     rule only; others keep their own decisions)."""
-    from capscope.metrics.families import decide_words
+    from capscope.metrics.words import decide_words
 
     spec = SPECS.get(metric)
     if spec is None or not spec.follows_token_rule or prediction.get("token_scores") is None:

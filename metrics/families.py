@@ -11,8 +11,9 @@ from .infometic import InfoMetIC, infoclip
 from .constants import BETA, TOKEN_RULES
 from .pairs import PreparedPair
 from .result import MetricResult, PieceScore
-from .text import Piece, Token, bpe_pieces, model_ids
+from .text import Piece, bpe_pieces, model_ids
 from .threads import few_threads
+from .words import decide_words, word_scores
 
 
 class ClipScoreMetric:
@@ -98,43 +99,6 @@ class InfoFamilyMetric:
             null_score=null_score,
             pieces=[PieceScore(p.text, p.token, s) for p, s in zip(pieces, piece_scores)],
         )
-
-
-def decide_words(token_rule: str, beta: float, semantic: list[bool], scores: list[float | None],
-                 scale: float = 1.0) -> list[bool | None]:
-    """token_correct from word scores: a semantic word with a score is correct
-    above the rule's threshold (times the checkpoint's `scale`); other words are
-    not judged (None). A word has a score exactly when the model saw one of its
-    pieces, so the words seen are the semantic words with a score."""
-    seen = sum(1 for sem, s in zip(semantic, scores) if sem and s is not None)
-    threshold = word_threshold(token_rule, beta, seen, scale)
-    return [(s > threshold) if (sem and s is not None) else None for sem, s in zip(semantic, scores)]
-
-
-def word_threshold(token_rule: str, beta: float, n_seen: int, scale: float = 1.0) -> float:
-    """The share a semantic word must exceed to be correct, given the number of
-    semantic words the model saw (those with a score), times `scale`: 1 but for
-    a fine-tuned checkpoint that fitted it on its labels (`word_threshold_scale`).
-
-    `paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative`: half the share a word
-    would get if attention were uniform over the n semantic words seen (β·5/n,
-    so 0.05 for ten words), never above β. The paper's β flags every word of a
-    caption with more than ten semantic words, and a threshold at the uniform
-    share itself (1/n) splits a clean caption's words at random, since training
-    (eq. 9) drives their shares towards exactly 1/n."""
-    if token_rule == "paper" or n_seen == 0:
-        return beta * scale
-    return min(beta, beta * 5 / n_seen) * scale
-
-
-def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[float]) -> list[float | None]:
-    """A word's score is the sum of its pieces' softmax shares (None when the
-    model saw none of its pieces, e.g. past the 30-piece limit)."""
-    out: list[float | None] = [None] * len(tokens)
-    for piece, score in zip(pieces, piece_scores):
-        if piece.token is not None:
-            out[piece.token] = (out[piece.token] or 0.0) + score
-    return out
 
 
 HEAD_ROWS = {"cpu": 1, "cuda": 32}  # pairs per pass of the InfoMetIC head (and InfoCLIP's formulas)

@@ -541,7 +541,7 @@ def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: st
                balanced: bool = False):
     """What decides a verdict, trained directly: each labelled piece's share of
     the text attention against the token rule's threshold for its caption
-    (metrics.families.word_threshold), as a logistic loss on
+    (metrics.words.word_threshold), as a logistic loss on
     sharpness * log(share / threshold). Every labelled piece weighs the same,
     so the boundary stays where the labels' odds of a wrong word put it;
     `balanced` weighs wrong and correct pieces as two equal halves instead,
@@ -549,7 +549,7 @@ def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: st
     import torch.nn.functional as F
 
     from capscope.metrics.constants import BETA
-    from capscope.metrics.families import word_threshold
+    from capscope.metrics.words import word_threshold
 
     semantic = ((labels == 0) | (labels == 1) | (labels == UNKNOWN)).sum(-1)
     thresholds = torch.tensor([word_threshold(token_rule, BETA, int(n)) for n in semantic],
@@ -613,16 +613,20 @@ def parent_half(raw) -> bool:
     return bool(heads) and all(v.dtype == torch.float16 for v in heads)
 
 
-def finetune(config: FinetuneConfig, evaluate_gold: Callable, fit_word_scale: Callable | None = None) -> dict:
+def finetune(config: FinetuneConfig, evaluate_gold: Callable | None = None,
+             fit_word_scale: Callable | None = None) -> dict:
     """Fine-tune, save the child checkpoint atomically at `config.out` and the
-    before/after figures beside it; returns the report. `evaluate_gold` is
-    `capscope.bench.evaluate.evaluate_gold` (passed in: demo/ does not import bench/);
-    `fit_word_scale`, `capscope.bench.evaluate.fit_word_scale`, fits the child's
+    before/after figures beside it; returns the report. `evaluate_gold` gives
+    the figures (default: capscope.bench.evaluate.evaluate_gold);
+    `fit_word_scale`, normally `capscope.bench.evaluate.fit_word_scale`, fits the child's
     word threshold on its training items (None: no fit, the scale stays 1).
     Raises Cancelled (nothing written) when `should_stop` turns true."""
     from capscope.metrics.checksums import file_sha256
     from capscope.metrics.encoder import ClipBackbone, CropStyle
     from capscope.metrics.families import InfoFamilyMetric
+
+    if evaluate_gold is None:
+        from capscope.bench.evaluate import evaluate_gold
     from capscope.metrics.loading import resolve_device
 
     if config.threads:

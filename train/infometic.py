@@ -319,7 +319,7 @@ class Session:
     optimizer: object
     state: TrainState
     device: object
-    evaluate_gold: Callable | None = None  # bench.evaluate.evaluate_gold, for the probe
+    evaluate_gold: Callable | None = None  # the probe's evaluator (bench.evaluate.evaluate_gold)
 
 
 def open_session(config: InfoTrainConfig) -> Session:
@@ -351,12 +351,12 @@ def open_session(config: InfoTrainConfig) -> Session:
 
 def train_infometic(config: InfoTrainConfig, evaluate_gold: Callable | None = None) -> TrainState:
     """Train to the budget, checkpointing as it goes. With `config.probe_gold`,
-    each checkpoint is scored on that gold file by `evaluate_gold` (capscope's
-    `bench.evaluate.evaluate_gold`, passed in: demo/ does not import bench/)."""
+    each checkpoint is scored on that gold file by `evaluate_gold` (default:
+    capscope.bench.evaluate.evaluate_gold; tests pass a stand-in)."""
     from tqdm import tqdm
 
-    if config.probe_gold and evaluate_gold is None:
-        raise ValueError("probe_gold needs evaluate_gold (capscope.bench.evaluate.evaluate_gold)")
+    if evaluate_gold is None:
+        from capscope.bench.evaluate import evaluate_gold
     s = open_session(config)
     s.evaluate_gold = evaluate_gold
     buckets = s.bank.buckets()

@@ -51,7 +51,8 @@ def load_benchmark(args):
 
 
 def run_correlate(args) -> int:
-    from capscope.bench.correlate import correlate, format_result
+    from capscope.bench.correlate import correlate
+    from capscope.bench.report import format_result
 
     if args.bootstrap < 0:
         raise CapscopeError("--bootstrap must be 0 or more")

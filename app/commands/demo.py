@@ -188,7 +188,6 @@ def _info_config(args, **overrides):
 
 
 def run_train_infometic(args) -> int:
-    from capscope.bench.evaluate import evaluate_gold
     from capscope.train.infometic import state_path, train_infometic
 
     if args.labels is not None or args.dataset is not None:
@@ -206,8 +205,7 @@ def run_train_infometic(args) -> int:
     if args.resume and not state_path(args.out).is_file():
         raise CapscopeError(f"--resume: no training state at {state_path(args.out)}")
     train_infometic(_info_config(args, clip=args.clip, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
-                                 data=args.data, resume=args.resume, half=args.half),
-                    evaluate_gold=evaluate_gold)
+                                 data=args.data, resume=args.resume, half=args.half))
     return 0
 
 
@@ -223,7 +221,7 @@ def _given(args, names: tuple[str, ...]) -> dict:
 def run_finetune(args) -> int:
     import json
 
-    from capscope.bench.evaluate import evaluate_gold, fit_word_scale
+    from capscope.bench.evaluate import fit_word_scale
     from capscope.train.finetune import FinetuneConfig, FinetuneError, finetune, format_report
 
     if (args.labels is None) == (args.dataset is None):
@@ -240,7 +238,7 @@ def run_finetune(args) -> int:
         train=args.train, replay=args.replay, **_given(args, FINETUNE_TUNABLES),
     )
     try:
-        report = finetune(config, evaluate_gold, None if args.no_fit_threshold else fit_word_scale)
+        report = finetune(config, fit_word_scale=None if args.no_fit_threshold else fit_word_scale)
     except FinetuneError as err:
         raise CapscopeError(str(err)) from None
     print(json.dumps(report) if args.json else format_report(report, args.out))

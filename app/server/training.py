@@ -213,7 +213,7 @@ class TrainingJobs:
 
     def _run(self, job_id: str, init_path: Path, parent_id: int | None, items: list[dict], labels: dict,
              check) -> None:
-        from capscope.bench.evaluate import evaluate_gold, fit_word_scale
+        from capscope.bench.evaluate import fit_word_scale
         from capscope.train.finetune import Cancelled, FinetuneConfig, figures_path, finetune
         from capscope.metrics.checksums import file_sha256
 
@@ -230,7 +230,7 @@ class TrainingJobs:
         try:
             if stop.is_set():
                 raise Cancelled()
-            report = finetune(config, evaluate_gold, fit_word_scale)
+            report = finetune(config, fit_word_scale=fit_word_scale)
             if stop.is_set():
                 raise Cancelled()
             parent_sha = report["parent"]["sha256"]

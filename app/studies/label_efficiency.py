@@ -68,7 +68,7 @@ def likely_wrong_order(items: list[dict], predictions: list[dict]) -> list[int]:
     threshold), one caption per image per round. Items without a scored word come last."""
     from capscope.annotation.uncertainty import scored_words, verdict_probability
     from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
-    from capscope.metrics.families import word_threshold
+    from capscope.metrics.words import word_threshold
 
     def expected_wrong(item: dict, p: dict) -> float | None:
         words = scored_words(p.get("token_scores") or [], _semantic(item))
@@ -125,7 +125,7 @@ def _wrong_words(items: list[dict]) -> int:
 
 
 def run(args) -> dict:
-    from capscope.bench.evaluate import evaluate_gold, fit_word_scale, predict
+    from capscope.bench.evaluate import fit_word_scale, predict
     from capscope.bench.gold import f1_difference
     from capscope.demo.dataset import write_demo_data
     from capscope.train.finetune import FinetuneConfig, finetune
@@ -166,7 +166,7 @@ def run(args) -> dict:
                 out=child, init=parent, items=chosen, base_dir=pool_dir,
                 labels={"source": "simulated", "order": order_name}, holdout=0.0, minutes=None,
                 steps=args.steps, seed=args.seed, threads=args.threads, replay=args.replay, progress=False),
-                evaluate_gold, fit_word_scale)
+                fit_word_scale=fit_word_scale)
             return child
 
         for order_name, permutation in _studied(args.orders, random_seeds):

@@ -1,4 +1,5 @@
-"""The Admin tab's Models panel: fine-tune InfoMetIC on a dataset's labels,
+"""The Admin tab: users, importing a dataset, the queue order, exports
+(`build_admin`), and the Models panel (`build_model_versions`): fine-tune InfoMetIC on a dataset's labels,
 watch the job, cancel it, compare versions' held-out figures and activate one
 (the same calls as `/api/models`, app/server/training.py)."""
 from __future__ import annotations
@@ -10,7 +11,16 @@ from capscope.annotation import model_versions as mv
 from capscope.annotation.errors import AnnotationError
 from capscope.db import Store
 from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
-from capscope.ui.explore import admin_only
+from capscope.ui.shared import admin_only, build_export
+import json
+import shutil
+import time
+from pathlib import Path
+
+from capscope.annotation import importer, queue
+from capscope.annotation.users import add_user, list_users
+from capscope.db import data_dir
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
            "checked on", "its F1 before → after", "word threshold", "active"]
@@ -164,3 +174,134 @@ def dataset_choices(store: Store) -> tuple:
     """The datasets to train on, and the same with none first for Check on (one read of the store)."""
     names = browse.dataset_names(store)
     return gr.update(choices=names), gr.update(choices=[""] + names)
+
+
+# ---------------------------------------------------------------- users, import, queue
+
+def import_files(store: Store, files: list[str], kind: str, dataset: str, per_item: int) -> str:
+    """Copy uploaded files into the data folder and import the one JSONL among them."""
+    files = [Path(f) for f in files or []]
+    listing = [f for f in files if f.suffix == ".jsonl"]
+    if len(listing) != 1:
+        return "Upload exactly one .jsonl file (plus its images)."
+    folder = data_dir() / "imports" / f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}"
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    for f in files:
+        if f.suffix != ".jsonl":
+            shutil.copy(f, folder / "images" / f.name)
+    target = folder / listing[0].name
+    shutil.copy(listing[0], target)
+    _point_images_at(target, folder / "images")
+    options = importer.ImportOptions(dataset=dataset or "default", annotators_per_item=int(per_item), progress=False,
+                                     regions="classic")
+    try:
+        if kind == "captokeneval":
+            report = importer.import_captokeneval(store, target, options, folder / "images")
+        else:
+            report = importer.import_captions(store, target, folder / "images", options)
+    except AnnotationError as err:
+        return f"**Import failed:** {err}"
+    errors = "".join(f"\n- {e}" for e in report.errors[:20])
+    return report.summary() + errors
+
+
+def _point_images_at(listing: Path, images: Path) -> None:
+    """Uploaded images arrive flat: make each row's `image` its bare file name."""
+    lines = []
+    for line in listing.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                row = json.loads(line)
+                if isinstance(row, dict) and isinstance(row.get("image"), str):
+                    row["image"] = Path(row["image"]).name
+                line = json.dumps(row, ensure_ascii=False)
+            except json.JSONDecodeError:
+                pass  # the importer reports it with its line number
+        lines.append(line)
+    listing.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def users_rows(store: Store) -> list[list]:
+    return [[u.name, u.role] for u in list_users(store)]
+
+
+def add_user_action(store: Store, name: str, password: str, role: str) -> tuple[str, list[list]]:
+    try:
+        user = add_user(store, (name or "").strip(), password or "", role)
+    except AnnotationError as err:
+        return f"**Not added:** {err}", users_rows(store)
+    return f"User **{user.name}** ({user.role}) added.", users_rows(store)
+
+
+def queue_text(view: dict) -> str:
+    upcoming = ", ".join(str(i) for i in view["next"]) or "nothing left"
+    return (f"Dataset **{view['dataset']}**: order **{view['order']}**, seed {view['seed']}, "
+            f"{view['ranked']} items ranked. Next items: {upcoming}.")
+
+
+def show_queue(store: Store, dataset: str):
+    """(order, seed, text) of the dataset's queue; nothing changed without a dataset."""
+    if not dataset:
+        return gr.skip(), gr.skip(), ""
+    try:
+        view = queue.queue_view(store, dataset)
+    except AnnotationError as err:
+        return gr.skip(), gr.skip(), f"**Not found:** {err}"
+    return view["order"], view["seed"], queue_text(view)
+
+
+def apply_queue_order(store: Store, dataset: str, order: str, seed, token_rule: str = DEFAULT_TOKEN_RULE) -> str:
+    """The Apply order button: `queue.set_queue_order`, its result as text."""
+    if not dataset:
+        return "**Not applied:** choose a dataset."
+    try:
+        seed = int(seed or 0)
+        return queue_text(queue.set_queue_order(store, dataset, order, seed, token_rule=token_rule))
+    except (AnnotationError, ValueError) as err:
+        return f"**Not applied:** {err}"
+
+
+def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+    c: dict = {}
+    with gr.Row():
+        with gr.Column():
+            gr.Markdown("### Users")
+            c["name"] = gr.Textbox(label="Name", elem_id="cs-admin-name")
+            c["password"] = gr.Textbox(label="Password", type="password", elem_id="cs-admin-password")
+            c["role"] = gr.Radio(["annotator", "admin"], value="annotator", label="Role")
+            c["add"] = gr.Button("Add user", elem_id="cs-admin-add")
+            c["message"] = gr.Markdown(elem_id="cs-admin-message")
+            c["users"] = gr.Dataframe(headers=["name", "role"], interactive=False, elem_id="cs-admin-users")
+        with gr.Column():
+            gr.Markdown("### Import a dataset\nOne JSONL file (captions or CapTokenEval) and its images.")
+            c["files"] = gr.File(file_count="multiple", label="JSONL + images")
+            c["kind"] = gr.Radio(["captokeneval", "captions"], value="captokeneval", label="Format")
+            c["dataset"] = gr.Textbox(label="Dataset name", value="uploaded")
+            c["per_item"] = gr.Number(label="Annotators per item", value=3, precision=0, minimum=0)
+            c["import"] = gr.Button("Import")
+            c["report"] = gr.Markdown()
+    gr.Markdown("### Queue order\nWhich item the Annotate queue hands out first: by id, in a seeded random order, "
+                "the model's least certain first, or the items annotators disagree on first.")
+    with gr.Row():
+        c["queue_dataset"] = gr.Dropdown(label="Dataset", choices=[], allow_custom_value=True,
+                                         elem_id="cs-admin-queue-dataset")
+        c["queue_order"] = gr.Radio(list(queue.ORDERS), value="sequential", label="Order",
+                                    elem_id="cs-admin-queue-order")
+        c["queue_seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=0, elem_id="cs-admin-queue-seed")
+        c["queue_apply"] = gr.Button("Apply order", elem_id="cs-admin-queue-apply")
+    c["queue_result"] = gr.Markdown(elem_id="cs-admin-queue-result")
+    build_export(store, c, None, api=False)
+    c["queue_dataset"].change(admin_only(store, lambda d: show_queue(store, d)), c["queue_dataset"],
+                              [c["queue_order"], c["queue_seed"], c["queue_result"]], api_visibility="private")
+    c["queue_apply"].click(admin_only(store, lambda d, o, n: apply_queue_order(store, d, o, n, token_rule)),
+                           [c["queue_dataset"], c["queue_order"], c["queue_seed"]], c["queue_result"],
+                           api_visibility="private", concurrency_id="db", concurrency_limit=4)
+    c["add"].click(admin_only(store, lambda n, p, r: add_user_action(store, n, p, r)),
+                   [c["name"], c["password"], c["role"]],
+                   [c["message"], c["users"]], api_visibility="private")
+    c["import"].click(admin_only(store, lambda f, k, d, n: import_files(store, f, k, d, n)),
+                      [c["files"], c["kind"], c["dataset"], c["per_item"]], c["report"], api_visibility="private")
+    c["load"] = [(admin_only(store, lambda: users_rows(store), 1), None, c["users"]),
+                 (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None,
+                  c["queue_dataset"])]
+    return c

@@ -25,7 +25,7 @@ from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
-from capscope.metrics.families import decide_words
+from capscope.metrics.words import decide_words
 from capscope.metrics.lru import LRUCache
 from capscope.metrics.registry import get_spec, metric_names
 from capscope.ui.inspect import decision_threshold

@@ -1,7 +1,9 @@
-"""The Benchmark tab's "Agreement with people": `capscope correlate` on a
+"""The Benchmark tab: each metric against the gold labels (`build_benchmark`,
+the `capscope evaluate` figures), the annotators' agreement, exports, and
+"Agreement with people": `capscope correlate` on a
 human-judgement file (a path on the server, or an uploaded file whose images it
 names by absolute path), scored by the server's one scorer. The table has the
-command line's rows (bench.correlate.table) and the figure is its `--plot`.
+command line's rows (bench.report.table) and the figure is its `--plot`.
 
 The server path and every image the file names must lie inside the server's
 data roots (`capscope serve --data-root`, capscope.server.data_roots): else the run
@@ -18,13 +20,18 @@ import gradio as gr
 import pandas as pd
 
 from capscope.bench import correlate as C
+from capscope.bench import report as R
 from capscope.bench.human import BENCHMARKS, Loaded, load
 from capscope.server.data_roots import DataRoots
 from capscope.db import data_dir
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.constants import BETA
 from capscope.metrics.registry import metric_names
+from capscope.annotation import agreement
+from capscope.metrics.registry import SPECS, metric_title
 from capscope.server.scorer import Models
+from capscope.ui.shared import DatasetScores, admin_only, build_export, dataset_choices, formatted, rounded
+from capscope.db import Store
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +175,11 @@ def view_of(outcome: C.Outcome, seconds: float) -> AgreementView:
     unit = {"rating": "judgements", "pairwise": "pairs"}.get(result["kind"], "items")
     skipped = f"; {result['n_problems']} rows skipped (first: {outcome.problems[0]})" if outcome.problems else ""
     message = f"{result['benchmark']}: {result['n']} {unit} scored in {seconds:.1f} s{skipped}."
-    text = C.format_result(result)
+    text = R.format_result(result)
     if result["kind"] == "token":
         return AgreementView(message, notes=f"```\n{text}\n```", text=text)
-    header, rows = C.table(result)
-    notes = "  \n".join(line.strip() for line in [*C.header(result).splitlines(), *C.source_lines(result)])
+    header, rows = R.table(result)
+    notes = "  \n".join(line.strip() for line in [*R.header(result).splitlines(), *R.source_lines(result)])
     return AgreementView(message, header, rows, notes, text, figure_file(result, outcome.points))
 
 
@@ -219,7 +226,7 @@ def outputs_of(view: AgreementView) -> tuple:
 
 def build_people_agreement(models: Models, guard, data_roots: DataRoots | None = None) -> dict:
     """The section's components and events; `guard(fn, outputs=None)` lets
-    admins only call `fn` (see ui_explore.admin_only). Paths and images must
+    admins only call `fn` (see shared.admin_only). Paths and images must
     lie inside `data_roots` (default the data folder)."""
     c: dict = {}
     roots = tab_roots(data_roots)
@@ -268,4 +275,134 @@ def build_people_agreement(models: Models, guard, data_roots: DataRoots | None =
         return gr.update(choices=models.available, value=models.available)
 
     c["load"] = [(guard(metric_choices, 1), None, c["metrics"])]
+    return c
+
+
+# ---------------------------------------------------------------- against gold labels
+
+FIGURES = ["text_accuracy", "vision_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "region_auroc"]
+
+
+def evaluation_rows(pairs: list[tuple[dict, dict]]) -> list[list]:
+    """One table row per metric, plus the trivial rule, of the `capscope evaluate` figures."""
+    from capscope.bench.gold import evaluate
+
+    if not pairs:
+        return []
+    items = [gold for gold, _ in pairs]
+    metrics = [m for m in dict.fromkeys(m for _, row in pairs for m in row["metrics"])
+               if any(_judges_units(row["metrics"].get(m)) for _, row in pairs)]
+    table, trivial = [], None
+    for metric in metrics:
+        predictions = [_aligned_prediction(gold, row["metrics"].get(metric)) for gold, row in pairs]
+        figures = evaluate(items, predictions, metric)
+        trivial = figures["trivial"]
+        table.append([metric_title(metric), figures["n_items"], *[rounded(figures[f]) for f in FIGURES]])
+    if trivial:
+        table.append(["trivial rule (all correct / none mentioned)", len(items),
+                      *[rounded(trivial[f]) for f in FIGURES]])
+    return table
+
+
+def _judges_units(result: dict | None) -> bool:
+    """Whether a metric says anything per token or region (CLIP-S, PAC-S do not)."""
+    result = result or {}
+    return any(v is not None for v in result.get("token_scores") or []) or bool(result.get("region_scores"))
+
+
+def _aligned_prediction(gold: dict, result: dict | None) -> dict:
+    """The metric's per-unit verdicts, with None where it gave none, one per gold token and region."""
+    result = result or {}
+    out = {}
+    for kind, keys in (("tokens", ("token_scores", "token_correct")),
+                       ("regions", ("region_scores", "region_mentioned"))):
+        size = len(gold[kind])
+        for key in keys:
+            values = result.get(key) or []
+            out[key] = list(values) if len(values) == size else [None] * size
+    return out
+
+
+def distribution_plot(pairs: list[tuple[dict, dict]]):
+    """Histograms of each metric's main score, clean and polluted captions apart when ids tell them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = list(dict.fromkeys(m for _, row in pairs for m in row["metrics"]))
+    fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 2.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        key = SPECS[metric].primary_key if metric in SPECS else None
+        groups: dict[str, list[float]] = {}
+        for gold, row in pairs:
+            scores = (row["metrics"].get(metric) or {}).get("scores", {})
+            value = scores.get(key) if key in scores else next(iter(scores.values()), None)
+            if value is None:
+                continue
+            group = "polluted" if "pollut" in gold["id"] else "clean" if "clean" in gold["id"] else "all"
+            groups.setdefault(group, []).append(float(value))
+        for group, values in sorted(groups.items()):
+            ax.hist(values, bins=12, alpha=0.6, label=f"{group} ({len(values)})")
+        ax.set_title(f"{metric_title(metric)} {key or ''}", fontsize=9)
+        ax.tick_params(labelsize=7)
+        if groups:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def agreement_tables(store: Store, dataset: str | None) -> tuple[str, list[list], list[list]]:
+    report = agreement.agreement_report(store, dataset or None)
+
+    def line(kind: str) -> str:
+        figures = report[kind]
+        shown = {k: v for k, v in figures.items() if isinstance(v, (int, float)) or v is None}
+        return f"**{kind}**: " + ", ".join(f"{k} {formatted(v)}" for k, v in shown.items())
+
+    summary = f"{report['items_with_judgements']} items with judgements · {line('tokens')} · {line('regions')}"
+    annotators = [[a["annotator"], a["judgements"], rounded(a["mean_time_s"]), rounded(a["incorrect_token_rate"]),
+                   rounded(a["mentioned_region_rate"]), rounded(a["token_agreement_with_others"]),
+                   rounded(a["mean_token_cohen_kappa"]), rounded(a["mean_region_cohen_kappa"])]
+                  for a in report["annotators"]]
+    pairs = [[p["a"], p["b"], p["token_units"], rounded(p["token_cohen_kappa"]), p["region_units"],
+              rounded(p["region_cohen_kappa"])] for p in report["pairs"]]
+    return summary, annotators, pairs
+
+
+def build_benchmark(store: Store, scores: DatasetScores, data_roots: DataRoots | None = None) -> dict:
+    c: dict = {}
+    gr.Markdown("Each metric against the gold labels (the `capscope evaluate` figures, on the items' own tokens "
+                "and regions), with the trivial rule beside it. Scoring stores the model's predictions, so that "
+                "Explore can sort by score and uncertainty and Annotate can show them as suggestions.")
+    with gr.Row():
+        c["dataset"] = gr.Dropdown(label="Dataset", choices=[("all datasets", "")], value="", allow_custom_value=True)
+        c["limit"] = gr.Slider(4, 500, value=48, step=4, label="Items to score", elem_id="cs-bench-limit")
+        c["run"] = gr.Button("Score and evaluate", variant="primary", elem_id="cs-bench-run")
+    c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold",
+                                 elem_id="cs-bench-figures")
+    c["plot"] = gr.Plot(label="Score distributions")
+    people = build_people_agreement(scores.models, lambda fn, outputs=None: admin_only(store, fn, outputs),
+                                    data_roots)
+    gr.Markdown("### Agreement")
+    c["agreement_button"] = gr.Button("Refresh agreement", size="sm")
+    c["agreement"] = gr.Markdown()
+    c["annotators"] = gr.Dataframe(headers=["annotator", "judgements", "mean s", "incorrect-token rate",
+                                            "mentioned-region rate", "token agreement", "token κ", "region κ"],
+                                   interactive=False, label="Per annotator")
+    c["pairs"] = gr.Dataframe(headers=["a", "b", "token units", "token κ", "region units", "region κ"],
+                              interactive=False, label="Annotator pairs (Cohen's κ)")
+    build_export(store, c, c["dataset"])
+
+    def run(dataset, limit, progress=gr.Progress()):
+        pairs = scores.score_dataset(dataset or None, int(limit), progress)
+        return evaluation_rows(pairs), distribution_plot(pairs)
+
+    # its own queue: it takes the model one item at a time, so inspect calls get in between
+    c["run"].click(admin_only(store, run), [c["dataset"], c["limit"]], [c["figures"], c["plot"]], api_name="evaluate",
+                   concurrency_id="bulk", concurrency_limit=1)
+    c["agreement_button"].click(admin_only(store, lambda d: agreement_tables(store, d)), c["dataset"],
+                                [c["agreement"], c["annotators"], c["pairs"]], api_name="agreement")
+    c["load"] = [(admin_only(store, lambda: gr.update(choices=dataset_choices(store)), 1), None, c["dataset"]),
+                 *people["load"]]
     return c

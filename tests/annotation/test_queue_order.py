@@ -425,15 +425,15 @@ def test_cli_sets_and_prints_the_queue(store, tmp_path, capsys):
 
 
 def test_admin_tab_applies_and_shows_the_order(store, tmp_path):
-    from capscope.ui import explore as ui_explore
+    from capscope.ui import admin as ui_admin
 
     import_rows(store, tmp_path, 4)
-    text_ = ui_explore.apply_queue_order(store, "default", "random", 7.0)
+    text_ = ui_admin.apply_queue_order(store, "default", "random", 7.0)
     view = queue.queue_view(store, "default")
-    assert text_ == ui_explore.queue_text(view) and "order **random**, seed 7" in text_
-    assert ui_explore.show_queue(store, "default") == ("random", 7, text_)
-    assert ui_explore.apply_queue_order(store, "default", "bogus", 0).startswith("**Not applied:**")
-    assert ui_explore.apply_queue_order(store, "", "random", 0).startswith("**Not applied:**")
+    assert text_ == ui_admin.queue_text(view) and "order **random**, seed 7" in text_
+    assert ui_admin.show_queue(store, "default") == ("random", 7, text_)
+    assert ui_admin.apply_queue_order(store, "default", "bogus", 0).startswith("**Not applied:**")
+    assert ui_admin.apply_queue_order(store, "", "random", 0).startswith("**Not applied:**")
 
 
 def test_explore_shows_each_item_s_newest_uncertainty(store, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import scipy.stats
 
 from capscope.bench import correlate as C
+from capscope.bench import report as R
 from capscope.bench import published
 from capscope.bench.human import Loaded, Pair, Rated
 from capscope.cli import main
@@ -176,7 +177,7 @@ def test_table_prints_published_values_and_their_sources():
                        "metrics": {"clip-s.clip_s": figures, "infometic.overall": far}}, [])
     assert figures["reproduced"] is True and far["reproduced"] is False
     assert far["difference"] == pytest.approx(0.31 - 0.542)
-    text = C.format_result(result)
+    text = R.format_result(result)
     assert "reproduced" in text and "-23.2" in text and "51.5 [1]" in text and "tau_c*" in text
     assert "[1] Hu et al., InfoMetIC" in text and "Table 1" in text and "[2] Sarto et al." in text
 

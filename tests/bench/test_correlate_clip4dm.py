@@ -10,7 +10,9 @@ import pytest
 from PIL import Image, ImageDraw
 from sklearn.metrics import average_precision_score
 
-from capscope.bench import correlate as C
+from capscope.bench import report as R
+from capscope.bench import dense as D
+from capscope.bench import candidates as K
 from capscope.bench import published
 from capscope.bench.human import Loaded, Pair, load
 from capscope.cli import main
@@ -29,101 +31,101 @@ def words(*pairs):
 # ---------------------------------------------------------------- the readings
 
 def test_most_negative_reading_keeps_punctuation_and_takes_the_first_of_ties():
-    assert C.most_negative(words(("A", 0.2), ("dog", -0.5), ("cat", -0.5), (".", 0.1))) == ("dog", -0.5)
-    assert C.most_negative(words(("A", 0.2), ("dog", 0.1), (".", -0.3))) == (".", -0.3)
-    assert C.most_negative([]) is None
+    assert D.most_negative(words(("A", 0.2), ("dog", -0.5), ("cat", -0.5), (".", 0.1))) == ("dog", -0.5)
+    assert D.most_negative(words(("A", 0.2), ("dog", 0.1), (".", -0.3))) == (".", -0.3)
+    assert D.most_negative([]) is None
     # a positive lowest score is still the prediction and the attribution F-CLIPScore takes
-    assert C.read_words(words(("Dog", 0.4), ("runs", 0.3)), "most_negative", -5e-5, "runs") == (True, 0.3)
-    assert C.is_foil_word(" Elephant ", "elephant") and not C.is_foil_word("elephants", "elephant")
-    assert C.is_foil_word("3_coke", "coke")                       # main.py keeps what follows the last "_"
-    assert not C.is_foil_word("ball", "golf ball")                # a two-word foil is never one word
-    assert C.read_words(words(("a", -1.0)), "most_negative", 0.0, None) == (False, -1.0)   # an original
+    assert D.read_words(words(("Dog", 0.4), ("runs", 0.3)), "most_negative", -5e-5, "runs") == (True, 0.3)
+    assert D.is_foil_word(" Elephant ", "elephant") and not D.is_foil_word("elephants", "elephant")
+    assert D.is_foil_word("3_coke", "coke")                       # main.py keeps what follows the last "_"
+    assert not D.is_foil_word("ball", "golf ball")                # a two-word foil is never one word
+    assert D.read_words(words(("a", -1.0)), "most_negative", 0.0, None) == (False, -1.0)   # an original
 
 
 def test_threshold_reading_runs_of_adjacent_words_after_punctuation_is_dropped():
     caption = words(("A", -0.1), ("Red", -0.3), (",", -0.9), ("dog", -0.5), ("sits", 0.2), ("on", -0.2),
                     (':"', -2.0), ("!?", -0.05), ("", -3.0), ("mat", 0.4))
     # punctuation dropped by the substring test (",", ':"', "") before numbering; "!?" is no substring of it
-    assert C.negative_runs(caption, 0.0) == [("a red dog", pytest.approx(-0.3)), ("on !?", pytest.approx(-0.125))]
-    assert C.lowest_run(caption, 0.0) == ("a red dog", pytest.approx(-0.3))
+    assert D.negative_runs(caption, 0.0) == [("a red dog", pytest.approx(-0.3)), ("on !?", pytest.approx(-0.125))]
+    assert D.lowest_run(caption, 0.0) == ("a red dog", pytest.approx(-0.3))
     # "A" and "!?" above -0.15: "sits" splits the rest in two runs; the dropped "," splits none
-    assert C.negative_runs(caption, -0.15) == [("red dog", pytest.approx(-0.4)), ("on", -0.2)]
-    assert C.lowest_run(caption, -0.15) == ("red dog", pytest.approx(-0.4))
+    assert D.negative_runs(caption, -0.15) == [("red dog", pytest.approx(-0.4)), ("on", -0.2)]
+    assert D.lowest_run(caption, -0.15) == ("red dog", pytest.approx(-0.4))
     ties = words(("one", -0.2), ("two", 0.5), ("three", -0.2))
-    assert C.lowest_run(ties, 0.0) == ("one", -0.2)
-    assert C.lowest_run(words(("fine", 0.1), ("words", -1e-5)), -5e-5) is None
+    assert D.lowest_run(ties, 0.0) == ("one", -0.2)
+    assert D.lowest_run(words(("fine", 0.1), ("words", -1e-5)), -5e-5) is None
 
 
 def test_hat_answer_and_the_substring_rule():
-    answer = C.hat_answer(["pointing", "in", "different", "directions."])
+    answer = D.hat_answer(["pointing", "in", "different", "directions."])
     assert answer == "pointing in different directions"
-    assert C.hat_answer(["Boy's,", "."]) == "boy's" and C.hat_answer([]) == ""
+    assert D.hat_answer(["Boy's,", "."]) == "boy's" and D.hat_answer([]) == ""
     run = words(("different", -0.4), ("directions", -0.2), (".", -1.0))
-    assert C.read_words(run, "threshold", 0.0, answer) == (True, pytest.approx(-0.3))
-    assert C.read_words(words(("rect", -0.4)), "threshold", 0.0, answer) == (True, -0.4)  # "di-rect-ions": a substring
-    assert C.read_words(words(("sign", -0.4)), "threshold", 0.0, answer) == (False, -0.4)
-    assert C.read_words(words(("sign", 0.4)), "threshold", 0.0, answer) == (False, 0.0)    # none below epsilon
-    assert C.read_words(run, "threshold", 0.0, "") == (False, pytest.approx(-0.3))         # a clean caption
+    assert D.read_words(run, "threshold", 0.0, answer) == (True, pytest.approx(-0.3))
+    assert D.read_words(words(("rect", -0.4)), "threshold", 0.0, answer) == (True, -0.4)  # "di-rect-ions": a substring
+    assert D.read_words(words(("sign", -0.4)), "threshold", 0.0, answer) == (False, -0.4)
+    assert D.read_words(words(("sign", 0.4)), "threshold", 0.0, answer) == (False, 0.0)    # none below epsilon
+    assert D.read_words(run, "threshold", 0.0, "") == (False, pytest.approx(-0.3))         # a clean caption
 
 
 # ---------------------------------------------------------------- LA, AP and the published rows
 
 def test_dense_caption_f_clip_score_and_which_clip_s():
     scores = {"clip4dm.clip_s": 1.0, "clip4dm.f_clip_s": -9.0}
-    caption = C.dense_caption("im", "", "dog", words(("a", 0.1), ("dog", -0.5)), scores, "most_negative", 0.0)
+    caption = D.dense_caption("im", "", "dog", words(("a", 0.1), ("dog", -0.5)), scores, "most_negative", 0.0)
     assert caption.misaligned and caption.found
     assert caption.values == {"clip4dm.f_clip_s": pytest.approx(-0.5 * (1 - 1.0 / 2.5)), "clip4dm.clip_s": 1.0}
-    both = C.dense_caption("im", "", None, words(("a", 0.1)), dict(scores, **{"clip-s.clip_s": 0.7}),
+    both = D.dense_caption("im", "", None, words(("a", 0.1)), dict(scores, **{"clip-s.clip_s": 0.7}),
                            "most_negative", 0.0)
     assert not both.misaligned and set(both.values) == {"clip4dm.f_clip_s", "clip4dm.clip_s", "clip-s.clip_s"}
-    only_clip_s = C.dense_caption("im", "", "", None, {"clip-s.clip_s": 0.7}, "threshold", 0.0)
+    only_clip_s = D.dense_caption("im", "", "", None, {"clip-s.clip_s": 0.7}, "threshold", 0.0)
     assert only_clip_s.values == {"clip-s.clip_s": 0.7} and not only_clip_s.found and not only_clip_s.misaligned
     # AP of CLIP-S: clip-s's where it was scored, clip4dm's own otherwise
-    assert C.dense_keys([caption, both]) == ["clip4dm.f_clip_s", "clip-s.clip_s"]
-    assert C.dense_keys([caption]) == ["clip4dm.f_clip_s", "clip4dm.clip_s"]
-    assert C.dense_keys([only_clip_s]) == ["clip-s.clip_s"]
+    assert D.dense_keys([caption, both]) == ["clip4dm.f_clip_s", "clip-s.clip_s"]
+    assert D.dense_keys([caption]) == ["clip4dm.f_clip_s", "clip4dm.clip_s"]
+    assert D.dense_keys([only_clip_s]) == ["clip-s.clip_s"]
 
 
 def made_up_captions():
     """Six captions on three images: (image, misaligned, found, F-CLIPScore, CLIP-S)."""
     rows = [("a", True, True, -0.9, 0.50), ("a", False, False, -0.1, 0.70), ("b", True, False, -0.3, 0.65),
             ("b", False, False, -0.2, 0.60), ("c", True, True, -0.05, 0.40), ("c", False, False, -0.4, 0.80)]
-    return [C.DenseCaption(g, "", m, f, {"clip4dm.f_clip_s": v, "clip-s.clip_s": s}) for g, m, f, v, s in rows]
+    return [D.DenseCaption(g, "", m, f, {"clip4dm.f_clip_s": v, "clip-s.clip_s": s}) for g, m, f, v, s in rows]
 
 
 def test_la_and_ap_by_hand_and_against_sklearn():
     captions = made_up_captions()
-    foil = C.dense_figures(captions, "clip4dm.f_clip_s", True, 200, 3)
+    foil = D.dense_figures(captions, "clip4dm.f_clip_s", True, 200, 3)
     assert foil["LA"] == pytest.approx(2 / 3) and foil["n"] == 6 and foil["n_misaligned"] == 3
     # originals positive, ranked by F-CLIPScore: -0.05(f) -0.1(o) -0.2(o) -0.3(f) -0.4(o) -0.9(f)
     # -> AP = (1/2 + 2/3 + 3/5) / 3
     assert foil["AP"] == pytest.approx((1 / 2 + 2 / 3 + 3 / 5) / 3)
     orig = np.array([not c.misaligned for c in captions])
     values = np.array([c.values["clip-s.clip_s"] for c in captions])
-    clip = C.dense_figures(captions, "clip-s.clip_s", True, 200, 3)
+    clip = D.dense_figures(captions, "clip-s.clip_s", True, 200, 3)
     assert clip["AP"] == pytest.approx(average_precision_score(orig, values)) and clip["LA"] is None
-    hat = C.dense_figures(captions, "clip-s.clip_s", False, 200, 3)     # HAT: misaligned positive, -score
+    hat = D.dense_figures(captions, "clip-s.clip_s", False, 200, 3)     # HAT: misaligned positive, -score
     assert hat["AP"] == pytest.approx(average_precision_score(~orig, -values))
     for figures in (foil, clip, hat):
         lo, hi = figures["AP_ci95"]
         assert lo <= hi
     lo, hi = foil["LA_ci95"]
     assert 0 <= lo <= foil["LA"] <= hi <= 1
-    assert C.dense_figures(captions, "clip4dm.f_clip_s", True, 200, 3) == foil      # seeded
+    assert D.dense_figures(captions, "clip4dm.f_clip_s", True, 200, 3) == foil      # seeded
     # the draws resample images: a lone image gives no interval
-    assert C.dense_figures(captions[:2], "clip4dm.f_clip_s", True, 50, 0)["AP_ci95"] is None
+    assert D.dense_figures(captions[:2], "clip4dm.f_clip_s", True, 50, 0)["AP_ci95"] is None
 
 
 def test_published_rows_verdict_only_for_the_scored_backbone():
     figures = {"LA": 0.75, "LA_ci95": [0.70, 0.80], "AP": 0.60, "AP_ci95": [0.55, 0.65]}
-    rows = {r["row"]: r for r in C.dense_published("foil", "clip4dm.f_clip_s", figures, "ViT-B-32/openai")}
+    rows = {r["row"]: r for r in D.dense_published("foil", "clip4dm.f_clip_s", figures, "ViT-B-32/openai")}
     assert set(rows) == {"Ours (ViT-B/32)", "Ours (ViT-H/14)"}
     b32, h14 = rows["Ours (ViT-B/32)"], rows["Ours (ViT-H/14)"]
     assert (b32["LA"], b32["AP"], b32["same_backbone"]) == (0.73, 0.71, True)
     assert b32["reproduced"] == {"LA": True, "AP": False} and b32["difference"]["AP"] == pytest.approx(0.60 - 0.71)
     assert not h14["same_backbone"] and h14["difference"] == {} and h14["reproduced"] == {}
     # CLIP-S from clip4dm's own pass is set beside the paper's CLIPScore; HAT's names no backbone
-    (hat,) = C.dense_published("hat", "clip4dm.clip_s", figures, "ViT-B-32/openai")
+    (hat,) = D.dense_published("hat", "clip4dm.clip_s", figures, "ViT-B-32/openai")
     assert (hat["row"], hat["AP"], hat["backbone"], hat["same_backbone"]) == ("CLIPScore", 0.39, "", False)
     nocaps = published.lookup("nocaps-foil", "LA", "clip4dm.f_clip_s")
     assert sorted((p.backbone, p.value) for p in nocaps) == [("ViT-B/32", 0.60), ("ViT-H/14", 0.72)]
@@ -132,16 +134,16 @@ def test_published_rows_verdict_only_for_the_scored_backbone():
 
 def test_foil_counts_a_shared_clean_caption_once_nocaps_every_entry(tmp_path):
     image = tmp_path / "a.png"
-    scored = {C.Candidate(image, caption, ()): C.Scored({"clip4dm.clip_s": 0.0},
+    scored = {K.Candidate(image, caption, ()): K.Scored({"clip4dm.clip_s": 0.0},
                                                         words={"clip4dm": words((caption, -1.0))})
               for caption in ("clean", "foil1", "foil2")}
     rows = [Pair(image, ("clean", "foil1"), 0, [[]], "near-domain", "a", "foil1"),
             Pair(image, ("clean", "foil2"), 0, [[]], "near-domain", "a", "x")]
     loaded = lambda name: Loaded(name, "pairwise", "", rows, [], tmp_path, None, "accuracy")
-    foil = C.pair_dense_captions(loaded("foil"), scored, "most_negative", 0.0)
+    foil = D.pair_dense_captions(loaded("foil"), scored, "most_negative", 0.0)
     assert [(c.misaligned, c.found, c.domain) for c in foil] == [(True, True, ""), (False, False, ""),
                                                                  (True, False, "")]
-    nocaps = C.pair_dense_captions(loaded("nocaps-foil"), scored, "most_negative", 0.0)
+    nocaps = D.pair_dense_captions(loaded("nocaps-foil"), scored, "most_negative", 0.0)
     assert [c.misaligned for c in nocaps] == [True, False, True, False] and nocaps[0].domain == "near-domain"
 
 
@@ -226,7 +228,7 @@ def released_captions(benchmark: str, folder: Path) -> list[dict]:
                  "answer": e["replacement"][1] if which == "foil" else None}
                 for e in json.loads((folder / "nocaps-val-foil.json").read_text()) for which in ("foil", "baseline")]
     return [{"image": f"images/{s['image_path']}", "caption": s["caption"], "domain": "",
-             "answer": C.hat_answer([w for w, flag in s["grounding"] if flag])}
+             "answer": D.hat_answer([w for w, flag in s["grounding"] if flag])}
             for s in json.loads((folder / "hat-trainval.json").read_text())]
 
 
@@ -235,9 +237,9 @@ def figures_from_rows(captions: list[dict], rows: list[dict], reading: str, epsi
     found, f_clip, clip_s, misaligned = [], [], [], []
     for caption, row in zip(captions, rows, strict=True):
         out = row["metrics"]["clip4dm"]
-        hit = (C.most_negative if reading == "most_negative" else lambda w: C.lowest_run(w, epsilon))(out["words"])
+        hit = (D.most_negative if reading == "most_negative" else lambda w: D.lowest_run(w, epsilon))(out["words"])
         answer = caption["answer"]
-        found.append(bool(hit and answer and (C.is_foil_word(hit[0], answer) if reading == "most_negative"
+        found.append(bool(hit and answer and (D.is_foil_word(hit[0], answer) if reading == "most_negative"
                                               else hit[0] in answer)))
         f_clip.append((hit[1] if hit else 0.0) * (1 - out["scores"]["clip_s"] / 2.5))
         clip_s.append(row["metrics"]["clip-s"]["scores"]["clip_s"])
@@ -318,5 +320,5 @@ def test_dense_section_end_to_end_equals_the_readings_of_score_rows(name, benchm
             assert figures["clip-s.clip_s"]["AP"] == pytest.approx(expected["AP_clip_s"], abs=1e-9)
         assert dense["domains"]["near-domain"]["clip4dm.f_clip_s"]["AP_ci95"] is not None   # two images
         assert dense["domains"]["in-domain"]["clip4dm.f_clip_s"]["AP_ci95"] is None         # one image
-    text = C.format_result(result)
+    text = R.format_result(result)
     assert "dense misalignment (CLIP4DM)" in text and "Ours (ViT-H/14) [" in text and "clip4dm.f_clip_s" in text

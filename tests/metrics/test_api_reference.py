@@ -5,7 +5,6 @@ import math
 import re
 from pathlib import Path
 
-import pytest
 
 from capscope.metrics.scorer import Scorer
 

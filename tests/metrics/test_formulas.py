@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from capscope.metrics.clipscore import clip_s, harmonic_mean, ref_score
-from capscope.metrics.families import decide_words, word_scores, word_threshold
+from capscope.metrics.words import decide_words, word_scores, word_threshold
 from capscope.metrics.infometic import attention, cosine, infoclip
 from capscope.metrics.regions import Region, clip_box, select_regions
 from capscope.metrics.text import EOT_ID, SOT_ID, Piece, Token, model_ids

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from annotation_support import import_small_dataset, sqlite_url
 from capscope.annotation import model_versions as mv
 from capscope.annotation.users import add_user
-from capscope.db import ModelVersion, Prediction, Store
+from capscope.db import Prediction, Store
 
 ADMIN, ANN = ("boss", "boss-pw"), ("ann", "ann-pw")
 DATASET = "world"
@@ -168,7 +168,7 @@ def test_a_failing_job_leaves_nothing_and_keeps_the_active_version(world, traine
                        auth=ADMIN).status_code == 200
     before, files = [v.id for v in versions(world)], checkpoint_files(world)
 
-    def broken(config, evaluate_gold, fit_word_scale=None):
+    def broken(config, evaluate_gold=None, fit_word_scale=None):
         Path(config.out).write_bytes(b"half a checkpoint")  # written, then the run fails
         raise RuntimeError("the disk is full")
 
@@ -188,7 +188,7 @@ def test_one_job_at_a_time(world, monkeypatch):
     client = serve(world)
     release = threading.Event()
 
-    def slow(config, evaluate_gold, fit_word_scale=None):
+    def slow(config, evaluate_gold=None, fit_word_scale=None):
         while not release.is_set():
             if config.should_stop():
                 raise finetune_module.Cancelled()
@@ -211,7 +211,7 @@ def test_the_panel_and_the_api_pass_holdout_and_augment_to_the_fine_tuning(world
     client = serve(world)
     seen = []
 
-    def record(config, evaluate_gold, fit_word_scale=None):
+    def record(config, evaluate_gold=None, fit_word_scale=None):
         seen.append((config.holdout, config.augment))
         raise RuntimeError("recorded")
 

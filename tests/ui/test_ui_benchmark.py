@@ -13,6 +13,7 @@ import scipy.stats
 from PIL import Image
 
 from capscope.bench import correlate as C
+from capscope.bench import report as R
 from capscope.demo.judgements import write_judgements
 from capscope.ui.benchmark import (
     AgreementView, SharedScorer, agreement_with_people, demo_judgements, outputs_of,
@@ -74,12 +75,12 @@ def test_table_cells_are_the_printed_rows():
     result = C.finish({"benchmark": "flickr8k-expert", "kind": "rating", "n": 100, "protocol": "p",
                        "statistic": "tau_c", "bootstrap": {"draws": 1000, "seed": 0},
                        "metrics": {"clip-s.clip_s": figures, "infometic.overall": far}}, [])
-    header, rows = C.table(result)
+    header, rows = R.table(result)
     assert header == ["score", "n", "tau_b", "tau_c*", "pearson", "95% CI", "published", "verdict"]
     # 51.5 (InfoMetIC Table 1, source [1]) lies in [49.0, 54.0]; 54.2 is published for InfoMetIC, tau_c undefined
     assert rows == [["clip-s.clip_s", "100", "50.0", "51.6", "60.0", "[ 49.0,  54.0]", "51.5 [1]", "reproduced"],
                     ["infometic.overall", "90", "-30.0", "-", "40.0", "-", "54.2 [1]", ""]]
-    printed = C.format_result(result).splitlines()
+    printed = R.format_result(result).splitlines()
     assert printed[2].split() == ["score", "n", "tau_b", "tau_c*", "pearson", "95%", "CI", "published", "verdict"]
     assert printed[3] == ("  clip-s.clip_s                 100      50.0      51.6      60.0  [ 49.0,  54.0]"
                           "    51.5 [1]  reproduced")
@@ -89,7 +90,7 @@ def test_pair_table_has_the_pascal_categories():
     figures = {"n": 8, "accuracy": 0.625, "ci95": [0.5, 0.75], "published": None, "setting": None,
                "categories": {"HC": {"n": 4, "accuracy": 0.5}, "HI": {"n": 4, "accuracy": 0.75}}}
     result = {"benchmark": "pascal-50s", "kind": "pairwise", "metrics": {"count.words": figures}, "sources": []}
-    header, rows = C.table(result)
+    header, rows = R.table(result)
     assert header == ["score", "n", "HC", "HI", "HM", "MM", "acc*", "95% CI", "published", "verdict"]
     assert rows == [["count.words", "8", "50.0", "75.0", "-", "-", "62.5", "[ 50.0,  75.0]", "-", ""]]
 

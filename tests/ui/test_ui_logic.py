@@ -12,6 +12,12 @@ from capscope.ui import draw as ui_draw
 
 from capscope.ui import explore as ui_explore
 
+from capscope.ui import shared as ui_shared
+
+from capscope.ui import benchmark as ui_benchmark
+
+from capscope.ui import admin as ui_admin
+
 from capscope.ui import inspect as ui_inspect
 from capscope.annotation import agreement, browse, importer, workflow
 from capscope.annotation.users import add_user
@@ -305,7 +311,7 @@ def test_explore_filters_by_annotator_and_sorts_by_stored_score(dataset):
     item = annotator.next(ann)
     rows, total, headers = ui_explore.explore_page(store, "demo", "all", "id", False, "ann", "", 1)
     assert [r[0] for r in rows] == [item["item_id"]] and total.startswith("1 items")
-    scores = ui_explore.DatasetScores(store, models=None)
+    scores = ui_shared.DatasetScores(store, models=None)
     pairs = [({"id": "s0-clean", "dataset": "demo"}, model_row([0.2] * 8, [0.3, 0.3, 0.3])),
              ({"id": "s1-polluted", "dataset": "demo"}, model_row([0.05] * 8, [0.3, 0.3, 0.3]))]
     pairs[1][1]["metrics"]["infometic"]["scores"]["overall"] = 9.0
@@ -335,11 +341,11 @@ def test_evaluation_rows_and_plot_from_scored_pairs(dataset):
     gold = [captokeneval_row(item) for item in iter_items(store)]
     rows = [model_row([None, 0.3, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.3, 0.01]),
             model_row([None, 0.3, 0.3, None, None, 0.01, 0.3, None], [0.3, 0.3, 0.01])]
-    table = ui_explore.evaluation_rows(list(zip(gold, rows)))
+    table = ui_benchmark.evaluation_rows(list(zip(gold, rows)))
     assert table[0][0] == "InfoMetIC" and table[0][1] == 2
     assert table[0][2] == 1.0 and table[0][3] == 1.0          # every token and region right
     assert table[-1][0].startswith("trivial")
-    figure = ui_explore.distribution_plot(list(zip(gold, rows)))
+    figure = ui_benchmark.distribution_plot(list(zip(gold, rows)))
     assert len(figure.axes) == 1
 
 
@@ -381,20 +387,20 @@ def test_adjudication_clicks_flip_gold_and_keep_history(dataset):
 
 def test_agreement_export_and_users(dataset):
     store, ann, admin, tmp_path = dataset
-    summary, annotators, pairs = ui_explore.agreement_tables(store, "demo")
+    summary, annotators, pairs = ui_benchmark.agreement_tables(store, "demo")
     assert "0 items with judgements" in summary and annotators == [] and pairs == []
     for fmt in ("captokeneval", "csv", "coco"):
-        path = ui_explore.export_file(store, fmt, "demo")
+        path = ui_shared.export_file(store, fmt, "demo")
         assert open(path, encoding="utf-8").read().strip()
     import zipfile
 
-    with zipfile.ZipFile(ui_explore.benchmark_zip(store, "demo")) as bundle:
+    with zipfile.ZipFile(ui_shared.benchmark_zip(store, "demo")) as bundle:
         names = set(bundle.namelist())
         rows = [json.loads(line) for line in bundle.read("capscope-demo/captokeneval.jsonl").splitlines()]
     assert rows and all(f"capscope-demo/{row['image']}" in names for row in rows)
-    message, users = ui_explore.add_user_action(store, "newbie", "pw1234", "annotator")
+    message, users = ui_admin.add_user_action(store, "newbie", "pw1234", "annotator")
     assert "added" in message and ["newbie", "annotator"] in users
-    assert "Not added" in ui_explore.add_user_action(store, "newbie", "pw1234", "annotator")[0]
+    assert "Not added" in ui_admin.add_user_action(store, "newbie", "pw1234", "annotator")[0]
     assert ensure_admin(store) is None                      # users exist: nothing created
 
 
@@ -403,10 +409,10 @@ def test_import_uploaded_files(dataset, monkeypatch):
     monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
     listing = tmp_path / "upload.jsonl"
     listing.write_text(json.dumps({"id": "u1", "image": "images/s0.png", "caption": "a red square."}) + "\n")
-    report = ui_explore.import_files(store, [str(listing), str(tmp_path / "images" / "s0.png")], "captions",
+    report = ui_admin.import_files(store, [str(listing), str(tmp_path / "images" / "s0.png")], "captions",
                                      "uploaded", 1)
     assert "1 added" in report
-    assert "exactly one" in ui_explore.import_files(store, [], "captions", "x", 1)
+    assert "exactly one" in ui_admin.import_files(store, [], "captions", "x", 1)
 
 
 def test_demo_examples_pair_polluted_with_clean(dataset):
@@ -421,11 +427,11 @@ def test_admin_only_checks_the_callers_role(dataset):
 
     store, *_ = dataset
     request = lambda name: type("Request", (), {"username": name})()  # noqa: E731
-    double = ui_explore.admin_only(store, lambda x: 2 * x)
+    double = ui_shared.admin_only(store, lambda x: 2 * x)
     assert double(21, request("boss")) == 42
     with pytest.raises(gr.Error):
         double(21, request("ann"))
-    quiet = ui_explore.admin_only(store, lambda: (1, 2), outputs=2)
+    quiet = ui_shared.admin_only(store, lambda: (1, 2), outputs=2)
     assert len(quiet(request(None))) == 2
     assert list(__import__("inspect").signature(double).parameters) == ["x", "request"]
 
@@ -434,7 +440,7 @@ def test_suggestions_prefer_infometic_predictions(dataset):
     from capscope.ui.annotate import Suggestions, suggestions_hint
 
     store, ann, _, _ = dataset
-    scores = ui_explore.DatasetScores(store, models=None)
+    scores = ui_shared.DatasetScores(store, models=None)
     hice = model_row([None, 0.3, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.3, 0.3], metric="hice")
     info = model_row([None, 0.02, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.01, 0.3])
     info["metrics"].update(hice["metrics"])
