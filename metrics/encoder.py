@@ -11,7 +11,7 @@
   a known image re-encodes only the text.
 
 Every pass through a tower has a fixed shape: texts are padded to the bucket of
-their own length (`TEXT_LENGTHS`) and run `TEXT_ROWS` to a pass, images
+their own length (`TEXT_LENGTHS`) and run `text_rows` to a pass, images
 `IMAGE_ROWS` to a pass, the last pass filled up with copies. Float results of a
 matrix product depend on its shape (measured on this CPU: one ViT-B-32 image
 encoded alone or among 5 differs by 2.6e-6), never on the other rows of the
@@ -34,11 +34,14 @@ from .regions import Region
 from .text import EOT_ID, SOT_ID
 
 TEXT_LENGTHS = (4, 8, 16, 24, 32, 48, 77)  # a sequence runs padded to the first that holds it
-# rows per pass, by device: on a CPU a pass of one text costs little more than its share of a
-# batched one, and a re-score must not pay for padding; a GPU needs wide passes to be busy
+# rows per pass, by device: a GPU needs wide passes to be busy; on a CPU a pass of a long text
+# costs little more than its share of a batched one, so long texts run one to a pass
 TEXT_ROWS = {"cpu": 1, "cuda": 32}
+# and short ones fill a pass up to this many tokens (a 4-token bucket 16 rows, 8 tokens 8, 16
+# tokens 4): a short pass costs its fixed overhead more than its tokens (BENCHMARKS.md run 9)
+TEXT_TOKENS = {"cpu": 64}
 PIECE_ROWS = 64  # `<sot> piece <eot>` sequences per pass, any device: 4 tokens each, cheap in bulk
-IMAGE_ROWS = {"cpu": 4, "cuda": 32}  # on this CPU, ViT-B-32: 131 ms/image alone, 75 at 4, 66 at 8
+IMAGE_ROWS = {"cpu": 8, "cuda": 32}  # on an AMD EPYC CPU, ViT-B-32: 131 ms/image alone, 75 at 4, 66 at 8
 # The towers' autocast dtype by precision. Their outputs are cast back to float32, so what reads
 # them (the InfoMetIC head, HICE-S's and CLIP-S's cosines, CLIP4DM's gradients) stays in float32.
 AUTOCAST_DTYPES = dict(zip(PRECISIONS, (None, torch.bfloat16, torch.float16)))
@@ -59,6 +62,14 @@ def ieee_float32():
 
 def pass_rows(table: dict[str, int], device: torch.device) -> int:
     return table.get(device.type, table["cpu"])
+
+
+def text_rows(device: torch.device, length: int) -> int:
+    """Rows per pass of texts padded to `length` tokens: fixed per device and
+    bucket, so that a text's features never depend on what it is batched with."""
+    rows = pass_rows(TEXT_ROWS, device)
+    budget = TEXT_TOKENS.get(device.type)
+    return max(rows, budget // length) if budget else rows
 
 
 def filled_to(items: list, size: int) -> list:
@@ -186,7 +197,7 @@ class ClipBackbone:
     def encode_ids(self, sequences: list[list[int]], rows: int | None = None) -> torch.Tensor:
         """Features of token-id sequences (each starting with <sot> and holding
         an <eot>), read at the argmax id as CLIP does. Each runs padded to the
-        bucket of its own length, `rows` (default `TEXT_ROWS`) of a bucket to a
+        bucket of its own length, `rows` (default `text_rows`) of a bucket to a
         pass (always the same number for the same kind of sequence), so a
         30-token caption does not make its 6-token phrases pay for 30 and no
         sequence's features depend on its neighbours. Returns float32 N x D in
@@ -194,10 +205,10 @@ class ClipBackbone:
         if not sequences:
             return torch.zeros(0, self.dim)
         context = int(self._tower.positional_embedding.shape[0])
-        size = rows or pass_rows(TEXT_ROWS, self.device)
         done = []
         with self.running():
             for length, group in bucket_groups([len(s) for s in sequences], context).items():
+                size = rows or text_rows(self.device, length)
                 for start in range(0, len(group), size):
                     chunk = group[start : start + size]
                     ids = padded_ids([sequences[i] for i in filled_to(chunk, size)], length)

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLIP = ("ViT-B-32", "openai")
 REGIONS_CACHE_SIZE = 512  # images whose proposed regions are kept
+NO_REGIONS = "none (no metric read regions)"  # the row's model.regions when none were proposed
 
 
 class RowError(CapscopeError, ValueError):
@@ -266,6 +267,8 @@ class Scorer:
                 log.warning("metric %s left out: %s", name, self.unavailable[name])
         backbones = [shared.get("clip")] + [getattr(m, "backbone", None) for m in self.metrics.values()]
         self.clip_name = next((b.name for b in backbones if b is not None), "none")
+        # no metric here reads regions (CLIP-S, PAC-S, CLIP4DM): proposing them would be work no one reads
+        self.proposes_regions = regions != "given" and any(self.specs[m].needs.regions for m in self.metrics)
 
     # ------------------------------------------------------------ models
 
@@ -497,7 +500,7 @@ class Scorer:
     def _regions(self, image: Image.Image, given) -> list[Region]:
         if given is not None:
             return row_regions(given, image.size)
-        if self.region_source == "given":
+        if not self.proposes_regions:
             return []
         return self._regions_cache.get_or_compute(
             image_key(image), lambda: select_regions(self.proposer().propose(image), self.max_regions))
@@ -544,7 +547,9 @@ class Scorer:
     def _regions_label(self, row: dict, p: _Prepared) -> str:
         if p.features is not None:
             return "features"
-        return "given" if row.get("regions") is not None else self.region_source
+        if row.get("regions") is not None:
+            return "given"
+        return self.region_source if self.proposes_regions or self.region_source == "given" else NO_REGIONS
 
 
 # ---------------------------------------------------------------- helpers

@@ -59,19 +59,23 @@ def build_then_sample(self):
     return scorer
 pipeline.ScorerOptions.build = build_then_sample
 code = main(sys.argv[1:])
+import resource
+print("WHOLE", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 print("PEAK", peak[0])
 sys.exit(code)
 """
 
 
-def peak_rss_mb(input_path, output_path, checkpoint) -> float:
-    """capscope score in a fresh process; its peak resident memory while it scores."""
+def peak_rss_mb(input_path, output_path, checkpoint) -> tuple[float, float]:
+    """capscope score in a fresh process: its peak resident memory while it
+    scores, and the whole process's (loading the model included)."""
     code = PEAK_SCRIPT
     done = subprocess.run([sys.executable, "-c", code, "score", "--input", str(input_path), "--output",
                            str(output_path), "--batch-size", "64", *clip_args(checkpoint)],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    return float(done.stdout.split("PEAK")[-1])
+    whole = float(done.stdout.split("WHOLE")[-1].split()[0])
+    return float(done.stdout.split("PEAK")[-1]), whole
 
 
 @pytest.fixture
@@ -84,13 +88,15 @@ def folder(tmp_path):
 
 def test_peak_memory_does_not_grow_with_the_row_count(folder, clip_checkpoint):
     sizes = {"small": 50_000, "large": 1_000_000}
-    peaks, outputs = {}, {}
+    peaks, wholes, outputs = {}, {}, {}
     for name, n in sizes.items():
         write_rows(folder / f"{name}.jsonl", n, good_every=100_000)
         outputs[name] = folder / f"{name}-out.jsonl"
-        peaks[name] = peak_rss_mb(folder / f"{name}.jsonl", outputs[name], clip_checkpoint)
-    print(f"peak RSS: {peaks['small']:.0f} MB for 50,000 rows, {peaks['large']:.0f} MB for 1,000,000")
+        peaks[name], wholes[name] = peak_rss_mb(folder / f"{name}.jsonl", outputs[name], clip_checkpoint)
+    print(f"peak RSS while scoring: {peaks['small']:.0f} MB for 50,000 rows, {peaks['large']:.0f} MB for 1,000,000; "
+          f"whole process: {wholes['small']:.0f} and {wholes['large']:.0f} MB")
     assert peaks["large"] - peaks["small"] < 100
+    assert wholes["large"] - wholes["small"] < 100
     ids, lines, scored, size = [], 0, 0, 0
     with outputs["large"].open("rb") as handle:
         for raw in handle:

@@ -152,3 +152,29 @@ def test_the_scorer_makes_its_proposer_once_on_its_own_device(monkeypatch, clip_
                     regions="classic")
     assert scorer.proposer() is scorer.proposer()
     assert made == [{"device": "cpu"}]
+
+
+def test_regions_are_proposed_only_for_metrics_that_read_them(monkeypatch, clip_checkpoint):
+    """CLIP-S reads no regions: its rows propose none and say so; HICE-S's do."""
+    from PIL import Image, ImageDraw
+
+    from capscope.metrics.regions import ClassicProposer
+    from capscope.metrics.scorer import NO_REGIONS, Scorer
+
+    proposed = []
+
+    class Counting(ClassicProposer):
+        def propose(self, image):
+            proposed.append(image.size)
+            return super().propose(image)
+
+    monkeypatch.setitem(PROPOSERS, "classic", Counting)
+    image = Image.new("RGB", (96, 96), (230, 230, 230))
+    ImageDraw.Draw(image).ellipse([20, 20, 70, 70], fill=(220, 30, 30))
+    clip = {"clip_model": "ViT-B-32", "clip_pretrained": str(clip_checkpoint), "device": "cpu"}
+    row = Scorer(["clip-s"], regions="classic", **clip).score(image, "a red circle")
+    assert proposed == [] and row["regions"] == [] and row["model"]["regions"] == NO_REGIONS
+    given = Scorer(["clip-s"], regions="classic", **clip).score(image, "a red circle", regions=[{"box": [20, 20, 70, 70]}])
+    assert proposed == [] and given["model"]["regions"] == "given" and len(given["regions"]) == 1
+    row = Scorer(["clip-s", "hice"], regions="classic", **clip).score(image, "a red circle")
+    assert proposed == [(96, 96)] and row["model"]["regions"] == "classic" and row["regions"]
