@@ -135,9 +135,9 @@ class Scorer:
         block. Set CAPSCOPE_NO_DEMO=1 to get `ModelUnavailable` instead.
 
         Args:
-            metrics: the metric names to load, an iterable of names from the
+            metrics: the metric names to load: names from the
                 registry (`registry.metric_names()`: infometic, infoclip, clip-s,
-                pac-s, hice, clip4dm), not one string. Default ("infometic",).
+                pac-s, hice, clip4dm), or one name. Default ("infometic",).
             device: "auto" (default) picks CUDA when a GPU is visible, else the
                 CPU; "cpu", "cuda" or any `torch.device` string ("cuda:1").
             clip_model: the open_clip architecture of the CLIP that clip-s,
@@ -221,6 +221,8 @@ class Scorer:
                 visible; unless `skip_unavailable`, as for a metric's
                 `ImportError`. A device error is raised either way.
         """
+        if isinstance(metrics, str):  # Scorer("clip-s") means one metric, not five letters
+            metrics = [metrics]
         self.specs = {name: get_spec(name) for name in metrics}
         self.precision = check_precision(precision)
         if regions not in ("given", *PROPOSERS):

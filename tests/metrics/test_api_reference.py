@@ -76,3 +76,9 @@ def test_api_page_example_runs(monkeypatch, tmp_path, capsys):
     assert isinstance(wrong, list)
     assert {"blue", "square"} <= set(wrong), wrong  # the page's caption names a square the image lacks
     assert not {"red", "circle"} & set(wrong), wrong
+
+
+def test_one_metric_may_be_named_by_a_plain_string(clip_checkpoint):
+    scorer = Scorer("clip-s", device="cpu", regions="given", clip_model="ViT-B-32",
+                    clip_pretrained=str(clip_checkpoint))
+    assert list(scorer.metrics) == ["clip-s"]
