@@ -98,6 +98,7 @@ class MetricParts:
     clip4dm_epsilon: float = CLIP4DM_EPSILON
     clip4dm_layers: int = CLIP4DM_LAYERS
     record_file: Callable[[str, str | Path], None] = _ignore_file
+    nlp: object | None = None  # the scorer's spaCy pipeline (HICE-S's phrases); None: the default
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ def _build_infometic(parts: MetricParts) -> Metric:
 def _build_hice(parts: MetricParts) -> Metric:
     from .hice import HiceMetric
 
-    metric = HiceMetric(parts.main_clip(), alpha_clip_checkpoint=parts.alpha_clip_checkpoint)
+    metric = HiceMetric(parts.main_clip(), alpha_clip_checkpoint=parts.alpha_clip_checkpoint, nlp=parts.nlp)
     if metric.alpha_path is not None:
         parts.record_file("alpha-clip", metric.alpha_path)
     return metric

@@ -256,7 +256,7 @@ class Scorer:
             infometic=once("infometic", lambda: self._infometic(infometic_checkpoint)),
             beta=beta, token_rule=token_rule, alpha_clip_checkpoint=alpha_clip_checkpoint,
             clip4dm_epsilon=clip4dm_epsilon, clip4dm_layers=clip4dm_layers,
-            record_file=self._record_file,
+            record_file=self._record_file, nlp=self.nlp,
         )
         self.metrics, self.unavailable = {}, {}
         for name, spec in self.specs.items():

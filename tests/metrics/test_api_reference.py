@@ -82,3 +82,9 @@ def test_one_metric_may_be_named_by_a_plain_string(clip_checkpoint):
     scorer = Scorer("clip-s", device="cpu", regions="given", clip_model="ViT-B-32",
                     clip_pretrained=str(clip_checkpoint))
     assert list(scorer.metrics) == ["clip-s"]
+
+
+def test_hice_reads_phrases_with_the_scorers_spacy_pipeline(clip_checkpoint):
+    scorer = Scorer(["hice"], device="cpu", regions="given", clip_model="ViT-B-32",
+                    clip_pretrained=str(clip_checkpoint), spacy_model="no_such_pipeline")
+    assert scorer.metrics["hice"].nlp is scorer.nlp
