@@ -8,9 +8,8 @@ from datetime import datetime
 from sqlalchemy import case, exists, func, literal, or_, select
 
 from capscope.annotation.errors import Invalid
-from capscope.annotation.queue import PREFERRED_METRIC
+from capscope.annotation.queue import PREFERRED_METRIC, candidate_captions, holds_slot
 from capscope.annotation.users import UserInfo
-from capscope.annotation.queue import candidate_captions, holds_slot
 from capscope.db import Assignment, Caption, Dataset, Flag, GoldLabel, Label, Prediction, Store, User, utcnow
 
 SORTS = ("id", "disagreement", "uncertainty", "submitted", "updated")

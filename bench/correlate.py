@@ -32,12 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-from capscope.metrics.stats import bootstrap_interval
-
 from capscope.bench import published as pub
 from capscope.bench.candidates import Candidate, ModelNoting, Scored, score_candidates
-from capscope.bench.dense import (READINGS, dense_epsilon, dense_section, pair_dense_captions, token_dense_captions,
-                                  wants_dense)
+from capscope.bench.dense import (
+    READINGS,
+    dense_epsilon,
+    dense_section,
+    pair_dense_captions,
+    token_dense_captions,
+    wants_dense,
+)
+from capscope.metrics.stats import bootstrap_interval
 
 CATEGORIES = ("HC", "HI", "HM", "MM")
 BASELINE_KEY = "baseline.words"  # rating benchmarks: caption length in words, a trivial rule

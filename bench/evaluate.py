@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from capscope.bench.gold import accuracy, collect_tokens, evaluate, f1, foil_accuracy
 from capscope.metrics.constants import BETA, TOKEN_RULES
 from capscope.metrics.jsonl import read_json_lines
 from capscope.metrics.registry import SPECS
-
-from capscope.bench.gold import accuracy, collect_tokens, evaluate, f1, foil_accuracy
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
                  "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")

@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from capscope.metrics.text import load_spacy, tokenize
-
 from capscope.bench.evaluate import read_gold
+from capscope.metrics.text import load_spacy, tokenize
 
 BENCHMARKS = ("flickr8k-expert", "flickr8k-cf", "composite", "pascal-50s", "foil", "nocaps-foil", "thumb", "hat",
               "captokeneval")

@@ -8,12 +8,18 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from capscope.metrics.text import tokenize
-
-from capscope.demo.shifts import shifted_pixels
 from capscope.demo.scenes import (
-    Caption, Scene, make_caption, make_scene, pollute, region_label, scene_regions, scene_rng,
+    Caption,
+    Scene,
+    make_caption,
+    make_scene,
+    pollute,
+    region_label,
+    scene_regions,
+    scene_rng,
 )
+from capscope.demo.shifts import shifted_pixels
+from capscope.metrics.text import tokenize
 
 
 def rle(mask: np.ndarray) -> dict:

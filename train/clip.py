@@ -19,11 +19,23 @@ from pathlib import Path
 
 import numpy as np
 
-from capscope.train.schedule import TrainState, budget_spent, warmup_cosine
 from capscope.demo.scenes import (
-    ATTRIBUTES, COLOURS, KINDS, SIZES, Caption, Phrase, crop_box, make_caption, make_scene,
-    distractor_box, padded_crop, phrases_true, pollute, scene_regions,
+    ATTRIBUTES,
+    COLOURS,
+    KINDS,
+    SIZES,
+    Caption,
+    Phrase,
+    crop_box,
+    distractor_box,
+    make_caption,
+    make_scene,
+    padded_crop,
+    phrases_true,
+    pollute,
+    scene_regions,
 )
+from capscope.train.schedule import TrainState, budget_spent, warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +179,6 @@ class Encoder:
 
 def encode_text_short(model, tokens):
     import torch.nn.functional as F
-
     from open_clip.transformer import text_global_pool
 
     length = tokens.shape[1]
@@ -339,9 +350,8 @@ def train_clip(config: ClipTrainConfig) -> TrainState:
     import torch
     from tqdm import tqdm
 
-    from capscope.metrics.loading import resolve_device
-
     from capscope.demo.clip_model import new_demo_clip
+    from capscope.metrics.loading import resolve_device
 
     if config.threads:
         torch.set_num_threads(config.threads)

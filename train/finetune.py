@@ -36,8 +36,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from capscope.train.finetune_defaults import HOLDOUT, MINUTES
 from capscope.metrics.errors import CapscopeError
+from capscope.train.finetune_defaults import HOLDOUT, MINUTES
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +385,6 @@ def encode_items(backbone, metric, items: list[dict], base_dir: Path, progress: 
     from capscope.metrics.pairs import PreparedPair
     from capscope.metrics.regions import given_regions
     from capscope.metrics.text import Token
-
     from capscope.train.infometic_data import IGNORE, OTHER, encode_bank
 
     keys, where = {}, []
@@ -591,7 +590,6 @@ def load_parent(path: Path, device):
 
     from capscope.metrics.loading import read_checkpoint
     from capscope.metrics.scorer import load_infometic
-
     from capscope.train.infometic import PLAIN_CROP
 
     raw = read_checkpoint(path, "InfoMetIC", "--init")
@@ -787,9 +785,8 @@ def _progress(config: FinetuneConfig, event: dict) -> None:
 
 
 def _save_child(out: Path, model, clip_name, clip_config, crop, raw, report, training) -> None:
-    from capscope.metrics.infometic import capscope_checkpoint
-
     from capscope.demo.clip_model import write_atomically
+    from capscope.metrics.infometic import capscope_checkpoint
 
     half = parent_half(raw)
     child = capscope_checkpoint(model, clip_name, clip_config, crop=dict(crop), training=training,

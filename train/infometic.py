@@ -327,7 +327,6 @@ def open_session(config: InfoTrainConfig) -> Session:
 
     from capscope.metrics.loading import resolve_device
     from capscope.metrics.text import load_spacy
-
     from capscope.train.infometic_data import DemoSource, FileSource, Texts, cached_bank, encode_bank, state_fingerprint
 
     if config.threads:
@@ -403,9 +402,8 @@ def train_step(s: Session, buckets) -> dict:
 def save_checkpoint(s: Session, path: Path, half: bool) -> None:
     import torch
 
-    from capscope.metrics.infometic import capscope_checkpoint
-
     from capscope.demo.clip_model import write_atomically
+    from capscope.metrics.infometic import capscope_checkpoint
 
     raw = capscope_checkpoint(s.model, s.clip_name, s.clip_config, crop=dict(s.crop),
                               training={"steps": s.state.step, "minutes": round(s.state.elapsed / 60, 2),

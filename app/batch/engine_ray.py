@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from capscope.metrics.errors import CapscopeError
-
 from capscope.batch.resume import batched
+from capscope.metrics.errors import CapscopeError
 
 log = logging.getLogger("capscope")
 

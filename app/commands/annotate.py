@@ -9,9 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-
-from capscope.metrics.errors import CapscopeError
 from capscope.commands.options import add_db_option, open_store
+from capscope.metrics.errors import CapscopeError
 
 
 def register(sub) -> None:

@@ -36,8 +36,8 @@ def register(sub) -> None:
 
 
 def checked_precisions(text: str) -> tuple[str, ...]:
-    from capscope.metrics.errors import CapscopeError
     from capscope.metrics.constants import check_precision
+    from capscope.metrics.errors import CapscopeError
 
     try:
         return tuple(dict.fromkeys(check_precision(p.strip()) for p in text.split(",") if p.strip()))

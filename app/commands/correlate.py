@@ -8,11 +8,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from capscope.bench.human import BENCHMARKS
-
 from capscope.batch.pipeline import ScorerOptions
-from capscope.commands.options import (METRICS, add_engine_options, add_model_options, add_region_options,
-                                       engine_cluster)
+from capscope.bench.human import BENCHMARKS
+from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
 from capscope.metrics.errors import CapscopeError
 
 log = logging.getLogger("capscope")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscope.metrics.errors import CapscopeError
 from capscope.commands.options import add_clip4dm_options, add_precision_option
-from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 from capscope.demo.shifts import SHIFTS
 from capscope.metrics.constants import TOKEN_RULES
+from capscope.metrics.errors import CapscopeError
+from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 
 
 def register(sub) -> None:
@@ -256,8 +256,8 @@ def init_checkpoint(value: str) -> Path:
 
 def check_set(path: Path | None):
     """The --check-gold file's items, read before any training (a bad file fails at once)."""
-    from capscope.train.finetune import CheckSet
     from capscope.metrics.jsonl import JsonlError
+    from capscope.train.finetune import CheckSet
 
     if path is None:
         return None
@@ -271,9 +271,9 @@ def check_set(path: Path | None):
 
 def labels_for(args) -> tuple[list[dict], Path, dict]:
     """(CapTokenEval items, folder their image paths start from, what the labels are)."""
-    from capscope.train.finetune import items_sha256
     from capscope.metrics.checksums import file_sha256
     from capscope.metrics.jsonl import JsonlError, read_json_lines
+    from capscope.train.finetune import items_sha256
 
     if args.labels is not None:
         if not args.labels.is_file():
@@ -310,8 +310,8 @@ def scorer_for(args):
     crop = None
     if args.clip_model == "capscope-demo-clip":
         from capscope.demo.clip_model import config_path_beside, register_demo_clip_config
-        from capscope.train.infometic import DEMO_CROP
         from capscope.metrics.encoder import CropStyle
+        from capscope.train.infometic import DEMO_CROP
 
         beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
         register_demo_clip_config(beside if beside is not None and beside.is_file() else None)

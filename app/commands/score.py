@@ -5,8 +5,7 @@ from pathlib import Path
 
 from capscope.batch import pipeline
 from capscope.batch.pipeline import ScorerOptions
-from capscope.commands.options import (METRICS, add_engine_options, add_model_options, add_region_options,
-                                       engine_cluster)
+from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
 from capscope.metrics.errors import CapscopeError
 
 

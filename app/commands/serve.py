@@ -30,8 +30,8 @@ def register(sub) -> None:
 def run_serve(args) -> int:
     import uvicorn
 
-    from capscope.server.data_roots import check_folders
     from capscope.server.api import create_app
+    from capscope.server.data_roots import check_folders
     from capscope.server.training import RESCORE_LIMIT
 
     roots = check_folders(args.data_roots)

@@ -24,20 +24,20 @@ from typing import Annotated, Callable, Literal
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from starlette.background import BackgroundTask
 from pydantic import BaseModel, Field, StrictBool, StrictInt
+from starlette.background import BackgroundTask
 
 from capscope import __version__
 from capscope.annotation import agreement, browse, export, gold, model_versions, queue, workflow
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
-from capscope.server.data_roots import DataRoots
 from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.metrics.text import check_caption, check_references
-from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
+from capscope.server.data_roots import DataRoots
 from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
+from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 
 log = logging.getLogger(__name__)
 

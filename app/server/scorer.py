@@ -13,8 +13,8 @@ import logging
 import threading
 from typing import Callable, Sequence
 
-from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
+from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.registry import metric_names
 from capscope.metrics.threads import few_threads
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from capscope.annotation import model_versions as mv
 from capscope.annotation.errors import Conflict, Invalid, NotFound
 from capscope.db import Store, data_dir
-from capscope.train.finetune_defaults import HOLDOUT as DEFAULT_HOLDOUT, MINUTES as DEFAULT_MINUTES
 from capscope.metrics.errors import ModelUnavailable
 from capscope.server.scorer import Models, first_line
+from capscope.train.finetune_defaults import HOLDOUT as DEFAULT_HOLDOUT, MINUTES as DEFAULT_MINUTES
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,8 @@ class TrainingJobs:
     def _run(self, job_id: str, init_path: Path, parent_id: int | None, items: list[dict], labels: dict,
              check) -> None:
         from capscope.bench.evaluate import fit_word_scale
-        from capscope.train.finetune import Cancelled, FinetuneConfig, figures_path, finetune
         from capscope.metrics.checksums import file_sha256
+        from capscope.train.finetune import Cancelled, FinetuneConfig, figures_path, finetune
 
         job = self.job(job_id)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")

@@ -128,9 +128,9 @@ def run(args) -> dict:
     from capscope.bench.evaluate import fit_word_scale, predict
     from capscope.bench.gold import f1_difference
     from capscope.demo.dataset import write_demo_data
-    from capscope.train.finetune import FinetuneConfig, finetune
     from capscope.metrics.jsonl import read_json_lines
     from capscope.metrics.loading import demo_model_path
+    from capscope.train.finetune import FinetuneConfig, finetune
 
     out = Path(args.out)
     random_seeds = args.random_seeds or [args.seed]

@@ -4,23 +4,20 @@ watch the job, cancel it, compare versions' held-out figures and activate one
 (the same calls as `/api/models`, app/server/training.py)."""
 from __future__ import annotations
 
-import gradio as gr
-
-from capscope.annotation import browse
-from capscope.annotation import model_versions as mv
-from capscope.annotation.errors import AnnotationError
-from capscope.db import Store
-from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
-from capscope.ui.shared import admin_only, build_export
 import json
 import shutil
 import time
 from pathlib import Path
 
-from capscope.annotation import importer, queue
+import gradio as gr
+
+from capscope.annotation import browse, importer, model_versions as mv, queue
+from capscope.annotation.errors import AnnotationError
 from capscope.annotation.users import add_user, list_users
-from capscope.db import data_dir
+from capscope.db import Store, data_dir
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
+from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
+from capscope.ui.shared import admin_only, build_export
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
            "checked on", "its F1 before → after", "word threshold", "active"]

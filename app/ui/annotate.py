@@ -18,18 +18,18 @@ from typing import Callable
 import gradio as gr
 from PIL import Image
 
-from capscope.ui import draw as ui_draw
 from capscope.annotation import browse, workflow
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
-from capscope.metrics.words import decide_words
 from capscope.metrics.lru import LRUCache
 from capscope.metrics.registry import get_spec, metric_names
-from capscope.ui.inspect import decision_threshold
+from capscope.metrics.words import decide_words
 from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
+from capscope.ui import draw as ui_draw
+from capscope.ui.inspect import decision_threshold
 
 log = logging.getLogger(__name__)
 

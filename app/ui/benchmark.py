@@ -19,19 +19,16 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from capscope.bench import correlate as C
-from capscope.bench import report as R
-from capscope.bench.human import BENCHMARKS, Loaded, load
-from capscope.server.data_roots import DataRoots
-from capscope.db import data_dir
-from capscope.metrics.errors import CapscopeError
-from capscope.metrics.constants import BETA
-from capscope.metrics.registry import metric_names
 from capscope.annotation import agreement
-from capscope.metrics.registry import SPECS, metric_title
+from capscope.bench import correlate as C, report as R
+from capscope.bench.human import BENCHMARKS, Loaded, load
+from capscope.db import Store, data_dir
+from capscope.metrics.constants import BETA
+from capscope.metrics.errors import CapscopeError
+from capscope.metrics.registry import SPECS, metric_names, metric_title
+from capscope.server.data_roots import DataRoots
 from capscope.server.scorer import Models
 from capscope.ui.shared import DatasetScores, admin_only, build_export, dataset_choices, formatted, rounded
-from capscope.db import Store
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ import logging
 
 import gradio as gr
 
-from capscope.ui import draw as ui_draw
 from capscope.annotation import agreement, browse, export
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.gold import gold_history
@@ -16,8 +15,9 @@ from capscope.annotation.votes import load_item
 from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import metric_title
-from capscope.ui.shared import DatasetScores, admin_only, dataset_choices, is_admin, rounded
+from capscope.ui import draw as ui_draw
 from capscope.ui.inspect import shaded_tokens, token_metrics, token_segments
+from capscope.ui.shared import DatasetScores, admin_only, dataset_choices, is_admin, rounded
 
 log = logging.getLogger(__name__)
 

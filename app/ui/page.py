@@ -25,18 +25,18 @@ import gradio as gr
 from capscope.annotation import browse, importer
 from capscope.annotation.errors import Invalid
 from capscope.annotation.users import add_user, authenticate, get_user, list_users
-from capscope.metrics.errors import CapscopeError
-from capscope.server.data_roots import DataRoots
 from capscope.db import Store, data_dir
+from capscope.metrics.errors import CapscopeError
 from capscope.metrics.jsonl import read_json_lines
+from capscope.server.data_roots import DataRoots
+from capscope.server.scorer import TOKEN_RULE_NOTES, Models
+from capscope.server.training import Activations, TrainingJobs, models_folder
+from capscope.ui.admin import build_admin, build_model_versions
 from capscope.ui.annotate import Annotator, build_annotate
 from capscope.ui.benchmark import build_benchmark
 from capscope.ui.explore import build_explore
-from capscope.ui.shared import DatasetScores
 from capscope.ui.inspect import banner, build_inspect
-from capscope.server.training import Activations, TrainingJobs, models_folder
-from capscope.ui.admin import build_admin, build_model_versions
-from capscope.server.scorer import TOKEN_RULE_NOTES, Models
+from capscope.ui.shared import DatasetScores
 
 log = logging.getLogger(__name__)
 
