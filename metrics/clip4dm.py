@@ -41,6 +41,7 @@ from .errors import ModelUnavailable
 from .pairs import PreparedPair
 from .result import MetricResult, PieceScore, WordScore
 from .text import Token, bpe_pieces
+from .windows import weighted_mean
 
 EPSILON = -5e-5      # main.py --epsilon: a word below it is misaligned
 LAYERS = 3           # main.py --start_layer_text -3: the last three text blocks
@@ -192,11 +193,23 @@ class Clip4DMMetric:
         self.relevance = TextRelevance(backbone, layers)
         self._template_words = len(PROMPT.split())
 
+    def fits(self, caption: str) -> bool:
+        """Whether the text tower reads the prompted caption whole."""
+        return self.backbone.reads_whole(PROMPT + caption, self.relevance.context)
+
     def compute(self, pairs: list[PreparedPair], images: list[ImageFeatures]) -> list[MetricResult]:
         texts = [PROMPT + p.caption for p in pairs]
         embeddings = torch.stack([f.global_feat for f in images])
         attributions = self.relevance(embeddings, [self.relevance.ids(t) for t in texts])
         return [self._row(pair, text, a) for pair, text, a in zip(pairs, texts, attributions)]
+
+    def merge_scores(self, scores: list[dict[str, float]], weights: list[int]) -> dict[str, float]:
+        """A caption read in windows: CLIP-S the windows' weighted mean, the
+        negative attribution their sum (every misaligned word of the caption
+        counts, as in one window), F-CLIPScore from those two by its formula."""
+        clip_s = weighted_mean([{"c": s["clip_s"]} for s in scores], weights)["c"]
+        negative = sum(s["negative_attribution"] for s in scores)
+        return {"clip_s": clip_s, "f_clip_s": negative * (1 - clip_s / CLIP_S_WEIGHT), "negative_attribution": negative}
 
     def _row(self, pair: PreparedPair, text: str, attribution: Attribution) -> MetricResult:
         words = self.word_scores(text, attribution.piece_scores)

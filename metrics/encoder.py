@@ -163,6 +163,22 @@ class ClipBackbone:
         return proj.out_features if isinstance(proj, torch.nn.Linear) else proj.shape[1]
 
     @property
+    def context(self) -> int:
+        """How many token ids the text tower reads (77 for CLIP), <sot> and <eot> included."""
+        return int(self._tower.positional_embedding.shape[0])
+
+    def reads_whole(self, text: str, room: int | None = None) -> bool:
+        """Whether `text`'s BPE pieces with <sot> and <eot> fit in `room` ids
+        (default the context), i.e. the tower reads it uncut. Only for a BPE
+        tokenizer with `encode` (`reads_length`)."""
+        return len(self.tokenizer.encode(text)) + 2 <= (room or self.context)
+
+    @property
+    def reads_length(self) -> bool:
+        """Whether `reads_whole` can tell (a tokenizer with `encode`, as open_clip's BPE one)."""
+        return callable(getattr(self.tokenizer, "encode", None))
+
+    @property
     def logit_scale(self) -> float:
         return float(self.model.logit_scale.detach().exp())
 
@@ -204,7 +220,7 @@ class ClipBackbone:
         input order."""
         if not sequences:
             return torch.zeros(0, self.dim)
-        context = int(self._tower.positional_embedding.shape[0])
+        context = self.context
         done = []
         with self.running():
             for length, group in bucket_groups([len(s) for s in sequences], context).items():

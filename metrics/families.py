@@ -22,6 +22,12 @@ class ClipScoreMetric:
 
     def __init__(self, name: str, backbone: ClipBackbone, weight: float, key: str):
         self.name, self.backbone, self.weight, self.key = name, backbone, weight, key
+        if not backbone.reads_length:  # a tokenizer that cannot say where it cuts: no windows
+            self.fits = None
+
+    def fits(self, caption: str) -> bool:
+        """Whether CLIP reads the prompted caption whole (77 tokens)."""
+        return self.backbone.reads_whole(PROMPT + caption)
 
     def compute(self, pairs: list[PreparedPair], images: list[ImageFeatures]) -> list[MetricResult]:
         texts = self.backbone.encode_texts([PROMPT + p.caption for p in pairs])
@@ -58,6 +64,10 @@ class InfoFamilyMetric:
             raise ValueError(f"unknown token rule {token_rule!r}; choose from {TOKEN_RULES}")
         self.name, self.backbone, self.beta, self.token_rule = name, backbone, beta, token_rule
         self.word_scale = word_scale  # a fine-tuned checkpoint's calibration of the word threshold
+
+    def fits(self, caption: str) -> bool:
+        """Whether the model sees every BPE piece of the caption (30 of its 32 ids)."""
+        return self.backbone.reads_whole(caption, self.max_len)
 
     @property
     def options(self) -> dict:

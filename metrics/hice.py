@@ -316,6 +316,12 @@ class HiceMetric:
         self.whole_image_region = whole_image_region
         self.nlp = nlp or load_spacy()
         self.phrase_source = "dependency parse" if self.nlp.has_pipe("parser") else "rule-based chunker"
+        if not backbone.reads_length:  # a tokenizer that cannot say where it cuts: no windows
+            self.fits = None
+
+    def fits(self, caption: str) -> bool:
+        """Whether CLIP reads the caption whole (its global feature; phrases are short)."""
+        return self.clip.reads_whole(caption)
 
     def phrases_of(self, text: str, tokens: list[Token] | None = None) -> list[Phrase]:
         return caption_phrases(text, tokens if tokens is not None else tokenize(text, self.nlp), self.nlp)

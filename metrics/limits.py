@@ -3,7 +3,7 @@ the UI and the file readers all read them here, so a caption or an image that
 one of them accepts is one that the others accept too."""
 from __future__ import annotations
 
-MAX_CAPTION_CHARS = 1000          # a caption, and each of its references
+MAX_CAPTION_CHARS = 5000          # a caption (about 800 words, read in windows), and each of its references
 MAX_REFERENCES = 50               # references given with one caption
 MAX_IMAGE_PIXELS = 40_000_000     # width x height of one image
 MAX_IMAGE_BYTES = 50 * 2**20      # one image file on disk

@@ -73,6 +73,11 @@ class MetricResult:
         features: HICE-S's account of how it worked (region features, phrase
             source, threshold).
         words: CLIP4DM's words with their attributions.
+        windows: the parts of the caption the metric read, as [start, end]
+            character offsets (metrics.windows); None for a metric that
+            cannot say.
+        truncated: True when a semantic word was left unjudged because the
+            caption was too long for the model.
     """
 
     scores: dict[str, float]
@@ -85,6 +90,8 @@ class MetricResult:
     phrases: list[PhraseScore] | None = None
     features: dict | None = None
     words: list[WordScore] | None = None
+    windows: list[list[int]] | None = None
+    truncated: bool | None = None
 
     @classmethod
     def global_only(cls, scores: dict[str, float], n_tokens: int) -> MetricResult:
@@ -101,6 +108,9 @@ class MetricResult:
             "region_mentioned": self.region_mentioned,
             "null_score": self.null_score,
         }
+        if self.windows is not None:
+            out["windows"] = self.windows
+            out["truncated"] = bool(self.truncated)
         if self.pieces is not None:
             out["pieces"] = [asdict(p) for p in self.pieces]
         if self.phrases is not None:
@@ -131,6 +141,7 @@ class ModelInfo:
     prompt: str = ""
     beta: float | None = None
     token_rule: str = ""
+    long_captions: str = ""  # how captions longer than a model reads were read (windows.LONG_CAPTIONS)
     checkpoints: dict[str, dict] = field(default_factory=dict)  # role -> {"file", "sha256"}
     metric_options: dict[str, dict] = field(default_factory=dict)  # metric -> its own settings (clip4dm's epsilon, layers)
 
@@ -218,7 +229,8 @@ def checkpoint_digest(path: str | Path) -> dict:
 
 
 def reproducibility(*, dtype: str, precision: str, device: str, prompt: str, beta: float, token_rule: str,
-                    checkpoints: dict[str, dict], metric_options: dict[str, dict] | None = None) -> dict:
+                    checkpoints: dict[str, dict], metric_options: dict[str, dict] | None = None,
+                    long_captions: str = "") -> dict:
     """The `ModelInfo` fields beyond the first four, as keyword arguments."""
     return {**library_versions(), "dtype": dtype, "precision": precision, "device": device, "prompt": prompt, "beta": beta,
-            "token_rule": token_rule, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}
+            "token_rule": token_rule, "long_captions": long_captions, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}

@@ -29,7 +29,8 @@ from PIL import Image
 
 from . import loading
 from .clipscore import PROMPT
-from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, check_precision
+from . import windows
+from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE, check_precision
 from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
 from .errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
@@ -41,6 +42,7 @@ from .registry import MetricParts, Needs, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, checkpoint_digest, reproducibility
 from .images import ImageError, read_image
 from .text import Token, check_caption, check_references, load_spacy, tokenize
+from .windows import DEFAULT_LONG_CAPTIONS, check_long_captions
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,8 @@ class Scorer:
         clip4dm_layers: int = CLIP4DM_LAYERS,
         precision: str = "fp32",
         beta: float = BETA,
-        token_rule: str = "paper",
+        token_rule: str = DEFAULT_TOKEN_RULE,
+        long_captions: str = DEFAULT_LONG_CAPTIONS,
         spacy_model: str = "en_core_web_sm",
         skip_unavailable: bool = False,
     ):
@@ -196,11 +199,20 @@ class Scorer:
                 word is correct, a region mentioned, above this attention share
                 (see `token_rule`; a fine-tuned checkpoint's fitted
                 `word_threshold_scale` multiplies the word threshold). Default 0.1.
-            token_rule: how infometic and infoclip judge words: "paper"
-                (default here and in `capscope score`): share > `beta`;
-                "relative" (the default of `capscope serve`): share >
-                min(β, β·5/n) for n semantic words seen. hice and clip4dm have
-                their own thresholds (docs/formats.md §2.4).
+            token_rule: how infometic and infoclip judge words: "relative"
+                (default, everywhere): share > min(β, β·5/n) for n semantic
+                words seen, which holds at any caption and window length;
+                "paper": share > `beta`, which flags every word of a window
+                with more than ten semantic words. hice and clip4dm have their
+                own thresholds (docs/formats.md §2.4).
+            long_captions: how a caption longer than a metric's model reads
+                (InfoMetIC 30 BPE pieces, CLIP 77 tokens) is read
+                (`windows.LONG_CAPTIONS`): "windows" (default): the word-level
+                metrics read it in windows and judge every word, CLIP-S and
+                PAC-S read the first 77 tokens as their papers do; "cut":
+                every metric reads what fits, as the released codes do;
+                "all-windows": CLIP-S and PAC-S too give the mean over windows.
+                Each metric's result says what it read (`windows`, `truncated`).
             spacy_model: the spaCy pipeline that tokenises captions and tags
                 semantic words (nouns, verbs, adjectives, numbers, ...), for
                 every metric. Default "en_core_web_sm"; when it is not installed,
@@ -239,6 +251,7 @@ class Scorer:
         self._proposer = None
         self._regions_cache = LRUCache(REGIONS_CACHE_SIZE)
         self.beta, self.token_rule = beta, token_rule
+        self.long_captions = check_long_captions(long_captions)
         self.checkpoints: dict[str, dict] = {}  # role -> file name and sha256, for the rows
         self._provenance: dict | None = None
         shared: dict[str, object] = {}
@@ -439,7 +452,9 @@ class Scorer:
             if not usable:
                 continue
             images = self._image_features(metric, needs, usable) if needs.image else [None] * len(usable)
-            for p, out in zip(usable, metric.compute([p.pair for p in usable], images)):
+            global_only = self.specs[name].kind == "global"
+            outs = windows.compute(metric, [p.pair for p in usable], images, self.long_captions, global_only)
+            for p, out in zip(usable, outs):
                 results[p.index][name] = out
         return [self._row(rows[p.index], p, results[p.index]) for p in prepared]
 
@@ -531,7 +546,7 @@ class Scorer:
             self._provenance = reproducibility(
                 dtype=self._compute_dtype(), precision=self.precision, device=self._device_kind(), prompt=PROMPT,
                 beta=self.beta,
-                token_rule=self.token_rule, checkpoints=self.checkpoints,
+                token_rule=self.token_rule, long_captions=self.long_captions, checkpoints=self.checkpoints,
                 metric_options={name: m.options for name, m in self.metrics.items() if getattr(m, "options", None)})
         return self._provenance
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from capscope.batch.resume import AnsweredIds, batched, count_lines
-from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS
+from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.jsonl import json_lines
 from capscope.metrics.result import ScoreRow
@@ -46,7 +46,8 @@ class ScorerOptions:
     pacs_checkpoint: str | None = None
     alpha_clip_checkpoint: str | None = None
     beta: float = 0.1
-    token_rule: str = "paper"
+    token_rule: str = DEFAULT_TOKEN_RULE
+    long_captions: str = "windows"
     clip4dm_epsilon: float = CLIP4DM_EPSILON
     clip4dm_layers: int = CLIP4DM_LAYERS
     precision: str = "fp32"
@@ -60,7 +61,7 @@ class ScorerOptions:
             infometic_checkpoint=_absolute_if_file(args.infometic_checkpoint),
             pacs_checkpoint=_absolute_if_file(args.pacs_checkpoint),
             alpha_clip_checkpoint=_absolute_if_file(args.alpha_clip_checkpoint),
-            beta=args.beta, token_rule=args.token_rule,
+            beta=args.beta, token_rule=args.token_rule, long_captions=getattr(args, "long_captions", "windows"),
             clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers, precision=args.precision,
         )
 

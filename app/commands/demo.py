@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscope.commands.options import add_clip4dm_options, add_precision_option
+from capscope.commands.options import (
+    add_clip4dm_options,
+    add_long_captions_option,
+    add_precision_option,
+    add_token_rule_option,
+)
 from capscope.demo.shifts import SHIFTS
 from capscope.metrics.constants import TOKEN_RULES
 from capscope.metrics.errors import CapscopeError
@@ -132,8 +137,9 @@ def register_evaluate(sub) -> None:
     ev.add_argument("--clip-model", default=None)
     ev.add_argument("--clip-pretrained", default=None)
     ev.add_argument("--infometic-checkpoint", default=None)
-    ev.add_argument("--token-rule", choices=TOKEN_RULES, default="paper")
+    add_token_rule_option(ev)
     ev.add_argument("--beta", type=float, default=0.1)
+    add_long_captions_option(ev)
     ev.add_argument("--batch-size", type=int, default=32)
     add_clip4dm_options(ev)
     add_precision_option(ev)
@@ -319,7 +325,7 @@ def scorer_for(args):
     return Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
                   clip_crop=crop, regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
                   token_rule=args.token_rule, clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
-                  precision=args.precision)
+                  precision=args.precision, long_captions=args.long_captions)
 
 
 def run_evaluate(args) -> int:

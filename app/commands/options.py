@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, PRECISIONS, TOKEN_RULES
+from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE, PRECISIONS, TOKEN_RULES
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.regions import PROPOSERS
 from capscope.metrics.registry import METRIC_NAMES
@@ -18,8 +18,9 @@ REGION_SOURCES = (*PROPOSERS, "given")
 ENGINES = ("local", "ray")
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every command that builds a Scorer."""
+def add_model_options(parser: argparse.ArgumentParser, long_captions: str = "windows") -> None:
+    """Options shared by every command that builds a Scorer; `long_captions`
+    is the command's default reading of long captions."""
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--clip-model", default=None, help="open_clip model name (default ViT-B-32)")
     parser.add_argument("--clip-pretrained", default=None, help="open_clip pretrained tag or a local checkpoint file (default openai)")
@@ -28,11 +29,27 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha-clip-checkpoint", default=None,
                         help="Alpha-CLIP visual checkpoint for HICE-S region features (else masked crops)")
     parser.add_argument("--beta", type=float, default=0.1, help="threshold for correct tokens / mentioned regions (paper: 0.1)")
-    parser.add_argument("--token-rule", default="paper", choices=TOKEN_RULES,
-                        help="paper: share > beta; relative: beta scaled by the number of semantic words "
-                             "(default: paper, the papers' rule; capscope serve defaults to relative)")
+    add_token_rule_option(parser)
+    add_long_captions_option(parser, long_captions)
     add_clip4dm_options(parser)
     add_precision_option(parser)
+
+
+def add_token_rule_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--token-rule", default=DEFAULT_TOKEN_RULE, choices=TOKEN_RULES,
+                        help="how infometic and infoclip judge words: relative: share > min(beta, beta*5/n) for n "
+                             "semantic words, which holds at every caption and window length; paper: share > beta, "
+                             "which flags every word of a caption with more than ten semantic words")
+
+
+def add_long_captions_option(parser: argparse.ArgumentParser, default: str = "windows") -> None:
+    from capscope.metrics.windows import LONG_CAPTIONS
+
+    parser.add_argument("--long-captions", default=default, choices=LONG_CAPTIONS,
+                        help="captions longer than a model reads (InfoMetIC: 30 BPE pieces, CLIP: 77 tokens): "
+                             "windows: word-level metrics read every window, CLIP-S and PAC-S the first 77 tokens "
+                             "(their papers' way); cut: every metric reads what fits, as the released codes; "
+                             "all-windows: CLIP-S and PAC-S too, the mean over windows")
 
 
 def add_precision_option(parser: argparse.ArgumentParser) -> None:
