@@ -18,7 +18,8 @@ ENV PIP_NO_CACHE_DIR=1 \
     CAPSCOPE_CACHE=/models \
     HF_HOME=/models/hf
 
-RUN apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 \
+# Java: pycocoevalcap's tokenizer, METEOR and SPICE (capscope diagnose's n-gram scores)
+RUN apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 default-jre-headless \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/capscope
@@ -32,7 +33,7 @@ COPY demo demo
 COPY bench bench
 COPY train train
 COPY static static
-RUN pip install .
+RUN pip install ".[captioning]"
 
 # CLIP (open_clip openai tag) and spaCy's en_core_web_sm; SAM and YOLO download at first use, the released
 # InfoMetIC and PAC-S checkpoints with `capscope models download infometic pacs`.

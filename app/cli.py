@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "capscope.commands.annotate",   # import, export, users, agreement, gold, queue
     "capscope.commands.serve",      # serve
     "capscope.commands.correlate",  # correlate
+    "capscope.commands.diagnose",   # diagnose
 ]
 
 

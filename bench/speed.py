@@ -113,6 +113,40 @@ def make_shared_pairs(n: int, captions_per_image: int = 5, seed: int = 1) -> lis
     return pairs[:n]
 
 
+OPENINGS = ("", "there is ", "this shows ", "an image of ", "next to it, ")
+
+
+def make_long_pairs(n: int, words: int, seed: int = 3) -> list[dict]:
+    """Pairs whose captions run to about `words` words: sentences about the
+    scene's shapes, each opened differently, as a detailed captioner writes."""
+    pairs = make_pairs(n, seed)
+    for pair in pairs:
+        phrases = pair["caption"].rstrip(".").split(" and ")
+        sentences, count, k = [], 0, 0
+        while count < words:
+            sentence = OPENINGS[k % len(OPENINGS)] + phrases[k % len(phrases)] + "."
+            sentences.append(sentence)
+            count += len(sentence.split())
+            k += 1
+        pair["caption"] = " ".join(sentences)
+    return pairs
+
+
+def caption_length_speed(scorers: dict, n_pairs: int, batch_size: int, lengths=(20, 80, 200)) -> dict:
+    """Pairs/s of each metric on the short scene captions and on captions of
+    about each of `lengths` words (distinct images), with the windows read per caption."""
+    sets = {"short": make_pairs(n_pairs, seed=3), **{str(w): make_long_pairs(n_pairs, w) for w in lengths}}
+    out = {"words_per_caption": {k: float(np.mean([len(p["caption"].split()) for p in v])) for k, v in sets.items()},
+           "pairs_per_s": {}, "windows_per_caption": {}}
+    for name, scorer in scorers.items():
+        out["pairs_per_s"][name], out["windows_per_caption"][name] = {}, {}
+        for key, pairs in sets.items():
+            out["pairs_per_s"][name][key] = pairs_per_second(scorer, pairs, batch_size)
+            rows = scorer.score_batch(pairs[:2])
+            out["windows_per_caption"][name][key] = float(np.mean([len(r["metrics"][name]["windows"]) for r in rows]))
+    return out
+
+
 def recolour(caption: str, rng: np.random.Generator) -> str:
     words = caption.split()
     spots = [i for i, w in enumerate(words) if w in COLOURS]
@@ -676,7 +710,8 @@ def machine() -> str:
 def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_size: int = 16,
         metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), breakdown: bool = True,
         captions_per_image: int = 5, ray_workers: int = 2, ray_rows: int = 100,
-        precisions=("fp32", "bf16", "fp16"), region_weights: str = "auto", throughput_pairs: int = 0) -> dict:
+        precisions=("fp32", "bf16", "fp16"), region_weights: str = "auto", throughput_pairs: int = 0,
+        caption_words=(20, 80, 200)) -> dict:
     from capscope.metrics.loading import resolve_device
 
     dev = resolve_device(device)
@@ -713,6 +748,8 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
              "naive_image_tower_share": {k: v["image_tower_share"] for k, v in naive_timing.items() if v}}
     if shared_pairs:
         extra["shared_images"] = shared
+    if caption_words:
+        extra["caption_length"] = caption_length_speed(scorers, n_pairs, batch_size, caption_words)
     if breakdown:
         extra["rescore_breakdown_ms"] = {name: rescore_breakdown(s, name, pairs[0]) for name, s in scorers.items()}
     if region_sources:
@@ -755,6 +792,12 @@ def summary(result: dict) -> str:
         naive = shared["naive_pairs_per_s"][name]
         lines.append(f"{name}, {shared['captions_per_image']} captions per image: {rate:.2f} pairs/s "
                      f"(naive {naive:.2f}, {rate / naive:.1f}x)")
+    lengths = result["details"].get("caption_length")
+    for name, rates in (lengths or {}).get("pairs_per_s", {}).items():
+        windows = lengths["windows_per_caption"][name]
+        lines.append(f"{name} by caption length: " + ", ".join(
+            f"{lengths['words_per_caption'][k]:.0f} words {v:.2f} pairs/s ({windows[k]:.1f} windows)"
+            for k, v in rates.items()))
     for name, info in result["details"].get("region_source_s_640px", {}).items():
         took = "unavailable" if info["seconds"] is None else f"{info['seconds']:.2f} s, {info['regions']} regions"
         lines.append(f"regions {name} (640 px): {took}")

@@ -121,6 +121,7 @@ class Scorer:
         long_captions: str = DEFAULT_LONG_CAPTIONS,
         spacy_model: str = "en_core_web_sm",
         skip_unavailable: bool = False,
+        demo: bool | None = None,
     ):
         """Loads the models of `metrics` on `device`.
 
@@ -223,6 +224,12 @@ class Scorer:
                 `ImportError`) is left out and its one-line reason kept in
                 `self.unavailable` (the server's way, so that the models that do
                 load are loaded once); default False: it raises.
+            demo: None (default): the demo model stands in where pretrained
+                weights cannot be had (above); True: every metric that has a
+                demo model (infometic, and the CLIP of clip-s, infoclip, hice,
+                clip4dm) uses it, whatever is installed, so that a run is
+                demo as a whole; False: never, a missing weight raises
+                `ModelUnavailable` (never a run that mixes real and demo).
 
         Raises:
             ValueError: an unknown metric name, region source, precision or (when
@@ -247,6 +254,7 @@ class Scorer:
         self.nlp = load_spacy(spacy_model)
         self.text_model = spacy_model if self.nlp.pipe_names else "spacy.blank('en') (fallback)"
         self.demo = False
+        self._demo_choice = demo
         self._demo: tuple[InfoMetIC, ClipBackbone] | None = None
         self._proposer = None
         self._regions_cache = LRUCache(REGIONS_CACHE_SIZE)
@@ -290,11 +298,13 @@ class Scorer:
     def _main_clip(self, model_name, pretrained, crop: CropStyle | None = None) -> ClipBackbone:
         """The CLIP of clip-s, infoclip and hice; `crop` says how a CLIP trained on
         styled region crops (capscope's demo CLIP) wants them."""
+        if self._demo_choice:
+            return self._required_demo()[1]
         name, tag = model_name or DEFAULT_CLIP[0], pretrained or DEFAULT_CLIP[1]
         try:
             model = loading.create_open_clip(name, tag, self.device)
         except ModelUnavailable:
-            demo = None if (model_name or pretrained) else self._demo_model()
+            demo = None if (model_name or pretrained or self._demo_choice is False) else self._demo_model()
             if demo is None:
                 raise
             return demo[1]
@@ -316,6 +326,13 @@ class Scorer:
             self._record_file("demo", path)
         return self._demo
 
+    def _required_demo(self) -> tuple[InfoMetIC, ClipBackbone]:
+        demo = self._demo_model()
+        if demo is None:
+            raise ModelUnavailable("demo: capscope's demo model is not here (CAPSCOPE_DEMO_MODEL, or "
+                                   "CAPSCOPE_NO_DEMO is set)")
+        return demo
+
     def _pacs_clip(self, checkpoint, model_name) -> ClipBackbone:
         path = checkpoint or loading.env_or_cache("CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth")
         state = loading.load_state_file(path, "PAC-S", "--pacs-checkpoint or CAPSCOPE_PACS_CHECKPOINT")
@@ -326,9 +343,11 @@ class Scorer:
                                        self.device, precision=self.precision)
 
     def _infometic(self, checkpoint) -> tuple[InfoMetIC, ClipBackbone]:
+        if self._demo_choice:
+            return self._required_demo()
         path = Path(checkpoint or loading.env_or_cache("CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth"))
         if not path.is_file():
-            demo = None if checkpoint else self._demo_model()
+            demo = None if checkpoint or self._demo_choice is False else self._demo_model()
             if demo is not None:
                 return demo
             raise ModelUnavailable(
@@ -366,7 +385,8 @@ class Scorer:
         Args:
             image: a PIL image (any mode; converted to RGB) or the path of an
                 image file.
-            caption: the caption, 1 to 1000 characters.
+            caption: the caption, 1 to 5000 characters (one longer than a
+                model reads is read in windows: `long_captions`).
             references: reference captions (a list of non-empty strings) for
                 the `ref_*` scores of clip-s, pac-s and hice; None for none.
             regions: this image's regions, used instead of proposing any: boxes

@@ -51,6 +51,7 @@ class ScorerOptions:
     clip4dm_epsilon: float = CLIP4DM_EPSILON
     clip4dm_layers: int = CLIP4DM_LAYERS
     precision: str = "fp32"
+    demo: bool | None = None  # None: the demo model where weights are missing; True: demo as a whole; False: never
 
     @classmethod
     def from_args(cls, args, metrics) -> ScorerOptions:
@@ -63,6 +64,7 @@ class ScorerOptions:
             alpha_clip_checkpoint=_absolute_if_file(args.alpha_clip_checkpoint),
             beta=args.beta, token_rule=args.token_rule, long_captions=getattr(args, "long_captions", "windows"),
             clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers, precision=args.precision,
+            demo=getattr(args, "demo_choice", None),
         )
 
     def build(self):

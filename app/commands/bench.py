@@ -24,6 +24,9 @@ def register(sub) -> None:
     bench.add_argument("--throughput-pairs", type=int, default=0,
                        help="also time CLIP-S alone on this many distinct images at each precision, with the host's "
                             "ceiling (details.clip_s_throughput; 0: skip)")
+    bench.add_argument("--caption-words", default="20,80,200",
+                       help="also time each metric on captions of about these many words, read in windows, beside "
+                            "the short ones (details.caption_length; '' to skip)")
     bench.add_argument("--ray-workers", type=int, default=2,
                        help="also time capscope score --engine ray with this many workers on this machine against "
                             "the local run (details.ray; needs the ray extra; 0: skip)")
@@ -45,6 +48,18 @@ def checked_precisions(text: str) -> tuple[str, ...]:
         raise CapscopeError(str(err)) from None
 
 
+def caption_words(text: str) -> tuple[int, ...]:
+    from capscope.metrics.errors import CapscopeError
+
+    try:
+        words = tuple(int(w) for w in text.split(",") if w.strip())
+    except ValueError:
+        raise CapscopeError(f"--caption-words takes word counts such as 20,80,200, not {text!r}") from None
+    if any(w < 1 for w in words):
+        raise CapscopeError("--caption-words: each count must be at least 1")
+    return words
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from capscope.bench import speed
 
@@ -54,7 +69,7 @@ def run_bench(args: argparse.Namespace) -> int:
         metrics=tuple(args.metric or speed.BENCH_METRICS), region_sources=sources,
         captions_per_image=args.captions_per_image, ray_workers=args.ray_workers, ray_rows=args.ray_rows,
         precisions=checked_precisions(args.precision), region_weights=args.region_weights,
-        throughput_pairs=args.throughput_pairs,
+        throughput_pairs=args.throughput_pairs, caption_words=caption_words(args.caption_words),
     )
     if args.plot:
         from capscope.bench.plot import rescore_plot

@@ -1,12 +1,15 @@
 """`capscope score` and `capscope features`."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from capscope.batch import pipeline
+from capscope.batch import inputs, pipeline
 from capscope.batch.pipeline import ScorerOptions
 from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
 from capscope.metrics.errors import CapscopeError
+
+log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
@@ -18,6 +21,7 @@ def register(sub) -> None:
     score.add_argument("--batch-size", type=int, default=32)
     score.add_argument("--retry-errors", action="store_true",
                        help="resuming: score again the rows saved with an error (each id stays once in --output)")
+    add_input_format_options(score)
     add_region_options(score)
     add_model_options(score)
     add_engine_options(score)
@@ -32,12 +36,39 @@ def register(sub) -> None:
     features.set_defaults(func=run_features)
 
 
+def add_input_format_options(parser) -> None:
+    parser.add_argument("--input-format", default="auto", choices=["auto", "coco-results", "pairs"],
+                        help="the layout of --input (auto: recognised from its content; docs/formats.md §11)")
+    parser.add_argument("--annotations", type=Path, default=None,
+                        help="with a COCO results input: the COCO captions annotations file (image files, references)")
+    parser.add_argument("--images", type=Path, default=None, help="with a COCO results input: the folder of its images")
+
+
+def pairs_input(args) -> Path:
+    """The pairs file to score: --input itself, or the pairs of a COCO results
+    file written beside --output (OUTPUT_STEM-pairs.jsonl)."""
+    layout = args.input_format
+    if layout == "auto":  # a bad first line of a pairs file stays that line's error row, as always
+        layout = "coco-results" if inputs.is_json_array(args.input) else "pairs"
+    if layout == "pairs":
+        return args.input
+    if args.annotations is None or args.images is None:
+        raise CapscopeError(f"{args.input} is a COCO results file: name the captions annotations file "
+                            "(--annotations) and the folder of its images (--images)")
+    pairs = args.output.with_name(args.output.stem + "-pairs.jsonl")
+    n = inputs.write_pairs(inputs.coco_pairs(args.input, inputs.CocoCaptions(args.annotations), args.images), pairs)
+    log.info("%d COCO results written as pairs to %s", n, pairs)
+    return pairs
+
+
 def run_score(args) -> int:
     if args.batch_size < 1:
         raise CapscopeError("--batch-size must be at least 1")
     cluster = engine_cluster(args)
     options = ScorerOptions.from_args(args, args.metrics or ["infometic"])
-    pipeline.score_file(options, args.input, args.output, args.batch_size, args.retry_errors, cluster)
+    if not args.input.is_file():
+        raise CapscopeError(f"input file {args.input} not found")
+    pipeline.score_file(options, pairs_input(args), args.output, args.batch_size, args.retry_errors, cluster)
     return 0
 
 

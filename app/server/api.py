@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import os
 import shutil
@@ -35,7 +36,7 @@ from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.metrics.text import check_caption, check_references
-from capscope.server.data_roots import DataRoots
+from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
 from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 
@@ -413,6 +414,18 @@ def _add_routes(app: FastAPI) -> None:
         if not os.path.isfile(path):
             raise HTTPException(404, f"image {image_id} is missing on disk")
         return FileResponse(path)
+
+    @app.get("/api/diagnose")
+    def diagnose_summary(user: Admin, folder: Annotated[str, Query(max_length=4096)]) -> dict:
+        """The summary.json `capscope diagnose --out FOLDER` wrote (docs/formats.md §12); FOLDER
+        inside the server's data roots."""
+        try:
+            path = app.state.data_roots.check(folder, "folder") / "summary.json"
+        except OutsideDataRoots as err:
+            raise HTTPException(403, str(err)) from None
+        if not path.is_file():
+            raise HTTPException(404, f"no summary.json in {folder}: run capscope diagnose --out {folder} first")
+        return json.loads(path.read_text(encoding="utf-8"))
 
     @app.get("/api/export")
     def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None, images: bool = False):

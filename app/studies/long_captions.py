@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capscope.bench.gold import f1
+from capscope.bench.gold import confusion_counts, f1
 from capscope.demo.scenes import make_caption, make_scene, pollute, scene_regions, scene_rng
 from capscope.metrics import windows
 from capscope.metrics.constants import BETA
@@ -68,8 +68,9 @@ def old_window_end(metric, item: dict) -> int:
 
 
 def judged(items: list[dict], rows: list[dict], metric: str, ends: list[int], decide) -> dict:
-    """Gold and decided wrong-word flags of the labelled words, inside and past the old window."""
-    out = {"inside": ([], []), "past": ([], [])}
+    """Gold and decided wrong-word flags, and word scores, of the labelled words,
+    inside and past the old window."""
+    out = {"inside": ([], [], []), "past": ([], [], [])}
     for item, row, end in zip(items, rows, ends):
         result = row["metrics"][metric]
         for t, token in enumerate(item["tokens"]):
@@ -79,11 +80,21 @@ def judged(items: list[dict], rows: list[dict], metric: str, ends: list[int], de
             side = "inside" if token["start"] < end else "past"
             out[side][0].append(token["label"] == "incorrect")
             out[side][1].append(decided is False)
+            out[side][2].append(result["token_scores"][t])
     return out
 
 
-def figures(gold: list[bool], decided: list[bool]) -> dict:
-    return {"words": len(gold), "wrong": int(sum(gold)), "f1": f1(gold, decided),
+def figures(gold: list[bool], decided: list[bool], scores: list[float | None]) -> dict:
+    """Wrong-word F1 and its parts, beside the trivial rule that flags every word,
+    and the AUROC of the word scores (lower = more likely wrong; an unscored word last)."""
+    from sklearn.metrics import roc_auc_score
+
+    tp, fp, fn = confusion_counts(gold, decided)
+    ranks = [float("inf") if s is None else s for s in scores]
+    auroc = roc_auc_score(gold, [-r for r in ranks]) if 0 < sum(gold) < len(gold) else None
+    return {"words": len(gold), "wrong": int(sum(gold)), "f1": f1(gold, decided), "auroc": auroc,
+            "recall": tp / (tp + fn) if tp + fn else None,
+            "false_alarm_rate": fp / (len(gold) - tp - fn) if len(gold) > tp + fn else None,
             "trivial_f1": f1(gold, [True] * len(gold))}
 
 
@@ -118,8 +129,8 @@ def run(n: int, seed: int, sentences: tuple[int, int], batch: int = 16) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| metric | rule | words inside | F1 inside (trivial) | words past | F1 past (trivial) | gap |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| metric | rule | words inside | F1 inside (trivial) | words past | F1 past (trivial) | gap | "
+             "AUROC inside, past |", "|---|---|---|---|---|---|---|---|"]
     for name, m in result["metrics"].items():
         for rule in ("relative", "paper"):
             if rule not in m:
@@ -128,7 +139,8 @@ def table(result: dict) -> str:
             gap = None if inside["f1"] is None or past["f1"] is None else past["f1"] - inside["f1"]
             lines.append(f"| {name} | {rule} | {inside['words']} ({inside['wrong']} wrong) | "
                          f"{_num(inside['f1'])} ({_num(inside['trivial_f1'])}) | {past['words']} ({past['wrong']} wrong) | "
-                         f"{_num(past['f1'])} ({_num(past['trivial_f1'])}) | {_num(gap, '+.3f')} |")
+                         f"{_num(past['f1'])} ({_num(past['trivial_f1'])}) | {_num(gap, '+.3f')} | "
+                         f"{_num(inside['auroc'])}, {_num(past['auroc'])} |")
     return "\n".join(lines)
 
 

@@ -117,7 +117,20 @@ def summary_markdown(row: dict | None, metric: str) -> str:
         parts.append(f"**Regions left out:** {', '.join(missing) if missing else 'none'} of {len(mentioned)}")
     if result.get("null_score") is not None:
         parts.append(f"**Null token:** {result['null_score']:.3f}")
+    parts += reading_notes(row["caption"], result)
     return " · ".join(parts)
+
+
+def reading_notes(caption: str, result: dict) -> list[str]:
+    """How the metric read a long caption: in how many windows, or where it stopped."""
+    windows = result.get("windows") or []
+    notes = []
+    if len(windows) > 1:
+        notes.append(f"**Read in {len(windows)} windows** (longer than the model reads at once)")
+    if result.get("truncated") and windows:
+        notes.append(f"**Cut:** words after “{html.escape(caption[max(0, windows[-1][1] - 20):windows[-1][1]])}” "
+                     "were not read")
+    return notes
 
 
 def phrases_markdown(row: dict | None) -> str:

@@ -29,7 +29,9 @@ MAY_IMPORT = {
     "server": {"metrics", "db", "annotation", "demo", "bench", "train", "batch"},
     "ui": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server"},
     "studies": {"metrics", "db", "annotation", "demo", "bench", "train"},
-    "commands": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui", "studies"},
+    "diagnose": {"metrics", "batch", "ui"},  # ui: only its PIL drawing (draw.py), for the report's pictures
+    "commands": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui", "studies",
+                 "diagnose"},
     "cli": {"metrics", "commands"},
     "capscope": set(),  # app/__init__.py: the version, imported by anyone
     "static": set(),
@@ -58,7 +60,7 @@ MODULES = module_files()
 def layer(module: str) -> str:
     parts = module.split(".")
     if parts[1:2] and parts[1] in ("metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui",
-                                    "studies", "commands", "cli", "static"):
+                                    "studies", "diagnose", "commands", "cli", "static"):
         return parts[1]
     return "capscope"
 

@@ -171,7 +171,7 @@ def test_one_caption_and_reference_rule_for_every_door():
     from capscope.metrics.text import check_caption, check_references
 
     assert check_caption("x" * MAX_CAPTION_CHARS) == ""
-    assert check_caption("x" * (MAX_CAPTION_CHARS + 1)) == "caption has 1001 characters (limit 1000)"
+    assert check_caption("x" * (MAX_CAPTION_CHARS + 1)) == "caption has 5001 characters (limit 5000)"
     assert check_references(None) == "" and check_references(["a dog"] * MAX_REFERENCES) == ""
     assert "at most 50 references" in check_references(["a dog"] * (MAX_REFERENCES + 1))
     assert "at most 50 references" in check_references(["x" * (MAX_CAPTION_CHARS + 1)])

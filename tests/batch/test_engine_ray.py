@@ -234,7 +234,7 @@ def world(tmp_path_factory, served):
     bad = ["{broken", json.dumps({"image": "demo/images/scene00000.png", "caption": "no id"}),
            json.dumps({"id": "missing", "image": "nope.png", "caption": "a cat"}),
            json.dumps({"id": "corrupt", "image": "corrupt.png", "caption": "a cat"}),
-           json.dumps({"id": "long", "image": "demo/images/scene00002.png", "caption": "x" * 1001}),
+           json.dumps({"id": "long", "image": "demo/images/scene00002.png", "caption": "x" * 5001}),
            json.dumps({"id": "url", "image": f"{base}/scene.png", "caption": EXTRA_CAPTIONS[0]}),
            json.dumps({"id": "url-404", "image": f"{base}/none.png", "caption": "a cat"}),
            json.dumps({"id": "url-down", "image": f"http://127.0.0.1:{closed_port()}/x.png", "caption": "a cat"})]

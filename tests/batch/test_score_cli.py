@@ -28,7 +28,7 @@ def workdir(tmp_path_factory, clip_checkpoint, released_checkpoint):
     rows.append({"id": "given", "image": "img0.png", "caption": "a red circle",
                  "regions": [{"box": [10, 20, 70, 80]}, {"box": [120, 40, 200, 120]}]})
     rows.append({"id": "missing", "image": "nope.png", "caption": "a cat"})
-    rows.append({"id": "long", "image": "img1.png", "caption": "x" * 1001})
+    rows.append({"id": "long", "image": "img1.png", "caption": "x" * 5001})
     (root / "corrupt.png").write_bytes(b"\x89PNG not really")
     rows.append({"id": "corrupt", "image": "corrupt.png", "caption": "a cat"})
     lines = [json.dumps(r) for r in rows] + ["{broken", '{"image": "img0.png", "caption": "no id"}']
@@ -82,7 +82,7 @@ def test_score_all_metrics_classic_regions(workdir):
     assert set(rows[0]["metrics"]["infometic"]["scores"]) == {"precision", "recall", "overall", "overall_plus"}
     assert rows[0]["model"]["regions"] == "classic" and rows[3]["model"]["regions"] == "given"
     assert [r["box"] for r in rows[3]["regions"]] == [[10, 20, 70, 80], [120, 40, 200, 120]]
-    assert "not found" in rows[4]["error"] and "1001 characters" in rows[5]["error"]
+    assert "not found" in rows[4]["error"] and "5001 characters" in rows[5]["error"]
     assert "cannot read image" in rows[6]["error"]
     assert "JSON" in rows[7]["error"] and "id" in rows[8]["error"]
     # resuming skips every id already written and adds nothing

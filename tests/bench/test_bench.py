@@ -7,7 +7,7 @@ from capscope.cli import main
 def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     plot = tmp_path / "rescore.png"
     code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "3", "--batch-size", "2", "--metric", "hice",
-                 "--region-sources", "", "--ray-workers", "0", "--plot", str(plot)])
+                 "--region-sources", "", "--ray-workers", "0", "--plot", str(plot), "--caption-words", "80"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"device", "clip_model", "word_encoding_speedup", "pairs_per_s", "naive_pairs_per_s",
@@ -20,11 +20,20 @@ def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     assert 0 < result["details"]["naive_image_tower_share"]["hice"] < 1
     assert result["word_encoding_speedup"] > 0 and result["peak_rss_mb"] > 0
     assert plot.stat().st_size > 1000
+    lengths = result["details"]["caption_length"]
+    assert lengths["words_per_caption"]["80"] >= 80 > lengths["words_per_caption"]["short"]
+    assert lengths["pairs_per_s"]["hice"]["80"] > 0 and lengths["windows_per_caption"]["hice"]["80"] > 1
+
+
+def test_caption_words_must_be_counts(capsys):
+    assert main(["bench", "--caption-words", "short"]) == 2
+    assert "--caption-words takes word counts" in capsys.readouterr().err
 
 
 def test_bench_measures_clip4dm_against_the_released_loop(capsys):
     code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "2", "--batch-size", "2",
-                 "--metric", "clip4dm", "--captions-per-image", "1", "--region-sources", "", "--ray-workers", "0"])
+                 "--metric", "clip4dm", "--captions-per-image", "1", "--region-sources", "", "--ray-workers", "0",
+                 "--caption-words", ""])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["pairs_per_s"]["clip4dm"] > 0 and result["naive_pairs_per_s"]["clip4dm"] > 0

@@ -43,7 +43,7 @@ def test_every_option_in_the_docstring_args():
     documented = set(re.findall(r"^\s{4}(\w+)(?:\s*\([^)]*\))?:", args, re.M))
     missing = [name for name in options() if name not in documented]
     assert not missing, f"Scorer.__init__ Args lacks {missing}"
-    assert len(options()) == 18
+    assert len(options()) == 20
 
 
 def test_every_option_on_the_api_page():

@@ -90,9 +90,11 @@ def test_clip4dm_equals_the_released_clip4dm(epsilon_scorer, reference_model, im
     assert verdicts[True] >= 5 and verdicts[False] >= 5, verdicts  # both verdicts were compared
 
 
-def test_words_past_the_context_get_no_score(epsilon_scorer, reference_model, images):
+def test_words_past_the_context_get_no_score_when_cut(clip_checkpoint, reference_model, images):
+    scorer = Scorer(["clip4dm"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
+                    clip4dm_epsilon=0.0, long_captions="cut")  # the released code's reading
     caption = " ".join(["a small red circle beside a large blue square,"] * 10)
-    row = epsilon_scorer.score(images[1], caption)
+    row = scorer.score(images[1], caption)
     ours = row["metrics"]["clip4dm"]
     ref = released_clip4dm(*reference_model, images[1], caption, epsilon=0.0)
     assert [w["text"] for w in ours["words"]] == [w for w, _ in ref["words"]]
@@ -101,6 +103,26 @@ def test_words_past_the_context_get_no_score(epsilon_scorer, reference_model, im
     assert ours["token_correct"][-1] is None
     last_seen = ours["words"][-1]["end"]
     assert all(s is None for t, s in zip(row["tokens"], ours["token_scores"]) if t["start"] >= last_seen)
+    assert ours["truncated"] is True and ours["windows"][0][1] <= last_seen
+
+
+def test_a_long_caption_is_read_in_windows_each_as_the_released_code_reads_it(epsilon_scorer, reference_model, images):
+    caption = " ".join(["a small red circle beside a large blue square,"] * 10)
+    row = epsilon_scorer.score(images[1], caption)
+    ours = row["metrics"]["clip4dm"]
+    assert len(ours["windows"]) > 1 and ours["truncated"] is False
+    assert all(s is not None for t, s in zip(row["tokens"], ours["token_scores"]) if t["semantic"])
+    start, end = ours["windows"][-1]
+    ref = released_clip4dm(*reference_model, images[1], caption[start:end], epsilon=0.0)
+    last = [w for w in ours["words"] if w["start"] >= start]
+    owned_from = min(w["start"] for w in last)
+    expected = [(w, s) for w, s in ref["words"]]
+    got = [(w["text"], w["score"]) for w in last]
+    # the last window's words the merged row takes are the released code's words of that window, same scores
+    assert [w for w, _ in got] == [w for w, _ in expected][-len(got):]
+    for (_, a), (_, b) in zip(got, expected[-len(got):]):
+        assert a == pytest.approx(b, abs=1e-6)
+    assert owned_from >= start
 
 
 def test_a_caption_scores_the_same_alone_and_in_any_batch(epsilon_scorer, images):

@@ -18,7 +18,8 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def scorer(released_checkpoint):
-    return Scorer(["infometic"], device="cpu", infometic_checkpoint=str(released_checkpoint))
+    # the released code cuts a caption at 30 pieces; case 2 is longer
+    return Scorer(["infometic"], device="cpu", infometic_checkpoint=str(released_checkpoint), long_captions="cut")
 
 
 def test_released_layout_loads_strictly(released_checkpoint):
@@ -62,7 +63,8 @@ def _infoclip_scorer(checkpoint):
         backbone = {k[len("clip_backbone."):]: v for k, v in state.items() if k.startswith("clip_backbone.")}
         path = checkpoint.parent / "backbone.pt"
         torch.save(backbone, path)
-        _INFOCLIP["s"] = Scorer(["infoclip"], device="cpu", clip_model="ViT-B-32-quickgelu", clip_pretrained=str(path))
+        _INFOCLIP["s"] = Scorer(["infoclip"], device="cpu", clip_model="ViT-B-32-quickgelu", clip_pretrained=str(path),
+                                long_captions="cut")
     return _INFOCLIP["s"]
 
 

@@ -48,7 +48,7 @@ def flat(result: dict) -> np.ndarray:
 
 def test_fp32_gives_the_rows_it_gave_before_precisions_existed():
     expected = json.loads(FIXTURE.read_text())
-    rows = Scorer(DEMO_METRICS, device="cpu", regions="given").score_batch(fixture_pairs())
+    rows = Scorer(DEMO_METRICS, device="cpu", regions="given", token_rule="paper").score_batch(fixture_pairs())
     assert rows[0]["model"]["demo"], "the fixture was made with the bundled demo model"
     for row in rows:
         assert row["model"]["precision"] == "fp32" and row["model"]["dtype"] == "float32"

@@ -45,10 +45,10 @@ def test_a_caption_that_fits_is_one_window_of_the_whole_caption():
     assert [(w.start, w.end) for w in plan] == [(0, len(caption))]
 
 
-def test_sentences_are_packed_greedily_into_windows():
-    caption = "a red circle. a blue square. a green star here. one more."
+def test_each_sentence_is_a_window_and_clauses_are_packed_greedily():
+    caption = "a red circle. a blue square. a big green star, a small one, a tiny one, here."
     assert spans(caption, windows.plan(caption, words_of(caption), at_most(6))) == [
-        "a red circle. a blue square.", "a green star here. one more."]
+        "a red circle.", "a blue square.", "a big green star,", "a small one, a tiny one,", "here."]
 
 
 def test_a_long_sentence_breaks_at_clauses_then_into_overlapping_runs():

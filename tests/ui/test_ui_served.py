@@ -318,6 +318,35 @@ def test_browser_inspect_shows_clip4dm_like_any_word_metric(chromium, served):
     page.close()
 
 
+@browser
+def test_browser_inspect_shades_every_sentence_of_a_150_word_caption(chromium, served):
+    page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
+    page.wait_for_selector("#cs-banner", timeout=30_000)
+    page.get_by_label("…or pick a demo scene (clean and polluted caption)").click()
+    page.get_by_role("option").first.click()
+    page.wait_for_function("[...document.querySelectorAll('#cs-tokens-a .token')].some(t => t.style.backgroundColor)",
+                           timeout=30_000)
+    sentences = ["there is a small red circle near the top of the picture.",
+                 "a large blue square sits below it, and a green triangle stands to its left.",
+                 "the background is plain and light, with a little noise in it."]
+    caption = " ".join(sentences * 5) + " at the far right edge there is one more shape, a purple hexagon."
+    assert 145 <= len(caption.split()) <= 170
+    page.fill("#cs-caption-a textarea", caption[:-1])
+    page.press("#cs-caption-a textarea", caption[-1])
+    last = ["purple", "hexagon"]
+    page.wait_for_function(
+        """words => { const ts = [...document.querySelectorAll('#cs-tokens-a .token')];
+                      return words.every(w => ts.some(t => t.innerText.trim() === w && t.style.backgroundColor)); }""",
+        arg=last, timeout=30_000)
+    boxes = page.eval_on_selector_all("#cs-tokens-a .token", "ts => ts.map(t => t.getBoundingClientRect().top)")
+    assert len(boxes) > 150 and max(boxes) - min(boxes) > 100  # the words wrap onto many lines
+    overflow = page.eval_on_selector("#cs-tokens-a", "e => e.scrollWidth - e.clientWidth")
+    assert overflow <= 1
+    page.wait_for_function("document.body.innerText.includes('windows')", timeout=20_000)
+    shot(page, "inspect-long-caption.png")
+    page.close()
+
+
 def _rescore_ms(page, caption: str) -> float:
     """Edit caption A (the last keystroke typed, as a user does) and time it
     until the shaded tokens show the new caption."""

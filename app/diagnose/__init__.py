@@ -1,0 +1,4 @@
+"""`capscope diagnose`: what captioning models get wrong, and whether one is
+better than another, from their whole output (`run`), added up (`summary`),
+with error kinds (`error_types`), n-gram scores (`ngrams`) and a report
+(`report`)."""

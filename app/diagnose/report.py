@@ -1,0 +1,240 @@
+"""DIR/index.html: the diagnosis as one self-contained page (its pictures
+inlined, so it opens from disk with no server), and its figures as PNG files
+beside it."""
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from capscope.metrics.registry import SPECS, metric_title
+
+from .error_types import TYPES
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.ci{color:#777;font-size:.85em}
+.caption{line-height:1.9;max-width:60em}.w{padding:1px 2px;border-radius:3px}.wrong{background:#f4a3a3;font-weight:600}
+.right{background:#d6ecd6}.card{display:flex;gap:1em;margin:1em 0;align-items:flex-start}.card img{width:300px}
+.note{color:#555}
+"""
+
+
+def write_report(summary: dict, out: Path, worst: dict[tuple[str, str], list[dict]], ngrams: dict[str, dict],
+                 image_loader) -> Path:
+    """Writes the figures and index.html into `out`; `worst[(model, metric)]`
+    the captions to show, `image_loader(path)` a PIL image or None."""
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    parts = [f"<!doctype html><meta charset='utf-8'><title>capscope diagnose</title><style>{STYLE}</style>",
+             "<h1>What do these captioners get wrong?</h1>", _overview(summary)]
+    score_plot = figures / "scores.png"
+    if plot_scores(summary, score_plot):
+        parts.append(_img(score_plot, "Each metric's main score per model, with its 95% interval over images"))
+    type_plot = figures / "error_types.png"
+    if plot_error_types(summary, type_plot):
+        parts.append(_img(type_plot, "Wrong-word rate by kind of word, per model and metric"))
+    for metric in summary["metrics"]:
+        parts.append(_metric_section(summary, metric))
+    parts.append(_comparisons(summary))
+    parts.append(_ngrams(ngrams))
+    parts.append(_worst_section(worst, figures, image_loader))
+    page = out / "index.html"
+    page.write_text("\n".join(parts), encoding="utf-8")
+    return page
+
+
+def _num(value, fmt: str = ".3f") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _ci(ci) -> str:
+    return "" if not ci or ci[0] is None else f" <span class='ci'>[{ci[0]:.3f}, {ci[1]:.3f}]</span>"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _overview(summary: dict) -> str:
+    rows = [[html.escape(name), str(m["n_captions"]), str(m["n_images"]), str(m["n_errors"])]
+            for name, m in summary["models"].items()]
+    metrics = ", ".join(metric_title(m) for m in summary["metrics"])
+    return (f"<p class='note'>Metrics: {metrics}. Kinds of words decided by {html.escape(summary['type_source'])}."
+            " Intervals are 95% bootstrap intervals over images.</p>"
+            + _table(["model", "captions", "images", "rows that could not be scored"], rows))
+
+
+def _metric_section(summary: dict, metric: str) -> str:
+    parts = [f"<h2>{metric_title(metric)}</h2>"]
+    models = {n: m["metrics"][metric] for n, m in summary["models"].items() if metric in m["metrics"]}
+    keys = sorted({k for m in models.values() for k in m["scores"]})
+    parts.append(_table(["model", *keys], [[html.escape(n), *[
+        _num(m["scores"].get(k, {}).get("mean")) + _ci(m["scores"].get(k, {}).get("ci95")) for k in keys]]
+        for n, m in models.items()]))
+    if any(m["words"]["judged"] for m in models.values()):
+        parts.append(_table(["model", "words judged", "wrong", "wrong rate", "captions with a wrong word",
+                             "regions left out"], [[
+            html.escape(n), str(m["words"]["judged"]), str(m["words"]["wrong"]),
+            _num(m["words"]["wrong_rate"]) + _ci(m["words"]["ci95"]), _num(m["captions_with_wrong_word"]),
+            "–" if m["regions"] is None else f"{m['regions']['unmentioned']} of {m['regions']['judged']}"]
+            for n, m in models.items()]))
+        parts.append("<h3>Errors by kind of word</h3>" + _table(
+            ["model", *[f"{t}: wrong / judged (share of errors)" for t in TYPES]],
+            [[html.escape(n), *[f"{e['wrong']} / {e['judged']} ({e['share_of_errors']:.0%})"
+                                for e in (m["error_types"][t] for t in TYPES)]] for n, m in models.items()]))
+        for n, m in models.items():
+            parts.append(f"<h3>Words {html.escape(n)} gets wrong most often</h3>" + _table(
+                ["word", "judged", "wrong", "rate", "examples"],
+                [[html.escape(w["word"]), str(w["judged"]), str(w["wrong"]), _num(w["wrong_rate"]),
+                  html.escape(", ".join(w["examples"]))] for w in m["top_wrong_words"]]))
+    for entry in summary.get("word_differences", []):
+        if entry["metric"] == metric and entry["words"]:
+            a, b = html.escape(entry["a"]), html.escape(entry["b"])
+            parts.append(f"<h3>Words whose wrong rates differ most: {a} against {b}</h3>" + _table(
+                ["word", f"{a} rate (judged)", f"{b} rate (judged)", "difference"],
+                [[html.escape(w["word"]), f"{w['a_wrong_rate']:.3f} ({w['a_judged']})",
+                  f"{w['b_wrong_rate']:.3f} ({w['b_judged']})", f"{w['difference']:+.3f}"] for w in entry["words"]]))
+    return "\n".join(parts)
+
+
+def _comparisons(summary: dict) -> str:
+    rows = [[html.escape(c["a"]), html.escape(c["b"]), metric_title(c["metric"]), c["key"], str(c["n_images"]),
+             f"{c['mean_difference']:+.4f}" + _ci(c["ci95"]), str(c["a_wins"]), str(c["b_wins"]), str(c["ties"])]
+            for c in summary["comparisons"]]
+    if not rows:
+        return ""
+    return ("<h2>Is one better than the other?</h2><p class='note'>On the images both captioned: the mean "
+            "difference a − b, with its paired bootstrap interval, and the images each wins.</p>"
+            + _table(["a", "b", "metric", "score", "images", "a − b", "a wins", "b wins", "ties"], rows))
+
+
+def _ngrams(ngrams: dict[str, dict]) -> str:
+    if not ngrams:
+        return ""
+    names = ["BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE"]
+    rows = [[html.escape(model), str(result["n_captions"]), *[_num(result["scores"].get(n)) for n in names]]
+            for model, result in ngrams.items()]
+    missing = {f"{n}: {why}" for result in ngrams.values() for n, why in result["unavailable"].items()}
+    note = "".join(f"<li>{html.escape(m)}</li>" for m in sorted(missing))
+    return ("<h2>N-gram scores against the references</h2>" + _table(["model", "captions", *names], rows)
+            + (f"<p class='note'>Could not run:</p><ul class='note'>{note}</ul>" if note else ""))
+
+
+def _worst_section(worst, figures: Path, image_loader) -> str:
+    from capscope.ui import draw
+
+    parts = ["<h2>Worst captions</h2>"]
+    for (model, metric), rows in worst.items():
+        if not rows:
+            continue
+        primary = SPECS[metric].primary_key if metric in SPECS else ""
+        parts.append(f"<h3>{html.escape(model)}, by {metric_title(metric)} {primary}</h3>")
+        for k, row in enumerate(rows):
+            result = row["result"]
+            picture = ""
+            image = image_loader(row["image"]) if row.get("image") else None
+            if image is not None:
+                boxes = [r["box"] for r in row["regions"]]
+                overlay = draw.score_overlay(image, boxes, result.get("region_scores") or None,
+                                             result.get("region_mentioned") or None)
+                path = figures / f"worst-{_safe(model)}-{_safe(metric)}-{k + 1}.png"
+                overlay.thumbnail((600, 600))
+                overlay.save(path)
+                picture = f"<img src='data:image/png;base64,{_b64(path)}' alt='regions'>"
+            score = result["scores"].get(primary)
+            parts.append(f"<div class='card'>{picture}<div><p><b>{html.escape(str(row['id']))}</b> "
+                         f"{primary} {_num(score)}</p><p class='caption'>{shaded_caption(row, result)}</p></div></div>")
+    return "\n".join(parts)
+
+
+def shaded_caption(row: dict, result: dict) -> str:
+    """The caption as HTML, each judged word shaded as Inspect shades it: red wrong, green right."""
+    caption, out, end = row["caption"], [], 0
+    correct = result.get("token_correct") or [None] * len(row["tokens"])
+    scores = result.get("token_scores") or [None] * len(row["tokens"])
+    for token, verdict, score in zip(row["tokens"], correct, scores):
+        out.append(html.escape(caption[end : token["start"]]))
+        text = html.escape(caption[token["start"] : token["end"]])
+        if verdict is None:
+            out.append(text)
+        else:
+            title = "" if score is None else f" title='{score:.4g}'"
+            out.append(f"<span class='w {'right' if verdict else 'wrong'}'{title}>{text}</span>")
+        end = token["end"]
+    out.append(html.escape(caption[end:]))
+    return "".join(out)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _img(path: Path, caption: str) -> str:
+    return f"<figure><img src='data:image/png;base64,{_b64(path)}' alt=''><figcaption class='note'>{caption}</figcaption></figure>"
+
+
+def plot_scores(summary: dict, path: Path) -> bool:
+    """Each metric's primary score per model with its interval; False when there is nothing to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in summary["metrics"] if m in SPECS]
+    models = list(summary["models"])
+    if not metrics or not models:
+        return False
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 2.8), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        key = SPECS[metric].primary_key
+        for i, name in enumerate(models):
+            entry = summary["models"][name]["metrics"].get(metric, {}).get("scores", {}).get(key)
+            if not entry or entry["mean"] is None:
+                continue
+            low, high = entry["ci95"]
+            err = [[entry["mean"] - low], [high - entry["mean"]]] if low is not None else None
+            ax.errorbar([i], [entry["mean"]], yerr=err, fmt="o", capsize=4)
+        ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{metric_title(metric)} {key}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_error_types(summary: dict, path: Path) -> bool:
+    """Wrong rate per kind of word, one panel per word-level metric; False when none judged words."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    metrics = [m for m in summary["metrics"]
+               if any(mm["metrics"].get(m, {}).get("words", {}).get("judged") for mm in summary["models"].values())]
+    if not metrics:
+        return False
+    models = list(summary["models"])
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.0), squeeze=False)
+    width = 0.8 / max(len(models), 1)
+    for ax, metric in zip(axes[0], metrics):
+        for i, name in enumerate(models):
+            types = summary["models"][name]["metrics"].get(metric, {}).get("error_types", {})
+            rates = [types.get(t, {}).get("wrong_rate") or 0.0 for t in TYPES]
+            ax.bar(np.arange(len(TYPES)) + i * width, rates, width, label=name)
+        ax.set_xticks(np.arange(len(TYPES)) + width * (len(models) - 1) / 2, TYPES, rotation=30, fontsize=8)
+        ax.set_title(metric_title(metric), fontsize=9)
+        ax.set_ylabel("wrong rate", fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

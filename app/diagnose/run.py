@@ -1,0 +1,131 @@
+"""`capscope diagnose`, end to end: each model's file read in its layout,
+whatever is not yet scored scored (resumably, into DIR/scored/), the rows added
+up in one streaming pass, then DIR/summary.json, DIR/index.html and its
+figures."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from capscope.batch import inputs, pipeline
+from capscope.metrics.errors import CapscopeError
+from capscope.metrics.jsonl import json_lines
+
+from .error_types import type_source
+from .ngrams import ngram_scores
+from .report import write_report
+from .summary import Diagnosis
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    name: str
+    path: Path
+
+
+def parse_model(text: str) -> ModelFile:
+    """NAME=FILE, as --model takes it."""
+    name, sep, path = text.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise CapscopeError(f"--model takes NAME=FILE, not {text!r}")
+    if any(c in name for c in "/\\") or name.startswith("."):
+        raise CapscopeError(f"--model: {name!r} cannot name a file in the output folder; use letters, digits, - and _")
+    return ModelFile(name.strip(), Path(path.strip()))
+
+
+def scored_file(model: ModelFile, out: Path, options, *, input_format: str, annotations: Path | None,
+                images: Path | None, batch_size: int, cluster) -> tuple[Path, Path | None]:
+    """(the rows to add up, the pairs file they came from or None): a scored
+    file as it is; pairs and COCO results scored into DIR/scored/NAME.jsonl,
+    resuming where an earlier run stopped."""
+    layout = inputs.detect_format(model.path) if input_format == "auto" else input_format
+    if layout == "scored":
+        return model.path, None
+    pairs = model.path
+    if layout == "coco-results":
+        if annotations is None or images is None:
+            raise CapscopeError(f"{model.path} is a COCO results file: name the captions annotations file "
+                                "(--annotations) and the folder of its images (--images)")
+        pairs = out / "pairs" / f"{model.name}.jsonl"
+        if not pairs.is_file():
+            inputs.write_pairs(inputs.coco_pairs(model.path, coco_captions(annotations), images), pairs)
+    target = out / "scored" / f"{model.name}.jsonl"
+    log.info("%s: scoring %s into %s", model.name, pairs, target)
+    pipeline.score_file(options, pairs, target, batch_size, cluster=cluster)
+    return target, pairs
+
+
+_COCO: dict[Path, inputs.CocoCaptions] = {}
+
+
+def coco_captions(path: Path) -> inputs.CocoCaptions:
+    """The annotations file, read once for every model that needs it."""
+    if path not in _COCO:
+        _COCO[path] = inputs.CocoCaptions(path)
+    return _COCO[path]
+
+
+def references_of(pairs: Path | None) -> dict[str, list[str]]:
+    """id -> references, from a pairs file (COCO results get theirs from the annotations)."""
+    if pairs is None:
+        return {}
+    return {str(row["id"]): row["references"] for _, row, _ in json_lines(pairs)
+            if row and row.get("references") and "id" in row}
+
+
+def diagnose(models: list[ModelFile], out: Path, options, *, metrics: list[str] | None, input_format: str = "auto",
+             annotations: Path | None = None, images: Path | None = None, batch_size: int = 32, cluster=None,
+             seed: int = 0, draws: int = 1000) -> dict:
+    """Scores what is not yet scored, adds every model's rows up, writes the
+    summary, the report and its figures; returns the summary."""
+    from capscope.metrics.text import load_spacy
+
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise CapscopeError("--model: each model needs a name of its own")
+    out.mkdir(parents=True, exist_ok=True)
+    nlp = load_spacy()
+    diagnosis = Diagnosis(metrics, nlp, type_source(nlp))
+    ngram_inputs: dict[str, tuple[dict, dict]] = {}
+    for model in models:
+        rows_path, pairs = scored_file(model, out, options, input_format=input_format, annotations=annotations,
+                                       images=images, batch_size=batch_size, cluster=cluster)
+        references = references_of(pairs)
+        captions: dict[str, str] = {}
+        diagnosis.add_rows(model.name, _rows(rows_path, captions if references else None))
+        if references:
+            ngram_inputs[model.name] = (captions, references)
+    summary = diagnosis.summary(seed=seed, draws=draws)
+    ngrams = {name: ngram_scores(*pair) for name, pair in ngram_inputs.items()}
+    summary["ngram_scores"] = ngrams
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    worst = {(name, metric): diagnosis.worst(name, metric) for name in names for metric in summary["metrics"]}
+    write_report(summary, out, worst, ngrams, _load_image)
+    return summary
+
+
+def _rows(path: Path, captions: dict | None):
+    """The rows of a scored file, one at a time; a caption by id into `captions` when asked."""
+    for number, row, why in json_lines(path):
+        if why or not isinstance(row, dict) or "caption" not in row:
+            log.warning("%s line %d: not a score row (%s); left out", path.name, number, why or "no caption")
+            continue
+        row.setdefault("metrics", {})
+        row.setdefault("tokens", [])
+        row.setdefault("regions", [])
+        if captions is not None and isinstance(row.get("caption"), str):
+            captions[str(row.get("id"))] = row["caption"]
+        yield row
+
+
+def _load_image(path: str):
+    from capscope.metrics.images import ImageError, read_image
+
+    try:
+        return read_image(Path(path))
+    except (ImageError, OSError):
+        return None

@@ -1,0 +1,255 @@
+"""What a captioner gets wrong, added up from scored rows (docs/formats.md §12).
+
+Rows are read once, one at a time: per model and metric a `MetricTally` keeps
+per-image sums (each image's mean score and its words judged and wrong, for
+bootstrap intervals over images), counts per error type and per word, and the
+few worst captions; nothing per row is kept, so memory grows with the number
+of distinct images and words, not of rows.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from capscope.metrics.registry import SPECS
+
+from .error_types import TYPES, caption_types
+
+EXAMPLES = 3          # example ids kept per word
+TOP_WORDS = 15        # words listed per model and metric
+WORST = 6             # worst captions kept per model and metric
+MIN_JUDGED = 5        # a word compared between models was judged at least this often by each
+DRAWS = 1000          # bootstrap draws
+
+
+@dataclass
+class WordCount:
+    judged: int = 0
+    wrong: int = 0
+    examples: list[str] = field(default_factory=list)
+
+
+class MetricTally:
+    """One model's rows under one metric, added up."""
+
+    def __init__(self, metric: str):
+        self.metric = metric
+        self.primary = SPECS[metric].primary_key if metric in SPECS else None
+        self.scores: dict[str, dict[int, list[float]]] = {}   # key -> image -> [sum, count]
+        self.words: dict[int, list[int]] = {}                  # image -> [judged, wrong]
+        self.captions = 0
+        self.captions_judged = 0
+        self.captions_with_wrong = 0
+        self.types = {t: [0, 0] for t in TYPES}               # type -> [judged, wrong]
+        self.lemmas: dict[str, WordCount] = {}
+        self.regions = [0, 0]                                  # judged, unmentioned
+        self.has_regions = False
+        self._worst: list[tuple[float, int, dict]] = []        # a max-heap of the lowest primaries
+        self._order = itertools.count()
+
+    def add(self, image: int, row: dict, result: dict, types: list[str | None]) -> None:
+        self.captions += 1
+        for key, value in result.get("scores", {}).items():
+            if isinstance(value, (int, float)) and np.isfinite(value):
+                slot = self.scores.setdefault(key, {}).setdefault(image, [0.0, 0])
+                slot[0] += value
+                slot[1] += 1
+        self._add_words(image, row, result, types)
+        mentioned = result.get("region_mentioned") or []
+        if SPECS.get(self.metric) is not None and SPECS[self.metric].needs.regions:
+            self.has_regions = True
+            self.regions[0] += len(mentioned)
+            self.regions[1] += sum(1 for m in mentioned if m is False)
+        self._keep_if_worst(row, result)
+
+    def _add_words(self, image: int, row: dict, result: dict, types: list[str | None]) -> None:
+        correct = result.get("token_correct") or []
+        judged = wrong = 0
+        for token, verdict, kind in zip(row["tokens"], correct, types):
+            if verdict is None:
+                continue
+            judged += 1
+            wrong += verdict is False
+            kind = kind or "other"
+            self.types[kind][0] += 1
+            self.types[kind][1] += verdict is False
+            count = self.lemmas.setdefault(token["text"].lower(), WordCount())
+            count.judged += 1
+            if verdict is False:
+                count.wrong += 1
+                if len(count.examples) < EXAMPLES:
+                    count.examples.append(str(row["id"]))
+        if judged:
+            self.captions_judged += 1
+            self.captions_with_wrong += wrong > 0
+            slot = self.words.setdefault(image, [0, 0])
+            slot[0] += judged
+            slot[1] += wrong
+
+    def _keep_if_worst(self, row: dict, result: dict) -> None:
+        value = result.get("scores", {}).get(self.primary)
+        if not isinstance(value, (int, float)):
+            return
+        kept = {"id": row["id"], "image": row.get("image"), "caption": row["caption"], "tokens": row["tokens"],
+                "regions": row["regions"], "result": result}
+        entry = (-float(value), next(self._order), kept)
+        if len(self._worst) < WORST:
+            heapq.heappush(self._worst, entry)
+        elif entry[0] > self._worst[0][0]:
+            heapq.heapreplace(self._worst, entry)
+
+    def worst(self) -> list[dict]:
+        """The kept captions, worst (lowest primary score) first."""
+        return [kept for _, _, kept in sorted(self._worst, key=lambda e: (-e[0], e[1]))]
+
+    def image_means(self, key: str) -> dict[int, float]:
+        return {image: s / n for image, (s, n) in self.scores.get(key, {}).items()}
+
+    def summary(self, rng_seed: int, draws: int = DRAWS) -> dict:
+        words = np.array(list(self.words.values()), dtype=np.float64).reshape(-1, 2)
+        judged, wrong = int(words[:, 0].sum()), int(words[:, 1].sum())
+        n_errors = sum(w for _, w in self.types.values())
+        out = {
+            "scores": {key: mean_with_interval(np.array(list(self.image_means(key).values())), draws, rng_seed)
+                       for key in self.scores},
+            "words": {"judged": judged, "wrong": wrong, "wrong_rate": wrong / judged if judged else None,
+                      "ci95": ratio_interval(words, draws, rng_seed)},
+            "captions_with_wrong_word": self.captions_with_wrong / self.captions_judged if self.captions_judged else None,
+            "error_types": {t: {"judged": j, "wrong": w, "wrong_rate": w / j if j else None,
+                                "share_of_errors": w / n_errors if n_errors else 0.0}
+                            for t, (j, w) in self.types.items()},
+            "top_wrong_words": top_words(self.lemmas),
+            "regions": ({"judged": self.regions[0], "unmentioned": self.regions[1],
+                         "unmentioned_rate": self.regions[1] / self.regions[0] if self.regions[0] else None}
+                        if self.has_regions else None),
+        }
+        return out
+
+
+def top_words(lemmas: dict[str, WordCount], n: int = TOP_WORDS) -> list[dict]:
+    """The words most often judged wrong: by times wrong, then wrong rate."""
+    wrong = [(w, c) for w, c in lemmas.items() if c.wrong]
+    wrong.sort(key=lambda item: (-item[1].wrong, -item[1].wrong / item[1].judged, item[0]))
+    return [{"word": w, "judged": c.judged, "wrong": c.wrong, "wrong_rate": c.wrong / c.judged,
+             "examples": list(c.examples)} for w, c in wrong[:n]]
+
+
+def mean_with_interval(values: np.ndarray, draws: int, seed: int) -> dict:
+    """The mean of per-image values with a 95% bootstrap interval over images."""
+    if not len(values):
+        return {"mean": None, "ci95": [None, None]}
+    rng = np.random.default_rng(seed)
+    means = [values[rng.integers(len(values), size=len(values))].mean() for _ in range(draws)]
+    low, high = np.percentile(means, [2.5, 97.5]) if draws else (np.nan, np.nan)
+    return {"mean": float(values.mean()), "ci95": _pair(low, high)}
+
+
+def ratio_interval(counts: np.ndarray, draws: int, seed: int) -> list:
+    """95% bootstrap interval over images of sum(wrong) / sum(judged); counts is images x (judged, wrong)."""
+    if not len(counts) or not draws:
+        return [None, None]
+    rng = np.random.default_rng(seed)
+    rates = []
+    for _ in range(draws):
+        sample = counts[rng.integers(len(counts), size=len(counts))]
+        total = sample[:, 0].sum()
+        rates.append(sample[:, 1].sum() / total if total else np.nan)
+    low, high = np.nanpercentile(rates, [2.5, 97.5])
+    return _pair(low, high)
+
+
+def _pair(low, high) -> list:
+    return [None if np.isnan(low) else float(low), None if np.isnan(high) else float(high)]
+
+
+def paired_comparison(a: dict[int, float], b: dict[int, float], draws: int, seed: int) -> dict | None:
+    """Mean paired difference a - b over the images both have, its paired
+    bootstrap interval, and how many images each wins."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        return None
+    diff = np.array([a[i] - b[i] for i in common])
+    rng = np.random.default_rng(seed)
+    means = [diff[rng.integers(len(diff), size=len(diff))].mean() for _ in range(draws)]
+    low, high = np.percentile(means, [2.5, 97.5]) if draws else (np.nan, np.nan)
+    return {"n_images": len(common), "mean_difference": float(diff.mean()), "ci95": _pair(low, high),
+            "a_wins": int((diff > 0).sum()), "b_wins": int((diff < 0).sum()), "ties": int((diff == 0).sum())}
+
+
+def word_rate_differences(a: MetricTally, b: MetricTally, n: int = TOP_WORDS) -> list[dict]:
+    """The words whose wrong rates differ most between two models (each judged them MIN_JUDGED times or more)."""
+    rows = []
+    for word in set(a.lemmas) & set(b.lemmas):
+        ca, cb = a.lemmas[word], b.lemmas[word]
+        if ca.judged >= MIN_JUDGED and cb.judged >= MIN_JUDGED:
+            ra, rb = ca.wrong / ca.judged, cb.wrong / cb.judged
+            rows.append({"word": word, "a_judged": ca.judged, "a_wrong_rate": ra, "b_judged": cb.judged,
+                         "b_wrong_rate": rb, "difference": ra - rb})
+    rows.sort(key=lambda r: (-abs(r["difference"]), r["word"]))
+    return rows[:n]
+
+
+class Diagnosis:
+    """Every model's rows added up; `summary()` is summary.json."""
+
+    def __init__(self, metrics: list[str] | None, nlp, type_source: str):
+        self.asked = metrics
+        self.nlp, self.type_source = nlp, type_source
+        self.images: dict[str, int] = {}          # image key -> index, shared by all models
+        self.models: dict[str, dict] = {}         # name -> {"captions", "images", "errors", "tallies"}
+
+    def add_rows(self, name: str, rows) -> None:
+        model = self.models.setdefault(name, {"captions": 0, "errors": 0, "images": set(), "tallies": {}})
+        for row in rows:
+            model["captions"] += 1
+            if row.get("error") and not row.get("metrics"):
+                model["errors"] += 1
+                continue
+            image = self.images.setdefault(image_key(row), len(self.images))
+            model["images"].add(image)
+            types = None
+            for metric, result in row["metrics"].items():
+                if self.asked and metric not in self.asked:
+                    continue
+                if types is None:
+                    types = caption_types(row["caption"], row["tokens"], self.nlp)
+                tally = model["tallies"].setdefault(metric, MetricTally(metric))
+                tally.add(image, row, result, types)
+
+    def metrics(self) -> list[str]:
+        seen = dict.fromkeys(m for model in self.models.values() for m in model["tallies"])
+        return [m for m in (self.asked or seen) if m in seen]
+
+    def summary(self, seed: int = 0, draws: int = DRAWS) -> dict:
+        metrics = self.metrics()
+        out = {"metrics": metrics, "type_source": self.type_source, "models": {}, "comparisons": [],
+               "word_differences": []}
+        for name, model in self.models.items():
+            out["models"][name] = {
+                "n_captions": model["captions"], "n_images": len(model["images"]), "n_errors": model["errors"],
+                "metrics": {m: model["tallies"][m].summary(seed, draws) for m in metrics if m in model["tallies"]},
+            }
+        for a, b in itertools.combinations(self.models, 2):
+            for metric in metrics:
+                ta, tb = self.models[a]["tallies"].get(metric), self.models[b]["tallies"].get(metric)
+                if ta is None or tb is None:
+                    continue
+                for key in ta.scores:
+                    compared = paired_comparison(ta.image_means(key), tb.image_means(key), draws, seed)
+                    if compared is not None:
+                        out["comparisons"].append({"a": a, "b": b, "metric": metric, "key": key, **compared})
+                out["word_differences"].append({"a": a, "b": b, "metric": metric,
+                                                "words": word_rate_differences(ta, tb)})
+        return out
+
+    def worst(self, name: str, metric: str) -> list[dict]:
+        tally = self.models[name]["tallies"].get(metric)
+        return tally.worst() if tally else []
+
+
+def image_key(row: dict) -> str:
+    """What names a row's image across models: its path as given, else its id."""
+    return str(row.get("image") or row.get("id"))

@@ -1,0 +1,212 @@
+"""`capscope diagnose`: the field's caption files in, what each model gets
+wrong added up (by hand on small rows, and end to end on demo scenes with a
+clean and a polluted captioner), a report that opens from disk."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from capscope.cli import main
+from capscope.diagnose.error_types import type_from_words
+from capscope.diagnose.summary import Diagnosis, MetricTally, paired_comparison, top_words
+from capscope.metrics.text import load_spacy
+
+
+def row(id_, image, caption, verdicts, overall, regions=None):
+    words = caption.split()
+    tokens, start = [], 0
+    for w in words:
+        tokens.append({"text": w, "start": start, "end": start + len(w), "semantic": True})
+        start += len(w) + 1
+    return {"id": id_, "image": image, "caption": caption, "tokens": tokens, "regions": [],
+            "metrics": {"infometic": {"scores": {"overall": overall}, "token_scores": [0.1] * len(words),
+                                      "token_correct": verdicts, "region_scores": [],
+                                      "region_mentioned": regions or []}}}
+
+
+def test_word_lists_decide_kinds_without_a_tagger():
+    assert [type_from_words(w) for w in ("two", "red", "under", "running", "dog", "12")] == \
+        ["count", "attribute", "relation", "action", "object", "count"]
+
+
+def test_a_model_added_up_by_hand():
+    d = Diagnosis(["infometic"], load_spacy(), "word lists")
+    d.add_rows("m", [
+        row("1", "a.png", "two red dogs", [False, True, True], 1.0, [True, False]),
+        row("2", "a.png", "a red cat", [None, False, True], 3.0, [True, True]),
+        row("3", "b.png", "one cat", [True, True], 2.0),
+        {"id": "4", "image": "c.png", "caption": "x", "error": "image not found", "metrics": {}},
+    ])
+    s = d.summary(draws=200)["models"]["m"]
+    assert (s["n_captions"], s["n_images"], s["n_errors"]) == (4, 2, 1)
+    m = s["metrics"]["infometic"]
+    assert m["words"] == {**m["words"], "judged": 7, "wrong": 2, "wrong_rate": pytest.approx(2 / 7)}
+    assert m["captions_with_wrong_word"] == pytest.approx(2 / 3)
+    assert m["scores"]["overall"]["mean"] == pytest.approx((2.0 + 2.0) / 2)  # image means: a = 2, b = 2
+    assert m["error_types"]["count"] == {"judged": 2, "wrong": 1, "wrong_rate": 0.5, "share_of_errors": 0.5}
+    assert m["error_types"]["attribute"]["wrong"] == 1 and m["error_types"]["object"]["wrong"] == 0
+    assert m["regions"] == {"judged": 4, "unmentioned": 1, "unmentioned_rate": 0.25}
+    assert [w["word"] for w in m["top_wrong_words"]] == ["two", "red"]  # both wrong once; red at half the rate
+    assert m["top_wrong_words"][1]["examples"] == ["2"]
+    low, high = m["words"]["ci95"]
+    assert low <= 2 / 7 <= high
+
+
+def test_top_words_order_by_wrong_then_rate():
+    from capscope.diagnose.summary import WordCount
+
+    words = {"a": WordCount(10, 2), "b": WordCount(2, 2), "c": WordCount(5, 1), "d": WordCount(3, 0)}
+    assert [w["word"] for w in top_words(words)] == ["b", "a", "c"]
+
+
+def test_ngram_scores_name_what_could_not_run():
+    from capscope.diagnose.ngrams import ngram_scores
+
+    out = ngram_scores({"1": "a cat"}, {})
+    assert out["n_captions"] == 0 and out["scores"] == {}
+    assert out["unavailable"]["CIDEr"] == "no caption has references"
+
+
+def test_paired_comparison_counts_wins_on_shared_images():
+    out = paired_comparison({1: 0.5, 2: 0.2, 3: 0.7, 9: 1.0}, {1: 0.4, 2: 0.3, 3: 0.7}, draws=300, seed=0)
+    assert out["n_images"] == 3 and (out["a_wins"], out["b_wins"], out["ties"]) == (1, 1, 1)
+    assert out["mean_difference"] == pytest.approx(0.0)
+    assert out["ci95"][0] <= 0.0 <= out["ci95"][1]
+
+
+def test_the_worst_captions_are_kept_lowest_first():
+    tally = MetricTally("infometic")
+    for i, value in enumerate([5.0, 1.0, 3.0, 0.5, 4.0, 2.0, 6.0, 7.0]):
+        r = row(str(i), "a.png", "a cat", [True, True], value)
+        tally.add(0, r, r["metrics"]["infometic"], [None, "object"])
+    assert [w["id"] for w in tally.worst()] == ["3", "1", "5", "2", "4", "0"]
+
+
+# ---------------------------------------------------------------- end to end
+
+@pytest.fixture(scope="module")
+def coco_files(tmp_path_factory):
+    """Demo scenes as a COCO captions file, and two captioners' results: one
+    writes the clean captions, the other the polluted ones."""
+    folder = tmp_path_factory.mktemp("coco")
+    assert main(["demo-data", "--out", str(folder), "--n", "16", "--seed", "45"]) == 0
+    items = [json.loads(line) for line in (folder / "captokeneval.jsonl").read_text().splitlines()]
+    images, annotations, clean, polluted = [], [], [], []
+    for i, item in enumerate(x for x in items if not x["polluted"]):
+        images.append({"id": i + 1, "file_name": Path(item["image"]).name, "width": 224, "height": 224})
+        annotations.append({"image_id": i + 1, "id": i + 1, "caption": item["caption"]})
+        clean.append({"image_id": i + 1, "caption": item["caption"]})
+    by_id = {x["id"]: x for x in items}
+    for i, item in enumerate(x for x in items if not x["polluted"]):
+        polluted.append({"image_id": i + 1, "caption": by_id[item["twin"]]["caption"]})
+    (folder / "captions.json").write_text(json.dumps({"images": images, "annotations": annotations}))
+    (folder / "clean.json").write_text(json.dumps(clean))
+    (folder / "polluted.json").write_text(json.dumps(polluted))
+    return folder
+
+
+def test_diagnose_tells_the_polluted_captioner_from_the_clean_one(coco_files, tmp_path, capsys):
+    out = tmp_path / "report"
+    args = ["diagnose", "--model", f"clean={coco_files / 'clean.json'}", "--model", f"polluted={coco_files / 'polluted.json'}",
+            "--annotations", str(coco_files / "captions.json"), "--images", str(coco_files / "images"),
+            "--metric", "infometic", "clip-s", "--demo", "--device", "cpu", "--bootstrap", "200", "--out", str(out)]
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metrics"] == ["infometic", "clip-s"] and "word lists" in summary["type_source"]
+    clean, polluted = (summary["models"][n]["metrics"]["infometic"] for n in ("clean", "polluted"))
+    assert summary["models"]["clean"]["n_captions"] == 16 and summary["models"]["clean"]["n_errors"] == 0
+    assert polluted["words"]["wrong_rate"] > clean["words"]["wrong_rate"]
+    assert polluted["captions_with_wrong_word"] > clean["captions_with_wrong_word"]
+    assert sum(e["wrong"] for e in polluted["error_types"].values()) == polluted["words"]["wrong"]
+    overall = next(c for c in summary["comparisons"] if c["metric"] == "infometic" and c["key"] == "overall")
+    assert (overall["a"], overall["b"], overall["n_images"]) == ("clean", "polluted", 16)
+    assert overall["mean_difference"] > 0 and overall["a_wins"] > overall["b_wins"]
+    assert overall["ci95"][0] <= overall["mean_difference"] <= overall["ci95"][1]
+    ngrams = summary["ngram_scores"]["clean"]
+    assert ngrams["n_captions"] == 16
+    assert set(ngrams["scores"]) | set(ngrams["unavailable"]) == {"BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE"}
+    if shutil.which("java"):  # .ci/run installs it; SPICE also needs the network for its models
+        assert {"BLEU-4", "METEOR", "ROUGE-L", "CIDEr"} <= set(ngrams["scores"])
+        # the clean captions are their own references
+        assert ngrams["scores"]["BLEU-4"] == pytest.approx(1.0, abs=1e-3)
+        assert summary["ngram_scores"]["polluted"]["scores"]["CIDEr"] < ngrams["scores"]["CIDEr"]
+    page = (out / "index.html").read_text()
+    assert "What do these captioners get wrong?" in page and "data:image/png;base64," in page
+    assert "src='http" not in page and 'src="http' not in page  # opens from disk with no server
+    assert (out / "figures" / "scores.png").stat().st_size > 1000
+    assert "report:" in capsys.readouterr().out
+
+    # run again: nothing is scored twice
+    before = (out / "scored" / "clean.jsonl").read_text()
+    assert main(args) == 0
+    assert (out / "scored" / "clean.jsonl").read_text() == before
+
+
+def test_scored_rows_are_used_as_they_are(coco_files, tmp_path):
+    out = tmp_path / "first"
+    assert main(["diagnose", "--model", f"clean={coco_files / 'clean.json'}", "--annotations",
+                 str(coco_files / "captions.json"), "--images", str(coco_files / "images"), "--metric", "clip-s",
+                 "--demo", "--device", "cpu", "--bootstrap", "50", "--out", str(out)]) == 0
+    again = tmp_path / "again"
+    assert main(["diagnose", "--model", f"clean={out / 'scored' / 'clean.jsonl'}", "--bootstrap", "50",
+                 "--out", str(again)]) == 0
+    assert not (again / "scored").exists()
+    first = json.loads((out / "summary.json").read_text())["models"]["clean"]["metrics"]["clip-s"]["scores"]
+    second = json.loads((again / "summary.json").read_text())["models"]["clean"]["metrics"]["clip-s"]["scores"]
+    assert first["clip_s"]["mean"] == pytest.approx(second["clip_s"]["mean"])
+
+
+def test_bad_inputs_get_one_line(tmp_path, capsys):
+    odd = tmp_path / "odd.txt"
+    odd.write_text("hello\n")
+    assert main(["diagnose", "--model", f"m={odd}", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "expected a COCO results JSON" in err and len(err.strip().splitlines()) == 1
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps([{"image_id": 1, "caption": "a cat"}]))
+    assert main(["diagnose", "--model", f"m={results}", "--out", str(tmp_path / "o")]) == 2
+    assert "--annotations" in capsys.readouterr().err
+    assert main(["diagnose", "--model", "nameless", "--out", str(tmp_path / "o")]) == 2
+    assert "NAME=FILE" in capsys.readouterr().err
+
+
+def test_score_reads_coco_results_too(coco_files, tmp_path):
+    out = tmp_path / "scored.jsonl"
+    assert main(["score", "--input", str(coco_files / "clean.json"), "--annotations", str(coco_files / "captions.json"),
+                 "--images", str(coco_files / "images"), "--output", str(out), "--metric", "clip-s",
+                 "--device", "cpu"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [str(i) for i in range(1, 17)] and not any(r["error"] for r in rows)
+    assert all("ref_clip_s" in r["metrics"]["clip-s"]["scores"] for r in rows)  # the annotations' references
+    assert (tmp_path / "scored-pairs.jsonl").is_file()
+    assert main(["score", "--input", str(coco_files / "clean.json"), "--output", str(out)]) == 2
+
+
+def test_api_gives_a_diagnosis_inside_the_data_roots_only(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from annotation_support import sqlite_url
+    from capscope.annotation.users import add_user
+    from capscope.db import Store
+    from capscope.server.api import create_app
+    from capscope.server.data_roots import DataRoots
+
+    data = tmp_path / "data"
+    (data / "report").mkdir(parents=True)
+    (data / "report" / "summary.json").write_text(json.dumps({"metrics": ["clip-s"], "models": {}}))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "summary.json").write_text("{}")
+    store = Store(sqlite_url(tmp_path))
+    add_user(store, "boss", "boss-pw", role="admin")
+    add_user(store, "ann", "ann-pw")
+    client = TestClient(create_app(store=store, scorer_factory=lambda metrics: None, data_roots=DataRoots([data])),
+                        raise_server_exceptions=False)
+    admin = ("boss", "boss-pw")
+    got = client.get("/api/diagnose", params={"folder": str(data / "report")}, auth=admin)
+    assert got.status_code == 200 and got.json()["metrics"] == ["clip-s"]
+    assert client.get("/api/diagnose", params={"folder": str(tmp_path / "elsewhere")}, auth=admin).status_code == 403
+    assert client.get("/api/diagnose", params={"folder": str(data)}, auth=admin).status_code == 404
+    assert client.get("/api/diagnose", params={"folder": str(data / "report")}, auth=("ann", "ann-pw")).status_code == 403
