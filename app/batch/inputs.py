@@ -85,19 +85,20 @@ def coco_results(path: Path) -> list[dict]:
     return entries
 
 
-def coco_pairs(results: Path, annotations: CocoCaptions, images: Path) -> Iterator[dict]:
+def coco_pairs(results: Path, annotations: CocoCaptions, images: Path, absolute: bool = True) -> Iterator[dict]:
     """capscope pairs from a COCO results file: the id is the image id (with
     "-2", "-3", ... for an image's later captions), the image its file under
-    `images`, the references its annotated captions. An image the annotations
-    do not name becomes a row without an image (its error says so)."""
+    `images` (its absolute path, or with `absolute=False` the file name as the
+    annotations give it), the references its annotated captions. An image the
+    annotations do not name becomes a row without an image (its error says so)."""
     seen: dict[int, int] = {}
     for entry in coco_results(results):
         image_id = _image_id(entry["image_id"])
         seen[image_id] = seen.get(image_id, 0) + 1
         pair_id = str(image_id) if seen[image_id] == 1 else f"{image_id}-{seen[image_id]}"
         name = annotations.files.get(image_id)
-        pair = {"id": pair_id, "image_id": image_id, "caption": entry["caption"],
-                "image": str((images / name).resolve()) if name else None}
+        path = (str((images / name).resolve()) if absolute else name) if name else None
+        pair = {"id": pair_id, "image_id": image_id, "caption": entry["caption"], "image": path}
         refs = annotations.references.get(image_id)
         if refs:
             pair["references"] = refs[:MAX_REFERENCES]

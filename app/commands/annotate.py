@@ -3,10 +3,12 @@ annotation store from the command line. The database is `--db URL`, else
 `CAPSCOPE_DB_URL`, else an SQLite file in the data folder (`CAPSCOPE_DATA_DIR`)."""
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from capscope.commands.options import add_db_option, open_store
@@ -16,10 +18,15 @@ from capscope.metrics.errors import CapscopeError
 def register(sub) -> None:
     imp = sub.add_parser("import", help="import images + captions JSONL, a CapTokenEval file, or model predictions")
     source = imp.add_mutually_exclusive_group(required=True)
-    source.add_argument("--captions", type=Path, help="captions JSONL: {id, image, caption, references?, regions?}")
+    source.add_argument("--captions", type=Path, help="captions JSONL: {id, image, caption, references?, regions?}, or a "
+                        "COCO results JSON ([{image_id, caption}]) with --annotations")
     source.add_argument("--captokeneval", type=Path, help="a CapTokenEval file (labels become gold)")
     source.add_argument("--predictions", type=Path, help="a `capscope score` output file: pre-annotations")
     imp.add_argument("--images", type=Path, help="images folder (required with --captions)")
+    imp.add_argument("--annotations", type=Path, default=None,
+                     help="with a COCO results --captions file: the COCO captions file (image files, references)")
+    imp.add_argument("--model", default=None,
+                     help="with a COCO results --captions file: the captioning model's name (default: the file's name)")
     imp.add_argument("--dataset", default="default")
     imp.add_argument("--annotators-per-item", type=int, default=3, metavar="N")
     imp.add_argument("--regions", default="classic", help="region proposer for images without regions, or none")
@@ -90,7 +97,8 @@ def run_import(args) -> int:
     if args.captions:
         if args.images is None:
             raise CapscopeError("--captions needs --images DIR")
-        report = importer.import_captions(store, args.captions, args.images, options)
+        with captions_file(args) as captions:
+            report = importer.import_captions(store, captions, args.images, options)
     elif args.captokeneval:
         report = importer.import_captokeneval(store, args.captokeneval, options, args.images)
     else:
@@ -99,6 +107,26 @@ def run_import(args) -> int:
         print(f"rejected {error}", file=sys.stderr)
     print(report.summary())
     return 1 if report.errors else 0
+
+
+@contextlib.contextmanager
+def captions_file(args):
+    """--captions as a captions JSONL: itself, or a COCO results file written as one
+    (ids are image ids, images the annotations' file names, `model` named)."""
+    from capscope.batch import inputs
+
+    if not args.captions.is_file() or not inputs.is_json_array(args.captions):
+        yield args.captions
+        return
+    if args.annotations is None:
+        raise CapscopeError(f"{args.captions} is a COCO results file: name its captions annotations file (--annotations)")
+    model = args.model or args.captions.stem
+    rows = ({**pair, "model": model} for pair in
+            inputs.coco_pairs(args.captions, inputs.CocoCaptions(args.annotations), args.images, absolute=False))
+    with tempfile.TemporaryDirectory(prefix="capscope-import-") as folder:
+        path = Path(folder) / f"{args.captions.stem}.jsonl"
+        inputs.write_pairs(({k: v for k, v in row.items() if k != "image_id"} for row in rows), path)
+        yield path
 
 
 def run_export(args) -> int:

@@ -325,7 +325,7 @@ def scorer_for(args):
     return Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
                   clip_crop=crop, regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
                   token_rule=args.token_rule, clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
-                  precision=args.precision, long_captions=args.long_captions)
+                  precision=args.precision, long_captions=getattr(args, "long_captions", "windows"))
 
 
 def run_evaluate(args) -> int:

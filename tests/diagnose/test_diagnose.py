@@ -210,3 +210,24 @@ def test_api_gives_a_diagnosis_inside_the_data_roots_only(tmp_path):
     assert client.get("/api/diagnose", params={"folder": str(tmp_path / "elsewhere")}, auth=admin).status_code == 403
     assert client.get("/api/diagnose", params={"folder": str(data)}, auth=admin).status_code == 404
     assert client.get("/api/diagnose", params={"folder": str(data / "report")}, auth=("ann", "ann-pw")).status_code == 403
+
+
+def test_import_reads_coco_results_with_the_model_named(coco_files, tmp_path, capsys):
+    from annotation_support import sqlite_url
+    from capscope.annotation import browse
+    from capscope.db import Store
+
+    db = sqlite_url(tmp_path)
+    assert main(["import", "--db", db, "--captions", str(coco_files / "polluted.json"), "--annotations",
+                 str(coco_files / "captions.json"), "--images", str(coco_files / "images"), "--dataset", "coco",
+                 "--model", "captioner-b", "--regions", "none", "--no-progress"]) == 0
+    store = Store(db)
+    assert browse.dataset_names(store) == ["coco"]
+    from sqlalchemy import select
+
+    from capscope.db import Caption
+
+    with store.read() as session:
+        captions = session.scalars(select(Caption)).all()
+        assert len(captions) == 16 and {c.model for c in captions} == {"captioner-b"}
+        assert sorted(c.external_id for c in captions)[:2] == ["1", "10"]

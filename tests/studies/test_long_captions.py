@@ -15,7 +15,7 @@ def test_a_long_item_has_one_wrong_word_and_gold_labels():
 
 
 def test_words_past_the_old_window_are_judged_as_well_as_those_inside(tmp_path, capsys):
-    assert long_captions.main(["--n", "48", "--out", str(tmp_path)]) == 0
+    assert long_captions.main(["--n", "96", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
     assert "| infometic | relative |" in table
     import json
