@@ -125,7 +125,7 @@ def _ngrams(ngrams: dict[str, dict]) -> str:
 
 
 def _worst_section(worst, figures: Path, image_loader) -> str:
-    from capscope.ui import draw
+    from capscope.pictures import draw
 
     parts = ["<h2>Worst captions</h2>"]
     for (model, metric), rows in worst.items():

@@ -28,7 +28,7 @@ from capscope.metrics.lru import LRUCache
 from capscope.metrics.registry import get_spec, metric_names
 from capscope.metrics.words import decide_words
 from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
-from capscope.ui import draw as ui_draw
+from capscope.pictures import draw as ui_draw
 from capscope.ui.inspect import decision_threshold
 
 log = logging.getLogger(__name__)

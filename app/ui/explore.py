@@ -15,7 +15,7 @@ from capscope.annotation.votes import load_item
 from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import metric_title
-from capscope.ui import draw as ui_draw
+from capscope.pictures import draw as ui_draw
 from capscope.ui.inspect import shaded_tokens, token_metrics, token_segments
 from capscope.ui.shared import DatasetScores, admin_only, dataset_choices, is_admin, rounded
 

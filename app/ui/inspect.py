@@ -15,7 +15,7 @@ from capscope.metrics.constants import BETA
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.server.scorer import Models
-from capscope.ui import draw as ui_draw
+from capscope.pictures import draw as ui_draw
 
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
                "bundled demo model, which knows coloured shapes on plain backgrounds, not photos. "

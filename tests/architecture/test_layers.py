@@ -27,9 +27,10 @@ MAY_IMPORT = {
     "train": {"metrics", "demo", "bench"},
     "batch": {"metrics"},
     "server": {"metrics", "db", "annotation", "demo", "bench", "train", "batch"},
-    "ui": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server"},
+    "ui": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "pictures", "diagnose"},
     "studies": {"metrics", "db", "annotation", "demo", "bench", "train"},
-    "diagnose": {"metrics", "batch", "ui"},  # ui: only its PIL drawing (draw.py), for the report's pictures
+    "pictures": set(),
+    "diagnose": {"metrics", "batch", "pictures"},
     "commands": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui", "studies",
                  "diagnose"},
     "cli": {"metrics", "commands"},
@@ -60,7 +61,7 @@ MODULES = module_files()
 def layer(module: str) -> str:
     parts = module.split(".")
     if parts[1:2] and parts[1] in ("metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui",
-                                    "studies", "diagnose", "commands", "cli", "static"):
+                                    "studies", "pictures", "diagnose", "commands", "cli", "static"):
         return parts[1]
     return "capscope"
 

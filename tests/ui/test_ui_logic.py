@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from capscope.ui import draw as ui_draw
+from capscope.pictures import draw as ui_draw
 
 from capscope.ui import explore as ui_explore
 

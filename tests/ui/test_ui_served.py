@@ -274,7 +274,7 @@ def test_browser_inspect_shades_tokens_and_regions_and_rescores_fast(chromium, s
     page.wait_for_selector("#cs-overlay-a img", timeout=30_000)
     page.wait_for_selector("#cs-overlay-b img", timeout=30_000)
     time.sleep(0.5)
-    from capscope.ui.draw import UNMENTIONED
+    from capscope.pictures.draw import UNMENTIONED
 
     near = lambda c, ref: sum(abs(a - b) for a, b in zip(c, ref)) < 60  # noqa: E731
     region_colours = element_colours(page, "#cs-overlay-a img")

@@ -1,5 +1,5 @@
-"""Pictures for the UI, drawn with PIL: region outlines over the image,
-thumbnails, and the mapping from a click back to a region.
+"""Pictures of scored regions for the UI and the `diagnose` report, drawn with PIL: region outlines
+over the image, thumbnails, and the mapping from a click back to a region.
 
 Small images (the demo scenes are 224 px) are enlarged for display, because
 the browser never enlarges them; `display_scale` says by how much, and a click
