@@ -116,3 +116,14 @@ def logged_in_page(chromium, served, user, password):
 def shot(page, name):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def scored(id_, image, caption, verdicts, overall):
+    """A row as `capscope score` writes it, InfoMetIC only, one token per space-separated word."""
+    words, tokens, start = caption.split(), [], 0
+    for w in words:
+        tokens.append({"text": w, "start": start, "end": start + len(w), "semantic": True})
+        start += len(w) + 1
+    return {"id": id_, "image": image, "caption": caption, "tokens": tokens, "regions": [], "error": None,
+            "metrics": {"infometic": {"scores": {"overall": overall}, "token_scores": [0.1] * len(words),
+                                      "token_correct": verdicts, "region_scores": [], "region_mentioned": []}}}

@@ -34,9 +34,10 @@ from capscope.server.training import Activations, TrainingJobs, models_folder
 from capscope.ui.admin import build_admin, build_model_versions
 from capscope.ui.annotate import Annotator, build_annotate
 from capscope.ui.benchmark import build_benchmark
+from capscope.ui.compare import build_compare
 from capscope.ui.explore import build_explore
 from capscope.ui.inspect import banner, build_inspect
-from capscope.ui.shared import DatasetScores
+from capscope.ui.shared import DatasetScores, admin_only
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
                 admin = build_admin(store, models.token_rule)
                 model_versions = build_model_versions(store, training, activations)
+                build_compare(lambda fn, outputs=None: admin_only(store, fn, outputs), data_roots)
 
         def whoami(request: gr.Request):
             name = getattr(request, "username", None)

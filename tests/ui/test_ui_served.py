@@ -4,6 +4,7 @@ The Gradio API is driven through gradio_client; the pages through headless
 Chromium (marked `browser`, skipped when /usr/bin/chromium is missing).
 Screenshots go to tests/artifacts/."""
 import io
+import json
 import os
 import statistics
 import time
@@ -436,4 +437,29 @@ def test_browser_benchmark_agreement_with_people(chromium, served, monkeypatch):
     assert "Kendall tau_c" in page.inner_text("#cs-people-notes")
     page.locator("#cs-people-table").scroll_into_view_if_needed()
     shot(page, "benchmark-people.png")
+    page.close()
+
+
+@browser
+def test_browser_admin_compares_captioners_and_lists_a_words_captions(chromium, served):
+    from ui_support import scored
+
+    data = Path(os.environ["CAPSCOPE_DATA_DIR"])
+    good = [scored("1", "a.png", "a red dog", [True, True, True], 3.0), scored("2", "b.png", "two cats", [True, True], 2.0)]
+    bad = [scored("1", "a.png", "a blue dog", [True, False, True], 1.0),
+           scored("2", "b.png", "three blue cats", [False, False, True], 0.5)]
+    for name, rows in (("good", good), ("bad", bad)):
+        (data / f"compare-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
+    page.get_by_role("tab", name="Admin").click()
+    page.locator("#cs-compare-files textarea").fill(f"good={data / 'compare-good.jsonl'}\nbad={data / 'compare-bad.jsonl'}")
+    page.click("#cs-compare-run")
+    page.wait_for_function("document.querySelector('#cs-compare-message').innerText.includes('2 captioners')",
+                           timeout=30_000)
+    cells = page.locator("#cs-compare-words [data-testid^=cell-]")
+    blue = next(i for i in range(cells.count()) if cells.nth(i).inner_text().strip() == "blue")
+    cells.nth(blue).click()
+    page.wait_for_function("document.querySelector('#cs-compare-captions').innerText.includes('three blue cats')",
+                           timeout=20_000)
+    shot(page, "admin-compare.png")
     page.close()
