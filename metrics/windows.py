@@ -248,8 +248,9 @@ def merge(metric, pair: PreparedPair, windows: list[Window], parts: list[MetricR
 def weighted_mean(scores: list[dict[str, float]], weights: list[int]) -> dict[str, float]:
     """Each score averaged over the windows, weighted by the words each judged;
     a key some window lacks is left out."""
-    total = sum(weights) or len(weights)
-    weights = weights if sum(weights) else [1] * len(weights)
+    if not sum(weights):
+        weights = [1] * len(weights)
+    total = sum(weights)
     keys = [k for k in scores[0] if all(k in s for s in scores)]
     return {k: sum(s[k] * w for s, w in zip(scores, weights)) / total for k in keys}
 

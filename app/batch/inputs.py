@@ -46,7 +46,10 @@ def detect_format(path: Path) -> str:
 
 
 def is_json_array(path: Path) -> bool:
-    """Whether the file's first non-blank character opens a JSON array (a COCO results file)."""
+    """Whether the file's first non-blank character opens a JSON array (a COCO results file); False when
+    there is no such file (its reader says so)."""
+    if not path.is_file():
+        return False
     with path.open("rb") as stream:
         return stream.read(4096).lstrip().startswith(b"[")
 
@@ -110,6 +113,15 @@ def _image_id(value) -> int:
         return int(value)
     except (TypeError, ValueError):
         raise CapscopeError(f"image_id {value!r} is not an integer") from None
+
+
+def write_coco_pairs(results: Path, coco: CocoCaptions | None, images: Path | None, path: Path) -> int:
+    """A COCO results file's pairs written to `path` (`coco_pairs`); CapscopeError
+    naming --annotations and --images when either is missing."""
+    if coco is None or images is None:
+        raise CapscopeError(f"{results} is a COCO results file: name the captions annotations file "
+                            "(--annotations) and the folder of its images (--images)")
+    return write_pairs(coco_pairs(results, coco, images), path)
 
 
 def write_pairs(pairs: Iterator[dict], path: Path) -> int:

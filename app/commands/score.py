@@ -52,11 +52,9 @@ def pairs_input(args) -> Path:
         layout = "coco-results" if inputs.is_json_array(args.input) else "pairs"
     if layout == "pairs":
         return args.input
-    if args.annotations is None or args.images is None:
-        raise CapscopeError(f"{args.input} is a COCO results file: name the captions annotations file "
-                            "(--annotations) and the folder of its images (--images)")
     pairs = args.output.with_name(args.output.stem + "-pairs.jsonl")
-    n = inputs.write_pairs(inputs.coco_pairs(args.input, inputs.CocoCaptions(args.annotations), args.images), pairs)
+    coco = inputs.CocoCaptions(args.annotations) if args.annotations else None
+    n = inputs.write_coco_pairs(args.input, coco, args.images, pairs)
     log.info("%d COCO results written as pairs to %s", n, pairs)
     return pairs
 
@@ -66,8 +64,6 @@ def run_score(args) -> int:
         raise CapscopeError("--batch-size must be at least 1")
     cluster = engine_cluster(args)
     options = ScorerOptions.from_args(args, args.metrics or ["infometic"])
-    if not args.input.is_file():
-        raise CapscopeError(f"input file {args.input} not found")
     pipeline.score_file(options, pairs_input(args), args.output, args.batch_size, args.retry_errors, cluster)
     return 0
 

@@ -37,7 +37,7 @@ def parse_model(text: str) -> ModelFile:
     return ModelFile(name.strip(), Path(path.strip()))
 
 
-def scored_file(model: ModelFile, out: Path, options, *, input_format: str, annotations: Path | None,
+def scored_file(model: ModelFile, out: Path, options, *, input_format: str, coco: inputs.CocoCaptions | None,
                 images: Path | None, batch_size: int, cluster) -> tuple[Path, Path | None]:
     """(the rows to add up, the pairs file they came from or None): a scored
     file as it is; pairs and COCO results scored into DIR/scored/NAME.jsonl,
@@ -47,26 +47,13 @@ def scored_file(model: ModelFile, out: Path, options, *, input_format: str, anno
         return model.path, None
     pairs = model.path
     if layout == "coco-results":
-        if annotations is None or images is None:
-            raise CapscopeError(f"{model.path} is a COCO results file: name the captions annotations file "
-                                "(--annotations) and the folder of its images (--images)")
         pairs = out / "pairs" / f"{model.name}.jsonl"
         if not pairs.is_file():
-            inputs.write_pairs(inputs.coco_pairs(model.path, coco_captions(annotations), images), pairs)
+            inputs.write_coco_pairs(model.path, coco, images, pairs)
     target = out / "scored" / f"{model.name}.jsonl"
     log.info("%s: scoring %s into %s", model.name, pairs, target)
     pipeline.score_file(options, pairs, target, batch_size, cluster=cluster)
     return target, pairs
-
-
-_COCO: dict[Path, inputs.CocoCaptions] = {}
-
-
-def coco_captions(path: Path) -> inputs.CocoCaptions:
-    """The annotations file, read once for every model that needs it."""
-    if path not in _COCO:
-        _COCO[path] = inputs.CocoCaptions(path)
-    return _COCO[path]
 
 
 def references_of(pairs: Path | None) -> dict[str, list[str]]:
@@ -87,16 +74,17 @@ def diagnose(models: list[ModelFile], out: Path, options, *, metrics: list[str] 
     names = [m.name for m in models]
     if len(set(names)) != len(names):
         raise CapscopeError("--model: each model needs a name of its own")
+    coco = inputs.CocoCaptions(annotations) if annotations else None  # read once, for every model
     out.mkdir(parents=True, exist_ok=True)
     nlp = load_spacy()
     diagnosis = Diagnosis(metrics, nlp, type_source(nlp))
     ngram_inputs: dict[str, tuple[dict, dict]] = {}
     for model in models:
-        rows_path, pairs = scored_file(model, out, options, input_format=input_format, annotations=annotations,
+        rows_path, pairs = scored_file(model, out, options, input_format=input_format, coco=coco,
                                        images=images, batch_size=batch_size, cluster=cluster)
         references = references_of(pairs)
         captions: dict[str, str] = {}
-        diagnosis.add_rows(model.name, _rows(rows_path, captions if references else None))
+        diagnosis.add_rows(model.name, scored_rows(rows_path, captions if references else None))
         if references:
             ngram_inputs[model.name] = (captions, references)
     summary = diagnosis.summary(seed=seed, draws=draws)
@@ -108,8 +96,9 @@ def diagnose(models: list[ModelFile], out: Path, options, *, metrics: list[str] 
     return summary
 
 
-def _rows(path: Path, captions: dict | None):
-    """The rows of a scored file, one at a time; a caption by id into `captions` when asked."""
+def scored_rows(path: Path, captions: dict | None = None):
+    """The rows of a scored file, one at a time (a line that is no score row is
+    logged and left out); a caption by id into `captions` when asked."""
     for number, row, why in json_lines(path):
         if why or not isinstance(row, dict) or "caption" not in row:
             log.warning("%s line %d: not a score row (%s); left out", path.name, number, why or "no caption")

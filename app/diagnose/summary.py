@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from capscope.metrics.registry import SPECS
+from capscope.metrics.stats import bootstrap_interval
 
 from .error_types import TYPES, caption_types
 
@@ -37,7 +38,9 @@ class MetricTally:
 
     def __init__(self, metric: str):
         self.metric = metric
-        self.primary = SPECS[metric].primary_key if metric in SPECS else None
+        spec = SPECS.get(metric)
+        self.primary = spec.primary_key if spec else None
+        self.judges_regions = bool(spec and spec.needs.regions)
         self.scores: dict[str, dict[int, list[float]]] = {}   # key -> image -> [sum, count]
         self.words: dict[int, list[int]] = {}                  # image -> [judged, wrong]
         self.captions = 0
@@ -46,7 +49,6 @@ class MetricTally:
         self.types = {t: [0, 0] for t in TYPES}               # type -> [judged, wrong]
         self.lemmas: dict[str, WordCount] = {}
         self.regions = [0, 0]                                  # judged, unmentioned
-        self.has_regions = False
         self._worst: list[tuple[float, int, dict]] = []        # a max-heap of the lowest primaries
         self._order = itertools.count()
 
@@ -59,8 +61,7 @@ class MetricTally:
                 slot[1] += 1
         self._add_words(image, row, result, types)
         mentioned = result.get("region_mentioned") or []
-        if SPECS.get(self.metric) is not None and SPECS[self.metric].needs.regions:
-            self.has_regions = True
+        if self.judges_regions:
             self.regions[0] += len(mentioned)
             self.regions[1] += sum(1 for m in mentioned if m is False)
         self._keep_if_worst(row, result)
@@ -124,7 +125,7 @@ class MetricTally:
             "top_wrong_words": top_words(self.lemmas),
             "regions": ({"judged": self.regions[0], "unmentioned": self.regions[1],
                          "unmentioned_rate": self.regions[1] / self.regions[0] if self.regions[0] else None}
-                        if self.has_regions else None),
+                        if self.judges_regions else None),
         }
         return out
 
@@ -141,28 +142,21 @@ def mean_with_interval(values: np.ndarray, draws: int, seed: int) -> dict:
     """The mean of per-image values with a 95% bootstrap interval over images."""
     if not len(values):
         return {"mean": None, "ci95": [None, None]}
-    rng = np.random.default_rng(seed)
-    means = [values[rng.integers(len(values), size=len(values))].mean() for _ in range(draws)]
-    low, high = np.percentile(means, [2.5, 97.5]) if draws else (np.nan, np.nan)
-    return {"mean": float(values.mean()), "ci95": _pair(low, high)}
+    return {"mean": float(values.mean()),
+            "ci95": _interval(lambda rows: values[rows].mean(), len(values), draws, seed)}
 
 
 def ratio_interval(counts: np.ndarray, draws: int, seed: int) -> list:
     """95% bootstrap interval over images of sum(wrong) / sum(judged); counts is images x (judged, wrong)."""
-    if not len(counts) or not draws:
-        return [None, None]
-    rng = np.random.default_rng(seed)
-    rates = []
-    for _ in range(draws):
-        sample = counts[rng.integers(len(counts), size=len(counts))]
-        total = sample[:, 0].sum()
-        rates.append(sample[:, 1].sum() / total if total else np.nan)
-    low, high = np.nanpercentile(rates, [2.5, 97.5])
-    return _pair(low, high)
+    def rate(rows):
+        total = counts[rows, 0].sum()
+        return counts[rows, 1].sum() / total if total else np.nan
+    return _interval(rate, len(counts), draws, seed)
 
 
-def _pair(low, high) -> list:
-    return [None if np.isnan(low) else float(low), None if np.isnan(high) else float(high)]
+def _interval(statistic, n_images: int, draws: int, seed: int) -> list:
+    """`stats.bootstrap_interval` over images that are one row each; [None, None] when it has none."""
+    return bootstrap_interval(statistic, range(n_images), draws, seed) or [None, None]
 
 
 def paired_comparison(a: dict[int, float], b: dict[int, float], draws: int, seed: int) -> dict | None:
@@ -172,10 +166,8 @@ def paired_comparison(a: dict[int, float], b: dict[int, float], draws: int, seed
     if not common:
         return None
     diff = np.array([a[i] - b[i] for i in common])
-    rng = np.random.default_rng(seed)
-    means = [diff[rng.integers(len(diff), size=len(diff))].mean() for _ in range(draws)]
-    low, high = np.percentile(means, [2.5, 97.5]) if draws else (np.nan, np.nan)
-    return {"n_images": len(common), "mean_difference": float(diff.mean()), "ci95": _pair(low, high),
+    return {"n_images": len(common), "mean_difference": float(diff.mean()),
+            "ci95": _interval(lambda rows: diff[rows].mean(), len(diff), draws, seed),
             "a_wins": int((diff > 0).sum()), "b_wins": int((diff < 0).sum()), "ties": int((diff == 0).sum())}
 
 

@@ -12,9 +12,9 @@ import gradio as gr
 
 from capscope.diagnose.error_types import TYPES, type_source
 from capscope.diagnose.report import plot_error_types, plot_scores
+from capscope.diagnose.run import scored_rows
 from capscope.diagnose.summary import Diagnosis
 from capscope.metrics.errors import CapscopeError
-from capscope.metrics.jsonl import json_lines
 from capscope.server.data_roots import DataRoots
 
 MAX_LISTED = 50   # captions listed for one clicked word
@@ -39,15 +39,6 @@ def named_files(text: str, roots: DataRoots) -> list[tuple[str, Path]]:
     if len({n for n, _ in files}) != len(files):
         raise CapscopeError("each captioner needs a name of its own")
     return files
-
-
-def scored_rows(path: Path):
-    for _, row, why in json_lines(path):
-        if not why and isinstance(row, dict) and isinstance(row.get("caption"), str):
-            row.setdefault("metrics", {})
-            row.setdefault("tokens", [])
-            row.setdefault("regions", [])
-            yield row
 
 
 def compare(text: str, roots: DataRoots, draws: int = 1000) -> tuple:
