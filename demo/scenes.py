@@ -305,12 +305,17 @@ def phrases_true(phrases, shapes: list[Shape], size_visible: bool = True) -> boo
     return False
 
 
-def pollute(caption: Caption, scene: Scene, rng: np.random.Generator, binding_share: float = 0.5) -> Caption:
+def pollute(caption: Caption, scene: Scene, rng: np.random.Generator, binding_share: float = 0.5,
+            roles: tuple[str, ...] = ATTRIBUTES) -> Caption:
     """The caption with exactly one size, colour or shape word swapped so that
     its phrase fits no shape in the scene. With probability `binding_share`
     the new word is taken from another shape of the scene when one fits
-    (a binding error: "a blue circle" where the square is blue)."""
-    options, binding = pollution_options(caption, scene)
+    (a binding error: "a blue circle" where the square is blue). `roles`: the
+    kinds of word that may be swapped (ValueError when the caption has none
+    that can be)."""
+    options, binding = pollution_options(caption, scene, roles)
+    if not options:
+        raise ValueError(f"no {'/'.join(roles)} word of {caption.text!r} can be made wrong")
     pool = binding if binding and rng.random() < binding_share else options
     w, value = pool[int(rng.integers(len(pool)))]
     word = caption.words[w]
@@ -321,12 +326,13 @@ def pollute(caption: Caption, scene: Scene, rng: np.random.Generator, binding_sh
     return replace(caption, words=fix_articles(words), phrases=tuple(phrases), wrong_word=w)
 
 
-def pollution_options(caption: Caption, scene: Scene) -> tuple[list, list]:
-    """(all (word index, new value) swaps that make the caption wrong, the
-    binding ones among them: new value taken from another shape in the scene)."""
+def pollution_options(caption: Caption, scene: Scene, roles: tuple[str, ...] = ATTRIBUTES) -> tuple[list, list]:
+    """(all (word index, new value) swaps of a word of `roles` that make the
+    caption wrong, the binding ones among them: new value taken from another
+    shape in the scene)."""
     options, binding = [], []
     for w, word in enumerate(caption.words):
-        if word.role not in ATTRIBUTES:
+        if word.role not in roles:
             continue
         phrase = caption.phrases[word.phrase]
         for value in VALUES[word.role]:

@@ -24,37 +24,63 @@ def _scorers() -> dict:
     return {"BLEU-4": lambda: Bleu(4), "METEOR": Meteor, "ROUGE-L": Rouge, "CIDEr": Cider, "SPICE": Spice}
 
 
-def ngram_scores(captions: dict[str, str], references: dict[str, list[str]]) -> dict:
-    """{"scores": {name: float}, "unavailable": {name: why}, "n_captions": int}
-    over the captions that have references."""
-    ids = [i for i in captions if references.get(i)]
-    out = {"scores": {}, "unavailable": {}, "n_captions": len(ids)}
-    if not ids:
-        out["unavailable"] = {name: "no caption has references" for name in SCORERS}
+def ngram_scores(models: dict[str, tuple[dict[str, str], dict[str, list[str]]]]) -> dict[str, dict]:
+    """Per model, from (captions by id, references by id): {"scores": {name:
+    float}, "unavailable": {name: why}, "n_captions": int} over the captions
+    that have references. Each scorer starts once for every model (METEOR's
+    Java start takes seconds)."""
+    out, tokenized = {}, {}
+    for name, (captions, references) in models.items():
+        ids = [i for i in captions if references.get(i)]
+        out[name] = {"scores": {}, "unavailable": {}, "n_captions": len(ids)}
+        if ids:
+            tokenized[name] = (ids, captions, references)
+        else:
+            out[name]["unavailable"] = {scorer: "no caption has references" for scorer in SCORERS}
+    if not tokenized:
         return out
     try:
-        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
-
+        tokenized = _tokenized(tokenized)
         scorers = _scorers()
-        with _quiet():
-            tokenizer = PTBTokenizer()
-            gts = tokenizer.tokenize({i: [{"caption": r} for r in references[i]] for i in ids})
-            res = tokenizer.tokenize({i: [{"caption": captions[i]}] for i in ids})
     except ImportError:
-        out["unavailable"] = {name: 'pycocoevalcap is not installed (pip install "capscope[captioning]")'
-                              for name in SCORERS}
-        return out
+        return _none_ran(out, tokenized, 'pycocoevalcap is not installed (pip install "capscope[captioning]")')
     except (OSError, RuntimeError, ValueError) as err:  # no Java: the tokenizer is a Java program
-        out["unavailable"] = {name: f"the PTB tokenizer (Java) could not run: {_why(err)}" for name in SCORERS}
-        return out
-    for name, make in scorers.items():
+        return _none_ran(out, tokenized, f"the PTB tokenizer (Java) could not run: {_why(err)}")
+    for scorer_name, make in scorers.items():
         try:
             with _quiet():
-                value, _ = make().compute_score(gts, res)
-            out["scores"][name] = float(value[-1] if isinstance(value, list) else value)
+                scorer = make()
         except Exception as err:  # a Java scorer fails in many ways (no Java, no network for SPICE's models)
-            out["unavailable"][name] = _why(err)
-            log.warning("%s could not run: %s", name, out["unavailable"][name])
+            scorer, failed = None, _why(err)
+        for name, (gts, res) in tokenized.items():
+            try:
+                if scorer is None:
+                    raise RuntimeError(failed)
+                with _quiet():
+                    value, _ = scorer.compute_score(gts, res)
+                out[name]["scores"][scorer_name] = float(value[-1] if isinstance(value, list) else value)
+            except Exception as err:
+                out[name]["unavailable"][scorer_name] = _why(err) if scorer is not None else failed
+                log.warning("%s could not run for %s: %s", scorer_name, name, out[name]["unavailable"][scorer_name])
+    return out
+
+
+def _tokenized(models: dict) -> dict:
+    """name -> (references, captions), as PTBTokenizer gives them."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    tokenizer = PTBTokenizer()
+    out = {}
+    with _quiet():
+        for name, (ids, captions, references) in models.items():
+            out[name] = (tokenizer.tokenize({i: [{"caption": r} for r in references[i]] for i in ids}),
+                         tokenizer.tokenize({i: [{"caption": captions[i]}] for i in ids}))
+    return out
+
+
+def _none_ran(out: dict, models: dict, why: str) -> dict:
+    for name in models:
+        out[name]["unavailable"] = {scorer: why for scorer in SCORERS}
     return out
 
 

@@ -143,7 +143,7 @@ def _worst_section(worst, figures: Path, image_loader) -> str:
                                              result.get("region_mentioned") or None)
                 path = figures / f"worst-{_safe(model)}-{_safe(metric)}-{k + 1}.png"
                 overlay.thumbnail((600, 600))
-                overlay.save(path)
+                overlay.save(path, compress_level=1)  # on a noisy 600 px picture zlib level 6 took 3x as long for 16% fewer bytes
                 picture = f"<img src='data:image/png;base64,{_b64(path)}' alt='regions'>"
             score = result["scores"].get(primary)
             parts.append(f"<div class='card'>{picture}<div><p><b>{html.escape(str(row['id']))}</b> "

@@ -16,6 +16,7 @@ from capscope.metrics.jsonl import json_lines
 from .error_types import type_source
 from .ngrams import ngram_scores
 from .report import write_report
+from .result import DiagnosisSummary
 from .summary import Diagnosis
 
 log = logging.getLogger(__name__)
@@ -88,12 +89,33 @@ def diagnose(models: list[ModelFile], out: Path, options, *, metrics: list[str] 
         if references:
             ngram_inputs[model.name] = (captions, references)
     summary = diagnosis.summary(seed=seed, draws=draws)
-    ngrams = {name: ngram_scores(*pair) for name, pair in ngram_inputs.items()}
+    ngrams = ngram_scores(ngram_inputs)
     summary["ngram_scores"] = ngrams
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     worst = {(name, metric): diagnosis.worst(name, metric) for name in names for metric in summary["metrics"]}
     write_report(summary, out, worst, ngrams, _load_image)
     return summary
+
+
+def diagnose_captioners(captioners: dict[str, str | Path], out: str | Path, *, metrics: list[str] | None = None,
+                        annotations: str | Path | None = None, images: str | Path | None = None,
+                        input_format: str = "auto", demo: bool = False, device: str = "auto", batch_size: int = 32,
+                        draws: int = 1000, seed: int = 0, **scorer_options) -> DiagnosisSummary:
+    """What each captioner gets wrong, and which is better: `capscope diagnose`
+    from Python. `captioners` maps a name to its file (COCO results with
+    `annotations` and `images`, capscope pairs, or scored rows); `metrics`
+    (default infometic and clip-s) are scored where rows lack them;
+    `scorer_options` are the other ScorerOptions fields (token_rule, regions,
+    clip_pretrained, ...). Writes OUT/summary.json and OUT/index.html as the
+    command does, and returns the summary as typed objects."""
+    from capscope.batch.pipeline import ScorerOptions
+
+    options = ScorerOptions(tuple(metrics or ("infometic", "clip-s")), device=device, demo=demo, **scorer_options)
+    models = [ModelFile(name, Path(path)) for name, path in captioners.items()]
+    summary = diagnose(models, Path(out), options, metrics=list(metrics) if metrics else None,
+                       input_format=input_format, annotations=Path(annotations) if annotations else None,
+                       images=Path(images) if images else None, batch_size=batch_size, seed=seed, draws=draws)
+    return DiagnosisSummary.from_dict(summary)
 
 
 def scored_rows(path: Path, captions: dict | None = None):

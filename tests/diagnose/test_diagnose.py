@@ -1,6 +1,6 @@
 """`capscope diagnose`: the field's caption files in, what each model gets
-wrong added up (by hand on small rows, and end to end on demo scenes with a
-clean and a polluted captioner), a report that opens from disk."""
+wrong added up (by hand on small rows, and end to end on demo scenes with three
+captioners of known faults), a report that opens from disk."""
 from __future__ import annotations
 
 import json
@@ -65,7 +65,7 @@ def test_top_words_order_by_wrong_then_rate():
 def test_ngram_scores_name_what_could_not_run():
     from capscope.diagnose.ngrams import ngram_scores
 
-    out = ngram_scores({"1": "a cat"}, {})
+    out = ngram_scores({"m": ({"1": "a cat"}, {})})["m"]
     assert out["n_captions"] == 0 and out["scores"] == {}
     assert out["unavailable"]["CIDEr"] == "no caption has references"
 
@@ -89,72 +89,78 @@ def test_the_worst_captions_are_kept_lowest_first():
 
 @pytest.fixture(scope="module")
 def coco_files(tmp_path_factory):
-    """Demo scenes as a COCO captions file, and two captioners' results: one
-    writes the clean captions, the other the polluted ones."""
+    """24 demo scenes as a COCO captions file, and three captioners' results
+    (capscope.studies.diagnose_recovery): `colours` swaps a colour word and
+    `shapes` a shape word in 60% of their captions, `nearly-clean` any such
+    word in 10%; with the truth of what each swapped."""
+    from capscope.studies.diagnose_recovery import write_captioners
+
     folder = tmp_path_factory.mktemp("coco")
-    assert main(["demo-data", "--out", str(folder), "--n", "16", "--seed", "45"]) == 0
-    items = [json.loads(line) for line in (folder / "captokeneval.jsonl").read_text().splitlines()]
-    images, annotations, clean, polluted = [], [], [], []
-    for i, item in enumerate(x for x in items if not x["polluted"]):
-        images.append({"id": i + 1, "file_name": Path(item["image"]).name, "width": 224, "height": 224})
-        annotations.append({"image_id": i + 1, "id": i + 1, "caption": item["caption"]})
-        clean.append({"image_id": i + 1, "caption": item["caption"]})
-    by_id = {x["id"]: x for x in items}
-    for i, item in enumerate(x for x in items if not x["polluted"]):
-        polluted.append({"image_id": i + 1, "caption": by_id[item["twin"]]["caption"]})
-    (folder / "captions.json").write_text(json.dumps({"images": images, "annotations": annotations}))
-    (folder / "clean.json").write_text(json.dumps(clean))
-    (folder / "polluted.json").write_text(json.dumps(polluted))
-    return folder
+    truth = write_captioners(folder, n=24, seed=45, swap_share=0.6, clean_share=0.1)
+    return folder, truth
 
 
-def test_diagnose_tells_the_polluted_captioner_from_the_clean_one(coco_files, tmp_path, capsys):
-    out = tmp_path / "report"
-    args = ["diagnose", "--model", f"clean={coco_files / 'clean.json'}", "--model", f"polluted={coco_files / 'polluted.json'}",
-            "--annotations", str(coco_files / "captions.json"), "--images", str(coco_files / "images"),
-            "--metric", "infometic", "clip-s", "--demo", "--device", "cpu", "--bootstrap", "200", "--out", str(out)]
+@pytest.fixture(scope="module")
+def diagnosed(coco_files, tmp_path_factory):
+    folder, _ = coco_files
+    out = tmp_path_factory.mktemp("report")
+    args = ["diagnose", "--annotations", str(folder / "captions.json"), "--images", str(folder / "images"),
+            "--metric", "infometic", "clip-s", "--demo", "--device", "cpu", "--bootstrap", "300", "--out", str(out)]
+    for name in ("colours", "shapes", "nearly-clean"):
+        args += ["--model", f"{name}={folder / (name + '.json')}"]
     assert main(args) == 0
+    return out, args
+
+
+def test_diagnose_recovers_what_each_captioner_gets_wrong(coco_files, diagnosed):
+    from capscope.diagnose import DiagnosisSummary
+    from capscope.studies.diagnose_recovery import compare_with_truth
+
+    out, _ = diagnosed
+    summary = DiagnosisSummary.from_dict(json.loads((out / "summary.json").read_text()))
+    assert summary.metrics == ("infometic", "clip-s") and "word lists" in summary.type_source
+    found = compare_with_truth(summary, coco_files[1], "infometic")["captioners"]
+    assert (found["colours"]["found_dominant_type"], found["shapes"]["found_dominant_type"]) == ("attribute", "object")
+    for name, c in found.items():
+        assert c["found_wrong_rate"] == pytest.approx(c["true_wrong_rate"], abs=0.05), name
+        assert c["found_ci95"][0] <= c["found_wrong_rate"] <= c["found_ci95"][1]
+    for name in ("colours", "shapes"):  # the words it swapped in most are the words found wrong most
+        assert len(set(found[name]["true_top_words"]) & set(found[name]["found_top_words"])) >= 2, found[name]
+    for faulty in ("colours", "shapes"):  # the nearly clean captioner is better, and the interval says so
+        compared = summary.comparison(faulty, "nearly-clean", "infometic", "overall")
+        assert compared.n_images == 24 and compared.mean_difference < 0 and compared.decided
+        assert compared.b_wins > compared.a_wins
+    assert summary.models["nearly-clean"].n_captions == 24 and summary.models["nearly-clean"].n_errors == 0
+    assert summary.to_dict() == json.loads((out / "summary.json").read_text())
+
+
+def test_diagnose_writes_a_report_and_scores_nothing_twice(diagnosed, capsys):
+    out, args = diagnosed
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["metrics"] == ["infometic", "clip-s"] and "word lists" in summary["type_source"]
-    clean, polluted = (summary["models"][n]["metrics"]["infometic"] for n in ("clean", "polluted"))
-    assert summary["models"]["clean"]["n_captions"] == 16 and summary["models"]["clean"]["n_errors"] == 0
-    assert polluted["words"]["wrong_rate"] > clean["words"]["wrong_rate"]
-    assert polluted["captions_with_wrong_word"] > clean["captions_with_wrong_word"]
-    assert sum(e["wrong"] for e in polluted["error_types"].values()) == polluted["words"]["wrong"]
-    overall = next(c for c in summary["comparisons"] if c["metric"] == "infometic" and c["key"] == "overall")
-    assert (overall["a"], overall["b"], overall["n_images"]) == ("clean", "polluted", 16)
-    assert overall["mean_difference"] > 0 and overall["a_wins"] > overall["b_wins"]
-    assert overall["ci95"][0] <= overall["mean_difference"] <= overall["ci95"][1]
-    ngrams = summary["ngram_scores"]["clean"]
-    assert ngrams["n_captions"] == 16
+    ngrams = summary["ngram_scores"]["nearly-clean"]
+    assert ngrams["n_captions"] == 24
     assert set(ngrams["scores"]) | set(ngrams["unavailable"]) == {"BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE"}
     if shutil.which("java"):  # .ci/run installs it; SPICE also needs the network for its models
         assert {"BLEU-4", "METEOR", "ROUGE-L", "CIDEr"} <= set(ngrams["scores"])
-        # the clean captions are their own references
-        assert ngrams["scores"]["BLEU-4"] == pytest.approx(1.0, abs=1e-3)
-        assert summary["ngram_scores"]["polluted"]["scores"]["CIDEr"] < ngrams["scores"]["CIDEr"]
+        assert summary["ngram_scores"]["colours"]["scores"]["CIDEr"] < ngrams["scores"]["CIDEr"]
     page = (out / "index.html").read_text()
     assert "What do these captioners get wrong?" in page and "data:image/png;base64," in page
     assert "src='http" not in page and 'src="http' not in page  # opens from disk with no server
     assert (out / "figures" / "scores.png").stat().st_size > 1000
+
+    before = (out / "scored" / "colours.jsonl").read_text()
+    assert main(args) == 0
+    assert (out / "scored" / "colours.jsonl").read_text() == before
     assert "report:" in capsys.readouterr().out
 
-    # run again: nothing is scored twice
-    before = (out / "scored" / "clean.jsonl").read_text()
-    assert main(args) == 0
-    assert (out / "scored" / "clean.jsonl").read_text() == before
 
-
-def test_scored_rows_are_used_as_they_are(coco_files, tmp_path):
-    out = tmp_path / "first"
-    assert main(["diagnose", "--model", f"clean={coco_files / 'clean.json'}", "--annotations",
-                 str(coco_files / "captions.json"), "--images", str(coco_files / "images"), "--metric", "clip-s",
-                 "--demo", "--device", "cpu", "--bootstrap", "50", "--out", str(out)]) == 0
+def test_scored_rows_are_used_as_they_are(diagnosed, tmp_path):
+    out, _ = diagnosed
     again = tmp_path / "again"
-    assert main(["diagnose", "--model", f"clean={out / 'scored' / 'clean.jsonl'}", "--bootstrap", "50",
+    assert main(["diagnose", "--model", f"clean={out / 'scored' / 'nearly-clean.jsonl'}", "--bootstrap", "300",
                  "--out", str(again)]) == 0
     assert not (again / "scored").exists()
-    first = json.loads((out / "summary.json").read_text())["models"]["clean"]["metrics"]["clip-s"]["scores"]
+    first = json.loads((out / "summary.json").read_text())["models"]["nearly-clean"]["metrics"]["clip-s"]["scores"]
     second = json.loads((again / "summary.json").read_text())["models"]["clean"]["metrics"]["clip-s"]["scores"]
     assert first["clip_s"]["mean"] == pytest.approx(second["clip_s"]["mean"])
 
@@ -174,15 +180,16 @@ def test_bad_inputs_get_one_line(tmp_path, capsys):
 
 
 def test_score_reads_coco_results_too(coco_files, tmp_path):
+    coco_files, _ = coco_files
     out = tmp_path / "scored.jsonl"
-    assert main(["score", "--input", str(coco_files / "clean.json"), "--annotations", str(coco_files / "captions.json"),
+    assert main(["score", "--input", str(coco_files / "nearly-clean.json"), "--annotations", str(coco_files / "captions.json"),
                  "--images", str(coco_files / "images"), "--output", str(out), "--metric", "clip-s",
                  "--device", "cpu"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["id"] for r in rows] == [str(i) for i in range(1, 17)] and not any(r["error"] for r in rows)
+    assert [r["id"] for r in rows] == [str(i) for i in range(1, 25)] and not any(r["error"] for r in rows)
     assert all("ref_clip_s" in r["metrics"]["clip-s"]["scores"] for r in rows)  # the annotations' references
     assert (tmp_path / "scored-pairs.jsonl").is_file()
-    assert main(["score", "--input", str(coco_files / "clean.json"), "--output", str(out)]) == 2
+    assert main(["score", "--input", str(coco_files / "nearly-clean.json"), "--output", str(out)]) == 2
 
 
 def test_api_gives_a_diagnosis_inside_the_data_roots_only(tmp_path):
@@ -213,12 +220,13 @@ def test_api_gives_a_diagnosis_inside_the_data_roots_only(tmp_path):
 
 
 def test_import_reads_coco_results_with_the_model_named(coco_files, tmp_path, capsys):
+    coco_files, _ = coco_files
     from annotation_support import sqlite_url
     from capscope.annotation import browse
     from capscope.db import Store
 
     db = sqlite_url(tmp_path)
-    assert main(["import", "--db", db, "--captions", str(coco_files / "polluted.json"), "--annotations",
+    assert main(["import", "--db", db, "--captions", str(coco_files / "shapes.json"), "--annotations",
                  str(coco_files / "captions.json"), "--images", str(coco_files / "images"), "--dataset", "coco",
                  "--model", "captioner-b", "--regions", "none", "--no-progress"]) == 0
     store = Store(db)
@@ -229,5 +237,5 @@ def test_import_reads_coco_results_with_the_model_named(coco_files, tmp_path, ca
 
     with store.read() as session:
         captions = session.scalars(select(Caption)).all()
-        assert len(captions) == 16 and {c.model for c in captions} == {"captioner-b"}
+        assert len(captions) == 24 and {c.model for c in captions} == {"captioner-b"}
         assert sorted(c.external_id for c in captions)[:2] == ["1", "10"]
