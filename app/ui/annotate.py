@@ -19,17 +19,16 @@ import gradio as gr
 from PIL import Image
 
 from capscope.annotation import browse, workflow
+from capscope.annotation.captioners import stored_verdicts
 from capscope.annotation.errors import AnnotationError
 from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.metrics.lru import LRUCache
-from capscope.metrics.registry import get_spec, metric_names
-from capscope.metrics.words import decide_words
+from capscope.metrics.registry import metric_names
 from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
 from capscope.pictures import draw as ui_draw
-from capscope.ui.inspect import decision_threshold
 
 log = logging.getLogger(__name__)
 
@@ -122,16 +121,10 @@ def _decided(item: dict, stored: dict, metric: str, token_rule: str, word_scale:
     """Stored scores to (wrong tokens, mentioned regions), decided as the server's
     scorer decides: the InfoMetIC family under the server's token rule (and the
     version's word threshold scale), other metrics at their own threshold."""
-    threshold = decision_threshold(metric)
-    token_scores, region_scores = stored["token_scores"], stored.get("region_scores") or []
-    if get_spec(metric).follows_token_rule:
-        correct = decide_words(token_rule, threshold, [t["semantic"] for t in item["tokens"]], token_scores,
-                               word_scale)
-    else:
-        correct = [(s > threshold) if (t["semantic"] and s is not None) else None
-                   for t, s in zip(item["tokens"], token_scores)]
-    wrong = {i for i, c in enumerate(correct) if c is False}
-    mentioned = {i for i, s in enumerate(region_scores) if s is not None and s > threshold}
+    result = stored_verdicts(metric, stored["token_scores"], stored.get("region_scores"), item["tokens"], token_rule,
+                             word_scale)
+    wrong = {i for i, c in enumerate(result["token_correct"]) if c is False}
+    mentioned = {i for i, m in enumerate(result["region_mentioned"]) if m}
     return wrong, mentioned, metric
 
 

@@ -1,8 +1,10 @@
-"""The Admin tab's **Compare captioners** panel: rows that `capscope score` (or
-`capscope diagnose`) wrote for several captioners, named inside the server's
-data roots, added up as `capscope diagnose` adds them (capscope.diagnose.summary):
-the same tables and plots, and a click on a word lists the captions where that
-model's word was judged wrong."""
+"""The Admin tab's **Compare captioners** panel: several captioners' scored
+captions, from files that `capscope score` (or `capscope diagnose`) wrote
+inside the server's data roots or from captions datasets in the store by their
+`model` field, added up as `capscope diagnose` adds them
+(capscope.diagnose.summary): the same tables and plots; a click on a word lists
+the captions where that model's word was judged wrong, and a click on one of
+them opens its image in Inspect with the captioners' captions of it."""
 from __future__ import annotations
 
 import tempfile
@@ -10,19 +12,25 @@ from pathlib import Path
 
 import gradio as gr
 
+from capscope.annotation.captioners import captioners, stored_rows
+from capscope.db import Store
 from capscope.diagnose.error_types import TYPES, type_source
 from capscope.diagnose.report import plot_error_types, plot_scores
 from capscope.diagnose.run import scored_rows
-from capscope.diagnose.summary import Diagnosis
+from capscope.diagnose.summary import Diagnosis, image_key
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.errors import CapscopeError
+from capscope.metrics.images import ImageError, read_image
 from capscope.server.data_roots import DataRoots
 
 MAX_LISTED = 50   # captions listed for one clicked word
 WORD_HEADERS = ["model", "metric", "word", "judged", "wrong", "rate"]
+CAPTION_HEADERS = ["model", "id", "image", "caption"]
+PICK_SEPARATOR = "\t"
 
 
-def named_files(text: str, roots: DataRoots) -> list[tuple[str, Path]]:
-    """NAME=FILE lines (scored rows inside the data roots); CapscopeError saying what is wrong."""
+def named_files(text: str, roots: DataRoots) -> list[dict]:
+    """NAME=FILE lines (scored rows inside the data roots) as sources; CapscopeError saying what is wrong."""
     files = []
     for line in (text or "").splitlines():
         if not line.strip():
@@ -33,26 +41,58 @@ def named_files(text: str, roots: DataRoots) -> list[tuple[str, Path]]:
         checked = roots.check(path.strip(), "file")
         if not checked.is_file():
             raise CapscopeError(f"{path.strip()}: no such file")
-        files.append((name.strip(), checked))
-    if not files:
-        raise CapscopeError("name at least one scored file, as NAME=FILE")
-    if len({n for n, _ in files}) != len(files):
-        raise CapscopeError("each captioner needs a name of its own")
+        files.append({"name": name.strip(), "file": str(checked)})
     return files
 
 
-def compare(text: str, roots: DataRoots, draws: int = 1000) -> tuple:
-    """(message, overview rows, comparison rows, word rows, scores plot, kinds plot, the files)."""
+def store_choices(store: Store | None) -> list[tuple[str, str]]:
+    """(label, value) for each captioner in the store."""
+    if store is None:
+        return []
+    return [(f"{model} · {dataset} ({n} captions)", f"{dataset}{PICK_SEPARATOR}{model}")
+            for dataset, model, n in captioners(store)]
+
+
+def picked_captioners(picked: list[str] | None) -> list[dict]:
+    """Store captioners picked in the panel as sources, named by their model
+    (and dataset, when one model is picked from two datasets)."""
+    pairs = [tuple(value.split(PICK_SEPARATOR, 1)) for value in picked or []]
+    models = [model for _, model in pairs]
+    return [{"name": model if models.count(model) == 1 else f"{model} ({dataset})", "dataset": dataset, "model": model}
+            for dataset, model in pairs]
+
+
+def sources_of(text: str, picked: list[str] | None, roots: DataRoots) -> list[dict]:
+    sources = named_files(text, roots) + picked_captioners(picked)
+    if not sources:
+        raise CapscopeError("name at least one scored file, as NAME=FILE, or pick a captioner in the store")
+    if len({s["name"] for s in sources}) != len(sources):
+        raise CapscopeError("each captioner needs a name of its own")
+    return sources
+
+
+def source_rows(source: dict, store: Store | None, token_rule: str = DEFAULT_TOKEN_RULE):
+    """A source's score rows, one at a time."""
+    if "file" in source:
+        return scored_rows(Path(source["file"]))
+    if store is None:
+        raise CapscopeError("no store to read captioners from")
+    return stored_rows(store, source["dataset"], source["model"], token_rule)
+
+
+def compare(text: str, roots: DataRoots, draws: int = 1000, picked: list[str] | None = None,
+            store: Store | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> tuple:
+    """(message, overview rows, comparison rows, word rows, scores plot, kinds plot, the sources)."""
     from capscope.metrics.text import load_spacy
 
     try:
-        files = named_files(text, roots)
+        sources = sources_of(text, picked, roots)
     except CapscopeError as err:
         return f"**Not run:** {err}", [], [], [], None, None, []
     nlp = load_spacy()
     diagnosis = Diagnosis(None, nlp, type_source(nlp))
-    for name, path in files:
-        diagnosis.add_rows(name, scored_rows(path))
+    for source in sources:
+        diagnosis.add_rows(source["name"], source_rows(source, store, token_rule))
     summary = diagnosis.summary(draws=draws)
     folder = Path(tempfile.mkdtemp(prefix="capscope-compare-"))
     scores_png, kinds_png = folder / "scores.png", folder / "error_types.png"
@@ -62,10 +102,10 @@ def compare(text: str, roots: DataRoots, draws: int = 1000) -> tuple:
     words = [[name, metric, w["word"], w["judged"], w["wrong"], round(w["wrong_rate"], 3)]
              for name, m in summary["models"].items() for metric, s in m["metrics"].items()
              for w in s["top_wrong_words"]]
-    message = (f"{len(files)} captioners, metrics {', '.join(summary['metrics']) or 'none'}; kinds of words by "
+    message = (f"{len(sources)} captioners, metrics {', '.join(summary['metrics']) or 'none'}; kinds of words by "
                f"{summary['type_source']}. " + kinds_line(summary))
     return (message, overview, compared, words, str(scores_png) if plot_scores(summary, scores_png) else None,
-            str(kinds_png) if plot_error_types(summary, kinds_png) else None, [[n, str(p)] for n, p in files])
+            str(kinds_png) if plot_error_types(summary, kinds_png) else None, sources)
 
 
 def kinds_line(summary: dict) -> str:
@@ -83,29 +123,70 @@ def _interval(ci) -> str:
     return "" if not ci or ci[0] is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
 
 
-def wrong_captions(files: list[list[str]], model: str, metric: str, word: str) -> list[list[str]]:
-    """The captions of `model` whose `word` `metric` judged wrong: [id, caption], at most MAX_LISTED."""
-    path = next((Path(p) for n, p in files if n == model), None)
-    if path is None:
+def wrong_captions(sources: list[dict], model: str, metric: str, word: str, store: Store | None = None,
+                   token_rule: str = DEFAULT_TOKEN_RULE) -> list[list[str]]:
+    """The captions of `model` whose `word` `metric` judged wrong: [model, id, image, caption], at most MAX_LISTED."""
+    source = next((s for s in sources if s["name"] == model), None)
+    if source is None:
         return []
     out = []
-    for row in scored_rows(path):
+    for row in source_rows(source, store, token_rule):
         correct = (row["metrics"].get(metric) or {}).get("token_correct") or []
         if any(t["text"].lower() == word and c is False for t, c in zip(row["tokens"], correct)):
-            out.append([str(row.get("id")), row["caption"]])
+            out.append([model, str(row.get("id")), image_key(row), row["caption"]])
             if len(out) >= MAX_LISTED:
                 break
     return out
 
 
-def build_compare(guard, data_roots: DataRoots | None = None) -> dict:
-    """The panel; `guard(fn)` wraps each handler for admins only."""
+def captions_of_image(sources: list[dict], image: str, store: Store | None = None,
+                      token_rule: str = DEFAULT_TOKEN_RULE) -> list[tuple[str, dict]]:
+    """(captioner, its first row of `image`) for each captioner that captioned it, in panel order."""
+    found = []
+    for source in sources:
+        row = next((r for r in source_rows(source, store, token_rule) if image_key(r) == image), None)
+        if row is not None:
+            found.append((source["name"], row))
+    return found
+
+
+def open_in_inspect(sources: list[dict], model: str, image: str, roots: DataRoots, store: Store | None = None,
+                    token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+    """What Inspect is filled with for a clicked caption: its image, the clicked
+    captioner's caption as A and the next captioner's caption of the same image
+    as B, the row's regions; CapscopeError when the image cannot be opened."""
+    found = captions_of_image(sources, image, store, token_rule)
+    found.sort(key=lambda item: item[0] != model)  # the clicked captioner first
+    if not found:
+        raise CapscopeError(f"no captioner has a caption of {image}")
+    try:
+        picture = read_image(roots.check(image, "file"))
+    except (ImageError, OSError) as err:
+        raise CapscopeError(f"{image}: {err}") from None
+    regions = [{"box": r["box"]} for r in found[0][1].get("regions") or []] or None
+    (name_a, row_a), (name_b, row_b) = found[0], (found[1] if len(found) > 1 else (None, None))
+    others = [f"**{name}**: {row['caption']}" for name, row in found[2:]]
+    return {"image": picture, "caption_a": row_a["caption"], "name_a": name_a,
+            "caption_b": row_b["caption"] if row_b else "", "name_b": name_b, "regions": regions, "others": others}
+
+
+def build_compare(guard, data_roots: DataRoots | None = None, store: Store | None = None,
+                  token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+    """The panel; `guard(fn)` wraps each handler for admins only. `c["load"]`
+    fills the store's captioners when the page loads; `link_to_inspect` wires
+    the jump to Inspect."""
     roots = data_roots or DataRoots()
-    c: dict = {}
-    gr.Markdown("### Compare captioners\nScored rows of several captioners (`capscope score` or `capscope diagnose` "
-                "output, inside the server's data roots), one `NAME=FILE` per line: what each gets wrong, and whether "
-                "one is better. Click a word to list the captions where it was judged wrong.")
-    c["files_text"] = gr.Textbox(label="Scored files (NAME=FILE per line)", lines=3, elem_id="cs-compare-files")
+    c: dict = {"roots": roots, "store": store, "token_rule": token_rule}
+    gr.Markdown("### Compare captioners\nScored captions of several captioners: files that `capscope score` or "
+                "`capscope diagnose` wrote (inside the server's data roots, one `NAME=FILE` per line), or captions "
+                "datasets in the store by the model that wrote them (`capscope import --model`; their stored "
+                "predictions). What each gets wrong, and whether one is better. Click a word to list the captions "
+                "where it was judged wrong, then a caption to open its image in Inspect with the captioners' captions.")
+    with gr.Row():
+        c["files_text"] = gr.Textbox(label="Scored files (NAME=FILE per line)", lines=3, elem_id="cs-compare-files",
+                                     scale=3)
+        c["picked"] = gr.CheckboxGroup(label="Captioners in the store", choices=[], elem_id="cs-compare-store",
+                                       scale=2)
     c["run"] = gr.Button("Compare", elem_id="cs-compare-run")
     c["message"] = gr.Markdown(elem_id="cs-compare-message")
     c["overview"] = gr.Dataframe(headers=["model", "captions", "images", "not scored"], interactive=False)
@@ -115,21 +196,54 @@ def build_compare(guard, data_roots: DataRoots | None = None) -> dict:
     c["comparisons"] = gr.Dataframe(headers=["a", "b", "metric", "score", "images", "a − b", "95% interval",
                                              "a wins", "b wins", "ties"], interactive=False)
     c["words"] = gr.Dataframe(headers=WORD_HEADERS, interactive=False, elem_id="cs-compare-words")
-    c["captions"] = gr.Dataframe(headers=["id", "caption"], interactive=False, wrap=True, elem_id="cs-compare-captions")
-    files = gr.State([])
+    c["captions"] = gr.Dataframe(headers=CAPTION_HEADERS, interactive=False, wrap=True, elem_id="cs-compare-captions",
+                                 label="Captions where the word was judged wrong (click one to open it in Inspect)")
+    c["sources"] = gr.State([])
 
-    def run(text):
-        return compare(text, roots)
+    def run(text, picked):
+        return compare(text, roots, picked=picked, store=store, token_rule=token_rule)
 
-    def on_word(named, evt: gr.SelectData):
+    def on_word(sources, evt: gr.SelectData):
         row = evt.row_value
         if not row:
             return gr.skip()
         model, metric, word = row[:3]
-        return wrong_captions(named, str(model), str(metric), str(word))
+        return wrong_captions(sources, str(model), str(metric), str(word), store, token_rule)
 
-    c["run"].click(guard(run), c["files_text"], [c["message"], c["overview"], c["comparisons"], c["words"],
-                                                  c["scores_plot"], c["kinds_plot"], files],
-                   api_name="compare_captioners")
-    c["words"].select(guard(on_word), files, c["captions"], api_visibility="private")
+    def choices():
+        return gr.CheckboxGroup(choices=store_choices(store))
+
+    c["run"].click(guard(run), [c["files_text"], c["picked"]],
+                   [c["message"], c["overview"], c["comparisons"], c["words"], c["scores_plot"], c["kinds_plot"],
+                    c["sources"]], api_name="compare_captioners")
+    c["words"].select(guard(on_word), c["sources"], c["captions"], api_visibility="private")
+    c["load"] = [(guard(choices, outputs=1), None, c["picked"])]
     return c
+
+
+def link_to_inspect(c: dict, inspect: dict, tabs, guard) -> None:
+    """A click on a listed caption opens its image in Inspect, the clicked
+    captioner's caption as A, the next captioner's as B, both scored."""
+    def on_caption(sources, evt: gr.SelectData):
+        row = evt.row_value
+        if not row:
+            return (gr.skip(),) * 7
+        try:
+            found = open_in_inspect(sources, str(row[0]), str(row[2]), c["roots"], c["store"], c["token_rule"])
+        except CapscopeError as err:
+            return (gr.skip(),) * 6 + (f"**Not opened:** {err}",)
+        note = f"Opened **{found['name_a']}** (A) and **{found['name_b'] or 'no other captioner'}** (B) in Inspect."
+        if found["others"]:
+            note += " Also captioned by " + "; ".join(found["others"])
+        return (gr.Tabs(selected="inspect"), found["image"],
+                gr.Textbox(value=found["caption_a"], label=f"Caption A · {found['name_a']}"),
+                gr.Textbox(value=found["caption_b"], label=f"Caption B · {found['name_b'] or 'none'}"),
+                found["regions"], None, note)
+
+    opened = c["captions"].select(
+        guard(on_caption), c["sources"],
+        [tabs, inspect["image"], inspect["caption_a"], inspect["caption_b"], inspect["regions"], inspect["example"],
+         c["message"]], api_visibility="private")
+    for fn, inputs, outputs in inspect["scorers"]:
+        opened = opened.then(fn, inputs, outputs, api_visibility="private", concurrency_id="model",
+                             concurrency_limit=1)

@@ -395,6 +395,7 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         image = read_image(example["path"])
         return image, example["caption"], example.get("twin_caption", ""), example["regions"]
 
+    c["scorers"] = [make_scorer(side) for side in ("a", "b")]  # for other tabs that fill Inspect
     picked = c["example"].change(pick_example, c["example"], [c["image"], c["caption_a"], c["caption_b"], c["regions"]],
                                  api_visibility="private")
     for side in ("a", "b"):

@@ -34,7 +34,7 @@ from capscope.server.training import Activations, TrainingJobs, models_folder
 from capscope.ui.admin import build_admin, build_model_versions
 from capscope.ui.annotate import Annotator, build_annotate
 from capscope.ui.benchmark import build_benchmark
-from capscope.ui.compare import build_compare
+from capscope.ui.compare import build_compare, link_to_inspect
 from capscope.ui.explore import build_explore
 from capscope.ui.inspect import banner, build_inspect
 from capscope.ui.shared import DatasetScores, admin_only
@@ -140,7 +140,9 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
                 admin = build_admin(store, models.token_rule)
                 model_versions = build_model_versions(store, training, activations)
-                build_compare(lambda fn, outputs=None: admin_only(store, fn, outputs), data_roots)
+                compare = build_compare(lambda fn, outputs=None: admin_only(store, fn, outputs), data_roots, store,
+                                        models.token_rule)
+        link_to_inspect(compare, inspect, tabs, lambda fn, outputs=None: admin_only(store, fn, outputs))
 
         def whoami(request: gr.Request):
             name = getattr(request, "username", None)
@@ -156,10 +158,9 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
         demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
                   concurrency_id="model", concurrency_limit=1)
-        for part in (explore, bench, admin, model_versions):
+        for part in (explore, bench, admin, model_versions, compare):
             for fn, inputs, outputs in part["load"]:
                 demo.load(fn, inputs, outputs, api_visibility="private")
-        del tabs
     return demo
 
 

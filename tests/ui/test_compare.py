@@ -1,6 +1,7 @@
 """The Admin tab's Compare captioners panel (capscope.ui.compare): scored files
-inside the data roots only, the same sums as `capscope diagnose`, and the
-captions behind a clicked word."""
+inside the data roots only, captioners in the store by their `model` field, the
+same sums as `capscope diagnose`, the captions behind a clicked word, and what
+Inspect is filled with when one of them is clicked."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import pytest
 
 from capscope.metrics.errors import CapscopeError
 from capscope.server.data_roots import DataRoots
-from capscope.ui.compare import compare, named_files, wrong_captions
+from capscope.ui.compare import compare, named_files, open_in_inspect, store_choices, wrong_captions
 from ui_support import scored
 
 
@@ -26,14 +27,15 @@ def files(tmp_path):
 
 def test_files_must_be_named_and_inside_the_data_roots(files, tmp_path_factory):
     roots = DataRoots([files])
-    assert [n for n, _ in named_files(f"good={files / 'good.jsonl'}\n\nbad={files / 'bad.jsonl'}", roots)] == ["good", "bad"]
+    assert [s["name"] for s in named_files(f"good={files / 'good.jsonl'}\n\nbad={files / 'bad.jsonl'}", roots)] == ["good", "bad"]
     outside = tmp_path_factory.mktemp("outside") / "x.jsonl"
     outside.write_text("")
     for text, why in ((f"x={outside}", "outside the server's data roots"), ("nameless", "NAME=FILE"),
-                      (f"x={files / 'none.jsonl'}", "no such file"), ("", "at least one"),
-                      (f"a={files / 'good.jsonl'}\na={files / 'bad.jsonl'}", "name of its own")):
+                      (f"x={files / 'none.jsonl'}", "no such file")):
         with pytest.raises(CapscopeError, match=why):
             named_files(text, roots)
+    for text, why in (("", "at least one"), (f"a={files / 'good.jsonl'}\na={files / 'bad.jsonl'}", "name of its own")):
+        assert why in compare(text, roots)[0]
 
 
 def test_compare_gives_the_diagnose_tables_and_plots(files):
@@ -46,10 +48,68 @@ def test_compare_gives_the_diagnose_tables_and_plots(files):
     assert ["bad", "infometic", "blue", 2, 2, 1.0] in words
     assert "bad**, infometic: wrong rate 0.500" in message and "attribute 67%" in message
     assert scores_png.endswith(".png") and kinds_png.endswith(".png")
-    assert wrong_captions(named, "bad", "infometic", "blue") == [["1", "a blue dog"], ["2", "three blue cats"]]
+    assert wrong_captions(named, "bad", "infometic", "blue") == [["bad", "1", "a.png", "a blue dog"],
+                                                                 ["bad", "2", "b.png", "three blue cats"]]
     assert wrong_captions(named, "good", "infometic", "blue") == []
 
 
 def test_a_bad_line_is_one_message_and_no_tables(files):
     message, overview, *_ = compare("nameless", DataRoots([files]))
     assert message.startswith("**Not run:**") and overview == []
+
+
+def captioner_rows(names, model, swapped):
+    """Pairs of one captioner over the images, with its model named."""
+    rows = []
+    for i, name in enumerate(names):
+        colour = "blue" if i in swapped else "red"
+        rows.append({"id": str(i + 1), "image": name, "caption": f"a {colour} square", "model": model,
+                     "regions": [{"box": [4, 4, 30, 30]}]})
+    return rows
+
+
+@pytest.fixture()
+def store_with_captioners(tmp_path):
+    """Two captioners' captions of the same four images in the store, each in
+    its dataset, with InfoMetIC predictions: `swapper` wrote "blue" for red
+    twice, and its predictions give "blue" a low share."""
+    from annotation_support import make_images, sqlite_url, write_jsonl
+    from capscope.annotation.import_predictions import import_prediction_rows
+    from capscope.annotation.importer import ImportOptions, import_captions
+    from capscope.db import Store
+
+    store = Store(sqlite_url(tmp_path))
+    names = make_images(tmp_path / "images", 4)
+    for model, swapped in (("honest", set()), ("swapper", {0, 2})):
+        pairs = write_jsonl(tmp_path / f"{model}.jsonl", captioner_rows(names, model, swapped))
+        report = import_captions(store, pairs, tmp_path / "images", ImportOptions(dataset=f"ds-{model}", regions="none",
+                                                                                  progress=False))
+        assert report.added == 4
+        predictions = [(k + 1, {"id": str(k + 1), "error": None, "metrics": {"infometic": {
+            "scores": {"overall": 1.0 if k in swapped else 3.0},
+            "token_scores": [None, 0.01 if k in swapped else 0.5, 0.49], "region_scores": [0.7]}}})
+            for k in range(4)]
+        assert import_prediction_rows(store, predictions, f"ds-{model}").added == 4
+    return store, tmp_path
+
+
+def test_store_captioners_are_compared_by_their_model_field(store_with_captioners):
+    store, folder = store_with_captioners
+    choices = store_choices(store)
+    assert [label for label, _ in choices] == ["honest · ds-honest (4 captions)", "swapper · ds-swapper (4 captions)"]
+    message, overview, compared, words, _, _, sources = compare(
+        "", DataRoots([folder]), draws=100, picked=[value for _, value in choices], store=store)
+    assert overview == [["honest", 4, 4, 0], ["swapper", 4, 4, 0]]
+    overall = next(c for c in compared if c[3] == "overall")
+    assert overall[:2] == ["honest", "swapper"] and overall[5] == pytest.approx(1.0)  # (0 + 2 + 0 + 2) / 4
+    assert ["swapper", "infometic", "blue", 2, 2, 1.0] in words
+    assert "swapper**, infometic: wrong rate 0.250" in message  # 2 of 8 judged words ("a" is a stop word)
+    listed = wrong_captions(sources, "swapper", "infometic", "blue", store)
+    assert [row[1] for row in listed] == ["1", "3"] and listed[0][3] == "a blue square"
+
+    found = open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder]), store)
+    assert (found["name_a"], found["caption_a"]) == ("swapper", "a blue square")
+    assert (found["name_b"], found["caption_b"]) == ("honest", "a red square")
+    assert found["image"].size == (64, 48) and found["regions"] == [{"box": [4.0, 4.0, 30.0, 30.0]}]
+    with pytest.raises(CapscopeError, match="outside the server's data roots"):
+        open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder / "elsewhere"]), store)

@@ -441,13 +441,14 @@ def test_browser_benchmark_agreement_with_people(chromium, served, monkeypatch):
 
 
 @browser
-def test_browser_admin_compares_captioners_and_lists_a_words_captions(chromium, served):
+def test_browser_admin_compares_captioners_and_opens_a_caption_in_inspect(chromium, served):
     from ui_support import scored
 
     data = Path(os.environ["CAPSCOPE_DATA_DIR"])
-    good = [scored("1", "a.png", "a red dog", [True, True, True], 3.0), scored("2", "b.png", "two cats", [True, True], 2.0)]
-    bad = [scored("1", "a.png", "a blue dog", [True, False, True], 1.0),
-           scored("2", "b.png", "three blue cats", [False, False, True], 0.5)]
+    a_png, b_png = (str(p) for p in sorted(data.rglob("*.png"))[:2])  # the seeded demo scenes
+    good = [scored("1", a_png, "a red dog", [True, True, True], 3.0), scored("2", b_png, "two cats", [True, True], 2.0)]
+    bad = [scored("1", a_png, "a blue dog", [True, False, True], 1.0),
+           scored("2", b_png, "three blue cats", [False, False, True], 0.5)]
     for name, rows in (("good", good), ("bad", bad)):
         (data / f"compare-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
@@ -462,4 +463,16 @@ def test_browser_admin_compares_captioners_and_lists_a_words_captions(chromium, 
     page.wait_for_function("document.querySelector('#cs-compare-captions').innerText.includes('three blue cats')",
                            timeout=20_000)
     shot(page, "admin-compare.png")
+
+    listed = page.locator("#cs-compare-captions [data-testid^=cell-]")
+    three = next(i for i in range(listed.count()) if listed.nth(i).inner_text().strip() == "three blue cats")
+    listed.nth(three).click()
+    page.wait_for_function("document.querySelector('#cs-caption-a textarea')?.value === 'three blue cats' && "
+                           "document.querySelector('#cs-caption-b textarea')?.value === 'two cats'", timeout=30_000)
+    assert page.get_by_role("tab", name="Inspect").get_attribute("aria-selected") == "true"
+    assert "Caption A · bad" in page.inner_text("#cs-caption-a") and "Caption B · good" in page.inner_text("#cs-caption-b")
+    for side in ("a", "b"):  # both captions scored on the clicked caption's image
+        page.wait_for_function(f"[...document.querySelectorAll('#cs-tokens-{side} .token')].length >= 2", timeout=60_000)
+    assert page.evaluate("document.querySelector('#cs-image img')?.naturalWidth") == 224
+    shot(page, "admin-compare-inspect.png")
     page.close()
