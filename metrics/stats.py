@@ -32,11 +32,22 @@ def bootstrap_interval(statistic, groups, draws: int = 1000, seed: int = 0) -> l
     if draws < 1 or len(members) < 2:
         return None
     rng = np.random.default_rng(seed)
+    order = np.concatenate(members)
+    lengths = np.array([len(m) for m in members])
+    starts = np.cumsum(lengths) - lengths
     values = np.empty(draws)
     for i in range(draws):
         picked = rng.integers(0, len(members), len(members))
-        values[i] = statistic(np.concatenate([members[g] for g in picked]))
+        values[i] = statistic(order[_positions(starts[picked], lengths[picked])])
     if np.isnan(values).all():
         return None
     lo, hi = np.nanpercentile(values, [2.5, 97.5])
     return [float(lo), float(hi)]
+
+
+def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices start, start + 1, ..., start + length - 1 of each run, one run
+    after another (what concatenating the picked groups' members gives)."""
+    total = int(lengths.sum())
+    run_starts_in_output = np.cumsum(lengths) - lengths
+    return np.arange(total) - np.repeat(run_starts_in_output - starts, lengths)

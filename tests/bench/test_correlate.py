@@ -91,6 +91,12 @@ def test_bootstrap_resamples_groups_is_seeded_and_contains_the_estimate():
     means = []
     C.bootstrap_interval(lambda idx: means.append(np.mean(np.array([0, 0, 1, 1])[idx])) or 0.0, ["a", "a", "b", "b"], 200)
     assert set(means) <= {0.0, 0.5, 1.0} and len(set(means)) == 3
+    # a draw's rows are its picked groups' members, group after group, in the order drawn
+    groups, seen = ["b", "a", "b", "c", "a", "b"], []
+    C.bootstrap_interval(lambda idx: seen.append(list(idx)) or 0.0, groups, 3, seed=4)
+    members = {"a": [1, 4], "b": [0, 2, 5], "c": [3]}
+    picked = np.random.default_rng(4).integers(0, 3, (3, 3))
+    assert seen == [[i for g in draw for i in members["abc"[g]]] for draw in picked]
 
 
 def test_rating_rows_scored_once_per_caption_failures_reported(pictures):
