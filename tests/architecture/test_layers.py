@@ -28,7 +28,7 @@ MAY_IMPORT = {
     "batch": {"metrics"},
     "server": {"metrics", "db", "annotation", "demo", "bench", "train", "batch"},
     "ui": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "pictures", "diagnose"},
-    "studies": {"metrics", "db", "annotation", "demo", "bench", "train"},
+    "studies": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "pictures", "diagnose"},
     "pictures": set(),
     "diagnose": {"metrics", "batch", "pictures"},
     "commands": {"metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui", "studies",
