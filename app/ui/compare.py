@@ -1,4 +1,4 @@
-"""The Admin tab's **Compare captioners** panel: several captioners' scored
+"""The **Compare** tab (admins only), comparing captioners: several captioners' scored
 captions, from files that `capscope score` (or `capscope diagnose`) wrote
 inside the server's data roots or from captions datasets in the store by their
 `model` field, added up as `capscope diagnose` adds them

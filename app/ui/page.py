@@ -140,6 +140,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
                 admin = build_admin(store, models.token_rule)
                 model_versions = build_model_versions(store, training, activations)
+            with gr.Tab("Compare", id="compare", visible=False) as compare_tab:
                 compare = build_compare(lambda fn, outputs=None: admin_only(store, fn, outputs), data_roots, store,
                                         models.token_rule)
         link_to_inspect(compare, inspect, tabs, lambda fn, outputs=None: admin_only(store, fn, outputs))
@@ -152,9 +153,10 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
                 user = None
             is_admin = bool(user and user.is_admin)
             text = f"Signed in as **{user.name}** ({user.role}) · [log out](logout)" if user else ""
-            return (text, *(gr.Tab(visible=is_admin) for _ in range(3)))
+            return (text, *(gr.Tab(visible=is_admin) for _ in range(4)))
 
-        demo.load(whoami, None, [who, explore_tab, bench_tab, admin_tab], api_visibility="private", queue=False)
+        demo.load(whoami, None, [who, explore_tab, bench_tab, admin_tab, compare_tab], api_visibility="private",
+                  queue=False)
         demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
                   concurrency_id="model", concurrency_limit=1)

@@ -1,4 +1,4 @@
-"""The Admin tab's Compare captioners panel (capscope.ui.compare): scored files
+"""The Compare tab (captioners, for admins) (capscope.ui.compare): scored files
 inside the data roots only, captioners in the store by their `model` field, the
 same sums as `capscope diagnose`, the captions behind a clicked word, and what
 Inspect is filled with when one of them is clicked."""

@@ -365,7 +365,8 @@ def _rescore_ms(page, caption: str) -> float:
 def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
     page = logged_in_page(chromium, served, "ann1", "pw-ann1")
     page.wait_for_function("document.querySelector('#cs-who').innerText.includes('ann1')", timeout=30_000)
-    assert not any(tab.is_visible() for tab in page.get_by_role("tab", name="Explore").all())
+    for hidden in ("Explore", "Benchmark", "Admin", "Compare"):
+        assert not any(tab.is_visible() for tab in page.get_by_role("tab", name=hidden).all())
     page.close()
 
     page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
@@ -452,7 +453,7 @@ def test_browser_admin_compares_captioners_and_opens_a_caption_in_inspect(chromi
     for name, rows in (("good", good), ("bad", bad)):
         (data / f"compare-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
-    page.get_by_role("tab", name="Admin").click()
+    page.get_by_role("tab", name="Compare").click()
     page.locator("#cs-compare-files textarea").fill(f"good={data / 'compare-good.jsonl'}\nbad={data / 'compare-bad.jsonl'}")
     page.click("#cs-compare-run")
     page.wait_for_function("document.querySelector('#cs-compare-message').innerText.includes('2 captioners')",
