@@ -187,13 +187,20 @@ class SamProposer:
 
 # ---------------------------------------------------------------- ultralytics
 
+# ultralytics is AGPL-3.0: an extra, so that the default install holds no AGPL code
+ULTRALYTICS_MISSING = ('regions yolo, fastsam and mobilesam need ultralytics (AGPL-3.0), which capscope does not '
+                       'install by default: pip install "capscope[yolo]", or use --regions classic or sam')
+
 def _import_ultralytics():
     """ultralytics, without its side effects on everyone else: it would pip-install
     missing packages at run time and replaces PIL's `Image.open` process-wide
     (a corrupt image then raises ModuleNotFoundError instead of PIL's error)."""
     os.environ.setdefault("YOLO_AUTOINSTALL", "false")
     open_before = Image.open
-    import ultralytics
+    try:
+        import ultralytics
+    except ImportError:
+        raise ModelUnavailable(ULTRALYTICS_MISSING) from None
 
     Image.open = open_before
     return ultralytics

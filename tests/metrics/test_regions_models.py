@@ -124,6 +124,25 @@ def test_ultralytics_offline_is_one_line(tmp_path, monkeypatch):
         PROPOSERS["fastsam"]()
 
 
+def test_without_ultralytics_the_region_sources_say_how_to_get_it(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ultralytics(name, *args, **kwargs):
+        if name == "ultralytics" or name.startswith("ultralytics."):
+            raise ImportError("No module named 'ultralytics'")
+        return real_import(name, *args, **kwargs)
+
+    weights = tmp_path / "yolo.pt"
+    weights.write_bytes(b"not loaded")
+    monkeypatch.setenv("CAPSCOPE_YOLO_WEIGHTS", str(weights))
+    monkeypatch.setattr(builtins, "__import__", no_ultralytics)
+    with pytest.raises(ModelUnavailable) as err:
+        PROPOSERS["yolo"]()
+    assert 'pip install "capscope[yolo]"' in str(err.value) and "\n" not in str(err.value)
+
+
 def test_masks_round_trip_as_coco_rle():
     mask = np.zeros((7, 9), dtype=bool)
     mask[2:5, 3:8] = True
