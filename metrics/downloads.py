@@ -1,18 +1,27 @@
-"""`capscope models download infometic|pacs`: the released checkpoints, fetched
-with gdown from the public Google Drive folders that the authors' READMEs link
-(HAWLYQ/InfoMetIC, aimagelab/pacscore), into the files the loaders look in.
+"""The released InfoMetIC and PAC-S checkpoints: fetched by `capscope models
+download` and, on first use, by a scorer that finds none (`fetch_on_first_use`),
+into the files the loaders look in. They come from the public Google Drive
+folders that the authors' READMEs link (HAWLYQ/InfoMetIC, aimagelab/pacscore),
+through gdown; or first from an institution's mirror when CAPSCOPE_WEIGHTS_MIRROR
+names one (a base URL holding the same files at the same relative paths as
+capscope's cache: `BASE/infometic/best_model.pth`, `BASE/pacs/clip_ViT-B-32.pth`).
 
-A download is resumable (gdown keeps a `.part` file beside the target and
-continues it); the file's sha256 is recorded beside it at the first download
-and checked on every later load (`checksums.verify`). Without a network the
-command fails at once, in one line naming the Drive folder and the flag or
-variable that points capscope to a copy fetched by hand.
+A download is resumable (a `.part` file beside the target is continued); a file
+whose sha256 differs from the one capscope expects is refused and deleted, never
+loaded; the digest is recorded beside the file and checked on every later load
+(`checksums.verify`). Without a network the command fails at once, in one line
+naming the Drive folder and the flag or variable that points capscope to a copy
+fetched by hand.
 """
 from __future__ import annotations
 
+import hashlib
+import http.client
 import os
 import socket
 import threading
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +31,9 @@ from .loading import ModelUnavailable
 # The host a download needs; tests point it at a closed port on loopback.
 DRIVE_ADDRESS = ("drive.google.com", 443)
 PROBE_TIMEOUT_S = 3.0
+MIRROR_VARIABLE = "CAPSCOPE_WEIGHTS_MIRROR"
+HTTP_TIMEOUT_S = 60
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,9 @@ class DriveFile:
     relative: str                # where the loader looks, under capscope's cache
     variable: str | None = None  # environment variable the loader reads first
     file_id: str | None = None   # Drive id when the README gives one, else looked up in the folder
+    # the sha256 capscope expects; None: not published by the authors, so the digest of the first
+    # download is recorded and every later load is checked against it
+    sha256: str | None = None
 
     def target(self) -> Path:
         if self.variable:
@@ -97,21 +112,106 @@ def drive_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
     return bool(reached)
 
 
-def download_release(name: str, log=print) -> list[Path]:
-    """Fetch the files of one release that are not here yet; returns their paths.
-    Files already present are checked against their recorded sha256, not fetched."""
+def download_release(name: str, log=print, only: str | None = None) -> list[Path]:
+    """Fetch the files of one release (or just the file named `only`) that are
+    not here yet; returns their paths. Files already present are checked against
+    their recorded sha256, not fetched. The mirror is tried first when set."""
     if name not in RELEASES:
         raise ValueError(f"unknown release {name!r}; choose from {', '.join(RELEASES)}")
     release = RELEASES[name]
-    missing = [f for f in release.files if not _present(release, f, log)]
-    if not missing:
-        return [f.target() for f in release.files]
-    if not drive_reachable():
-        raise ModelUnavailable(f"{release.component}: Google Drive cannot be reached; {release.by_hand()}")
-    ids = _file_ids(release, missing)
-    for drive_file in missing:
-        _fetch(release, drive_file, ids[drive_file.name], log)
-    return [f.target() for f in release.files]
+    files = [f for f in release.files if only is None or f.name == only]
+    missing = [f for f in files if not _present(release, f, log)]
+    mirror = os.environ.get(MIRROR_VARIABLE, "").rstrip("/")
+    if mirror:
+        missing = [f for f in missing if not _from_mirror(release, f, mirror, log)]
+    if missing:
+        if not drive_reachable():
+            raise ModelUnavailable(f"{release.component}: Google Drive cannot be reached; {release.by_hand()}")
+        ids = _file_ids(release, missing)
+        for drive_file in missing:
+            _fetch(release, drive_file, ids[drive_file.name], log)
+    return [f.target() for f in files]
+
+
+def fetch_on_first_use(name: str, only: str | None = None, log=None) -> bool:
+    """What a scorer does when the release's file is not in the cache: fetch it
+    when a mirror is set or Drive answers (never when offline is asked for);
+    True when it is here now. A failure is logged, not raised: the caller says
+    what is missing and how to get it."""
+    import logging
+
+    logger = logging.getLogger(__name__)
+    if offline_requested() and not os.environ.get(MIRROR_VARIABLE):
+        return False
+    try:
+        download_release(name, log=log or logger.info, only=only)
+        return True
+    except ModelUnavailable as err:
+        logger.warning("%s", err)
+        return False
+
+
+def _from_mirror(release: Release, drive_file: DriveFile, mirror: str, log) -> bool:
+    """Fetch one file from the mirror; False (logged) when the mirror fails, so Drive is tried next."""
+    url = f"{mirror}/{drive_file.relative}"
+    try:
+        fetch_http(url, drive_file.target(), drive_file.sha256, release.component, log)
+        return True
+    except ModelUnavailable as err:
+        log(f"{err}; trying Google Drive")
+        return False
+
+
+def fetch_http(url: str, target: Path, expected: str | None, component: str, log=print) -> str:
+    """Download `url` to `target` through `target.part`, continuing a part left
+    by an interrupted run (HTTP Range), with a progress bar; the sha256 is
+    checked against `expected` (a mismatch is deleted and refused) and recorded
+    beside the file. Returns the digest."""
+    from tqdm import tqdm
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    done = part.stat().st_size if part.is_file() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={done}-"} if done else {})
+    log(f"{component} {target.name}: downloading from {url}" + (f", resuming at {done} bytes" if done else ""))
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+            if done and response.status != 206:  # the server ignored the range: start over
+                done = 0
+            size = response.headers.get("Content-Length")
+            total = done + int(size) if size else None
+            with part.open("ab" if done else "wb") as out, \
+                    tqdm(total=total, initial=done, unit="B", unit_scale=True, desc=target.name) as bar:
+                while block := response.read(_CHUNK):
+                    out.write(block)
+                    bar.update(len(block))
+            if total is not None and part.stat().st_size < total:
+                raise ConnectionError(f"got {part.stat().st_size} of {total} bytes")
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and done:  # the part already holds the whole file
+            pass
+        else:
+            raise ModelUnavailable(f"{component}: {url} answered HTTP {err.code}") from None
+    except (OSError, http.client.HTTPException, ValueError) as err:  # refused, reset, cut short
+        raise ModelUnavailable(f"{component}: download of {target.name} from {url} stopped ({type(err).__name__}: "
+                               f"{str(err)[:80]}); run again to resume") from None
+    digest = _sha256(part)
+    if expected and digest != expected:
+        part.unlink()
+        raise ModelUnavailable(f"{component}: {target.name} from {url} has sha256 {digest[:12]}..., not the "
+                               f"{expected[:12]}... capscope expects; refused and deleted")
+    part.replace(target)
+    checksums.record(target, url)
+    log(f"{component} {target.name}: ready, sha256 {digest}")
+    return digest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _present(release: Release, drive_file: DriveFile, log) -> bool:
@@ -171,5 +271,9 @@ def _fetch(release: Release, drive_file: DriveFile, file_id: str, log) -> None:
         ) from None
     if not target.is_file():  # older gdown versions return None instead of raising
         raise ModelUnavailable(f"{release.component}: download of {drive_file.name} failed; {release.by_hand()}")
+    if drive_file.sha256 and _sha256(target) != drive_file.sha256:
+        target.unlink()
+        raise ModelUnavailable(f"{release.component}: {drive_file.name} from {release.folder_url} has another sha256 "
+                               f"than the {drive_file.sha256[:12]}... capscope expects; refused and deleted")
     digest = checksums.record(target, f"google-drive:{file_id} ({release.folder_url})")
     log(f"{release.component} {drive_file.name}: ready, sha256 {digest} recorded in {checksums.record_path(target).name}")

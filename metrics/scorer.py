@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from . import loading
+from . import downloads, loading
 from .clipscore import PROMPT
 from . import windows
 from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE, check_precision
@@ -335,6 +335,8 @@ class Scorer:
 
     def _pacs_clip(self, checkpoint, model_name) -> ClipBackbone:
         path = checkpoint or loading.env_or_cache("CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth")
+        if not checkpoint and not Path(path).is_file() and not os.environ.get("CAPSCOPE_PACS_CHECKPOINT"):
+            downloads.fetch_on_first_use("pacs", only="clip_ViT-B-32.pth")
         state = loading.load_state_file(path, "PAC-S", "--pacs-checkpoint or CAPSCOPE_PACS_CHECKPOINT")
         model = loading.empty_open_clip(model_name)
         loading.load_clip_state(model, state, str(path))
@@ -346,6 +348,8 @@ class Scorer:
         if self._demo_choice:
             return self._required_demo()
         path = Path(checkpoint or loading.env_or_cache("CAPSCOPE_INFOMETIC_CHECKPOINT", "infometic/best_model.pth"))
+        if not checkpoint and not path.is_file() and not os.environ.get("CAPSCOPE_INFOMETIC_CHECKPOINT"):
+            downloads.fetch_on_first_use("infometic")
         if not path.is_file():
             demo = None if checkpoint or self._demo_choice is False else self._demo_model()
             if demo is not None:

@@ -181,3 +181,113 @@ def test_a_missing_file_in_the_folder_names_it(cache, online, monkeypatch):
     fake_drive(monkeypatch, {}, folder={"something_else.pth": "x"})
     with pytest.raises(ModelUnavailable, match=r"^InfoMetIC: best_model.pth is not in https://drive.google.com/drive/folders/"):
         downloads.download_release("infometic", log=lambda _: None)
+
+
+# ---------------------------------------------------------------- an institution's mirror, over HTTP on loopback
+
+class Mirror:
+    """An HTTP server on loopback holding files at their cache paths; it honours
+    Range requests, and can cut its next answer off half way."""
+
+    def __init__(self, files: dict[str, bytes]):
+        import http.server
+        import threading
+
+        self.files, self.requests, self.cut_next = files, [], False
+        mirror = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = mirror.files.get(self.path.removeprefix("/base/"))
+                mirror.requests.append((self.path, self.headers.get("Range")))
+                if body is None:
+                    self.send_error(404)
+                    return
+                start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") else 0
+                self.send_response(206 if start else 200)
+                self.send_header("Content-Length", str(len(body) - start))
+                self.end_headers()
+                if mirror.cut_next:  # the connection dies half way through
+                    mirror.cut_next = False
+                    self.wfile.write(body[start:start + (len(body) - start) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(body[start:])
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/base"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def mirror(monkeypatch, small_checkpoint, cache):
+    """The mirror serves PAC-S's ViT-B-32 file; capscope expects its sha256. Drive is never reached."""
+    from dataclasses import replace
+
+    server = Mirror({"pacs/clip_ViT-B-32.pth": small_checkpoint.read_bytes()})
+    monkeypatch.setenv(downloads.MIRROR_VARIABLE, server.url)
+    release = downloads.RELEASES["pacs"]
+    expected = replace(release.files[0], sha256=sha256(small_checkpoint))
+    monkeypatch.setitem(downloads.RELEASES, "pacs", replace(release, files=(expected, *release.files[1:])))
+    monkeypatch.setattr(gdown, "download", lambda **_: pytest.fail("Drive used although the mirror had the file"))
+    yield server
+    server.close()
+
+
+def test_the_mirror_is_tried_first_and_its_file_checked(mirror, cache, small_checkpoint):
+    lines = []
+    paths = downloads.download_release("pacs", log=lines.append, only="clip_ViT-B-32.pth")
+    assert paths == [cache / "pacs" / "clip_ViT-B-32.pth"]
+    assert paths[0].read_bytes() == small_checkpoint.read_bytes()
+    assert checksums.verify(paths[0]) == sha256(small_checkpoint) and mirror.url in checksums.record_path(paths[0]).read_text()
+    assert mirror.requests == [("/base/pacs/clip_ViT-B-32.pth", None)] and not any(cache.rglob("*.part"))
+
+
+def test_a_corrupt_file_from_the_mirror_is_refused_and_never_loaded(mirror, cache, small_checkpoint):
+    body = bytearray(small_checkpoint.read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    mirror.files["pacs/clip_ViT-B-32.pth"] = bytes(body)
+    lines = []
+    with pytest.raises(ModelUnavailable, match="Google Drive cannot be reached"):  # the tests are offline
+        downloads.download_release("pacs", log=lines.append, only="clip_ViT-B-32.pth")
+    assert any("refused and deleted" in line for line in lines)
+    assert list(cache.rglob("clip_ViT-B-32.pth*")) == []
+    with pytest.raises(ModelUnavailable, match="not found"):
+        loading.load_state_file(cache / "pacs" / "clip_ViT-B-32.pth", "PAC-S", "--pacs-checkpoint")
+
+
+def test_a_download_cut_half_way_resumes_where_it_stopped(mirror, cache, small_checkpoint):
+    mirror.cut_next = True
+    lines = []
+    with pytest.raises(ModelUnavailable):
+        downloads.download_release("pacs", log=lines.append, only="clip_ViT-B-32.pth")
+    part = cache / "pacs" / "clip_ViT-B-32.pth.part"
+    size = len(small_checkpoint.read_bytes())
+    assert 0 < part.stat().st_size < size and any("run again to resume" in line for line in lines)
+    kept = part.stat().st_size
+    downloads.download_release("pacs", log=lines.append, only="clip_ViT-B-32.pth")
+    assert mirror.requests[-1] == ("/base/pacs/clip_ViT-B-32.pth", f"bytes={kept}-")
+    assert (cache / "pacs" / "clip_ViT-B-32.pth").read_bytes() == small_checkpoint.read_bytes()
+    assert not part.exists()
+
+
+def test_a_scorer_fetches_the_released_infometic_on_first_use(cache, monkeypatch, released_checkpoint):
+    from capscope.metrics.scorer import Scorer
+
+    server = Mirror({"infometic/best_model.pth": released_checkpoint.read_bytes()})
+    try:
+        monkeypatch.setenv(downloads.MIRROR_VARIABLE, server.url)
+        scorer = Scorer(["infometic"], device="cpu", demo=False)
+        assert not scorer.demo and (cache / "infometic" / "best_model.pth").is_file()
+        assert scorer.checkpoints["infometic"]["sha256"] == sha256(released_checkpoint)
+        assert server.requests == [("/base/infometic/best_model.pth", None)]
+    finally:
+        server.close()
