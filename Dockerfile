@@ -1,11 +1,11 @@
 # capscope: the web app and API on port 7860.
 #   docker build -t capscope .                                  # weights fetched at first use
-#   docker build -t capscope --build-arg DOWNLOAD_WEIGHTS=1 .   # CLIP and spaCy baked in
+#   docker build -t capscope --build-arg DOWNLOAD_WEIGHTS=1 .   # every public weight baked in (offline image)
 #   docker run -p 7860:7860 -v capscope-data:/data capscope
-# DOWNLOAD_WEIGHTS=1 runs `capscope models download` with no names: CLIP ViT-B-32 (openai) and
-# spaCy's en_core_web_sm. The released InfoMetIC and PAC-S checkpoints are not baked in: fetch them
-# with `capscope models download infometic pacs` (into CAPSCOPE_CACHE, /models); SAM and the
-# ultralytics region weights are downloaded at first use.
+# DOWNLOAD_WEIGHTS=1 runs `capscope models download` with no names: CLIP ViT-B-32 (openai), spaCy's
+# en_core_web_sm and the released InfoMetIC and PAC-S checkpoints (into CAPSCOPE_CACHE, /models). Those
+# two carry no stated licence (docs/licences.md): keep such an image for yourself. SAM is downloaded at
+# first use; the ultralytics region sources (AGPL-3.0) are not installed: add the `yolo` extra to use them.
 FROM python:3.11-slim
 
 # A CPU-only torch keeps the image small; leave empty to take PyPI's default (CUDA) build.
@@ -35,8 +35,7 @@ COPY train train
 COPY static static
 RUN pip install ".[captioning]"
 
-# CLIP (open_clip openai tag) and spaCy's en_core_web_sm; SAM and YOLO download at first use, the released
-# InfoMetIC and PAC-S checkpoints with `capscope models download infometic pacs`.
+# CLIP (open_clip openai tag), spaCy's en_core_web_sm, the released InfoMetIC and PAC-S checkpoints
 RUN if [ "$DOWNLOAD_WEIGHTS" = "1" ]; then capscope models download; fi
 
 VOLUME ["/data"]

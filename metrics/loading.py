@@ -115,7 +115,8 @@ def _from_tag(open_clip, model_name: str, tag: str | None, component: str):
     if not clip_tag_cached(model_name, tag) and not hub_reachable():
         raise ModelUnavailable(
             f"{component}: {model_name}/{tag} is not in the Hugging Face cache and the hub cannot be reached; "
-            "pass a local checkpoint with --clip-pretrained FILE"
+            f"run `capscope models download {_download_name(component)}` where there is a network, or pass a local "
+            "checkpoint with --clip-pretrained FILE"
         )
     try:
         with _quiet("root", "huggingface_hub"):
@@ -123,8 +124,14 @@ def _from_tag(open_clip, model_name: str, tag: str | None, component: str):
     except Exception as err:
         raise ModelUnavailable(
             f"{component}: cannot load {model_name}/{tag} ({type(err).__name__}); "
-            "pass a local checkpoint with --clip-pretrained FILE"
+            f"run `capscope models download {_download_name(component)}`, or pass a local checkpoint with "
+            "--clip-pretrained FILE"
         ) from None
+
+
+def _download_name(component: str) -> str:
+    """The `capscope models download` name that fetches a component's CLIP."""
+    return "clip4dm" if component == "CLIP4DM" else "clip"
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:

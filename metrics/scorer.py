@@ -337,6 +337,11 @@ class Scorer:
         path = checkpoint or loading.env_or_cache("CAPSCOPE_PACS_CHECKPOINT", "pacs/clip_ViT-B-32.pth")
         if not checkpoint and not Path(path).is_file() and not os.environ.get("CAPSCOPE_PACS_CHECKPOINT"):
             downloads.fetch_on_first_use("pacs", only="clip_ViT-B-32.pth")
+        if not Path(path).is_file():
+            raise ModelUnavailable(
+                f"PAC-S: checkpoint {path} not found; run `capscope models download pacs`, or pass "
+                "--pacs-checkpoint FILE (or set CAPSCOPE_PACS_CHECKPOINT) naming the released clip_ViT-B-32.pth"
+            )
         state = loading.load_state_file(path, "PAC-S", "--pacs-checkpoint or CAPSCOPE_PACS_CHECKPOINT")
         model = loading.empty_open_clip(model_name)
         loading.load_clip_state(model, state, str(path))
@@ -355,8 +360,8 @@ class Scorer:
             if demo is not None:
                 return demo
             raise ModelUnavailable(
-                f"InfoMetIC: checkpoint {path} not found (pass --infometic-checkpoint FILE or set "
-                "CAPSCOPE_INFOMETIC_CHECKPOINT to the released best_model.pth)"
+                f"InfoMetIC: checkpoint {path} not found; run `capscope models download infometic`, or pass "
+                "--infometic-checkpoint FILE (or set CAPSCOPE_INFOMETIC_CHECKPOINT) naming the released best_model.pth"
             )
         loaded = self._load_infometic_file(path)
         self._record_file("infometic", path)

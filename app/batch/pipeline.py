@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 from capscope.batch.resume import AnsweredIds, batched, count_lines
 from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE
-from capscope.metrics.errors import CapscopeError
+from capscope.metrics.errors import CapscopeError, ModelUnavailable
 from capscope.metrics.jsonl import json_lines
 from capscope.metrics.result import ScoreRow
 
@@ -64,7 +64,7 @@ class ScorerOptions:
             alpha_clip_checkpoint=_absolute_if_file(args.alpha_clip_checkpoint),
             beta=args.beta, token_rule=args.token_rule, long_captions=getattr(args, "long_captions", "windows"),
             clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers, precision=args.precision,
-            demo=getattr(args, "demo_choice", None),
+            demo=bool(getattr(args, "demo", False)),  # the command line never mixes real and demo weights
         )
 
     def build(self):
@@ -72,6 +72,10 @@ class ScorerOptions:
 
         try:
             scorer = Scorer(list(self.metrics), **{k: v for k, v in vars(self).items() if k != "metrics"})
+        except ModelUnavailable as err:
+            if self.demo is False:
+                raise ModelUnavailable(f"{err}; or --demo to score with capscope's demo model as a whole") from None
+            raise
         except ValueError as err:
             raise CapscopeError(str(err)) from None
         if scorer.demo:
@@ -83,10 +87,6 @@ class ScorerOptions:
 def _absolute_if_file(value: str | None) -> str | None:
     """A local file as an absolute path; a tag (open_clip's "openai") as given."""
     return str(Path(value).resolve()) if value and Path(value).is_file() else value
-
-
-def build_scorer(args, metrics):
-    return ScorerOptions.from_args(args, metrics).build()
 
 
 def engine_results(task, items: Iterable, batch_size: int, cluster) -> Iterator:

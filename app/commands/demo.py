@@ -6,13 +6,14 @@ from pathlib import Path
 
 from capscope.commands.options import (
     add_clip4dm_options,
+    add_demo_option,
     add_long_captions_option,
     add_precision_option,
     add_token_rule_option,
 )
 from capscope.demo.shifts import SHIFTS
 from capscope.metrics.constants import TOKEN_RULES
-from capscope.metrics.errors import CapscopeError
+from capscope.metrics.errors import CapscopeError, ModelUnavailable
 from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 
 
@@ -143,6 +144,7 @@ def register_evaluate(sub) -> None:
     ev.add_argument("--batch-size", type=int, default=32)
     add_clip4dm_options(ev)
     add_precision_option(ev)
+    add_demo_option(ev)
     ev.set_defaults(func=run_evaluate)
 
 
@@ -322,10 +324,17 @@ def scorer_for(args):
         beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
         register_demo_clip_config(beside if beside is not None and beside.is_file() else None)
         crop = CropStyle(**DEMO_CROP)
-    return Scorer([args.metric], device=args.device, clip_model=args.clip_model, clip_pretrained=args.clip_pretrained,
-                  clip_crop=crop, regions="given", infometic_checkpoint=args.infometic_checkpoint, beta=args.beta,
-                  token_rule=args.token_rule, clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
-                  precision=args.precision, long_captions=getattr(args, "long_captions", "windows"))
+    try:
+        return Scorer([args.metric], device=args.device, clip_model=args.clip_model,
+                      clip_pretrained=args.clip_pretrained, clip_crop=crop, regions="given",
+                      infometic_checkpoint=args.infometic_checkpoint, beta=args.beta, token_rule=args.token_rule,
+                      clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
+                      precision=args.precision, long_captions=getattr(args, "long_captions", "windows"),
+                      demo=bool(args.demo))
+    except ModelUnavailable as err:
+        if args.demo:
+            raise
+        raise ModelUnavailable(f"{err}; or --demo to score with capscope's demo model as a whole") from None
 
 
 def run_evaluate(args) -> int:

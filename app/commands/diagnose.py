@@ -22,9 +22,6 @@ def register(sub) -> None:
     cmd.add_argument("--metric", nargs="+", action="extend", choices=METRICS, dest="metrics",
                      help="metrics to score and summarise (default infometic clip-s; rows already scored keep theirs)")
     cmd.add_argument("--out", required=True, type=Path, help="the folder for summary.json, index.html, figures and scored rows")
-    cmd.add_argument("--demo", action="store_true",
-                     help="score with capscope's demo model as a whole (coloured shapes, not photos); without it a "
-                          "missing weight stops the run before scoring")
     cmd.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws for the 95%% intervals")
     cmd.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     cmd.add_argument("--batch-size", type=int, default=32)
@@ -43,7 +40,6 @@ def run_diagnose(args) -> int:
     for model in models:
         if not model.path.is_file():
             raise CapscopeError(f"--model {model.name}: {model.path}: no such file")
-    args.demo_choice = True if args.demo else False  # never a run that mixes real and demo weights
     metrics = args.metrics or ["infometic", "clip-s"]
     summary = diagnose(models, args.out, ScorerOptions.from_args(args, metrics), metrics=args.metrics,
                        input_format=args.input_format, annotations=args.annotations, images=args.images,

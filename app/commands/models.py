@@ -15,8 +15,9 @@ def register(sub) -> None:
     models = sub.add_parser("models", help="list the model components, where they come from and whether they are here")
     models.add_argument("action", nargs="?", choices=["list", "download"], default="list")
     models.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"with download: {', '.join(DOWNLOADS)}; none: CLIP ViT-B-32 (openai) and spaCy's "
-                             "en_core_web_sm, and a line on how to get each other missing component")
+                        help=f"with download: {', '.join(DOWNLOADS)}; none: CLIP ViT-B-32 (openai), spaCy's "
+                             "en_core_web_sm and the released InfoMetIC and PAC-S checkpoints, and a line on how "
+                             "to get each other missing component")
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=run_models)
 
@@ -75,8 +76,10 @@ def _download_spacy() -> bool:
 
 
 def download_models() -> int:
-    """Fetch what has a stable public source; say how to get the rest."""
-    from capscope.metrics import inventory, loading
+    """Fetch everything that has a public source: CLIP ViT-B-32, spaCy's
+    pipeline, and the released InfoMetIC and PAC-S checkpoints; say how to get
+    the rest. Every component is tried; the exit status says whether all came."""
+    from capscope.metrics import downloads, inventory, loading
 
     failures = 0
     try:
@@ -87,7 +90,13 @@ def download_models() -> int:
         print(err)
     if not loading.spacy_pipeline_present():
         failures += not _download_spacy()
+    for name in downloads.RELEASES:
+        try:
+            downloads.download_release(name)
+        except loading.ModelUnavailable as err:
+            failures += 1
+            print(err)
     for row in inventory.components():
-        if not row["present"] and row["component"] not in ("CLIP", "spaCy"):
+        if not row["present"] and row["component"] not in ("CLIP", "spaCy", "InfoMetIC", "PAC-S"):
             print(f"{row['component']}: {row['get']}")
     return 1 if failures else 0

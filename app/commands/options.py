@@ -33,6 +33,13 @@ def add_model_options(parser: argparse.ArgumentParser, long_captions: str = "win
     add_long_captions_option(parser, long_captions)
     add_clip4dm_options(parser)
     add_precision_option(parser)
+    add_demo_option(parser)
+
+
+def add_demo_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--demo", action="store_true",
+                        help="score with capscope's demo model as a whole (coloured shapes, not photos); without it a "
+                             "weight that cannot be had stops the run before scoring, never a run that mixes the two")
 
 
 def add_token_rule_option(parser: argparse.ArgumentParser) -> None:
