@@ -330,9 +330,9 @@ def scorer_for(args):
                       infometic_checkpoint=args.infometic_checkpoint, beta=args.beta, token_rule=args.token_rule,
                       clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
                       precision=args.precision, long_captions=getattr(args, "long_captions", "windows"),
-                      demo=bool(args.demo))
+                      demo=bool(getattr(args, "demo", False)))
     except ModelUnavailable as err:
-        if args.demo:
+        if getattr(args, "demo", False):
             raise
         raise ModelUnavailable(f"{err}; or --demo to score with capscope's demo model as a whole") from None
 

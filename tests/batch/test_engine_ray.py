@@ -20,7 +20,7 @@ import pytest
 from capscope.cli import main
 from human_support import write_foil_file
 
-SCORE = ["--metric", "clip-s", "infometic", "--regions", "classic", "--device", "cpu"]
+SCORE = ["--metric", "clip-s", "infometic", "--regions", "classic", "--device", "cpu", "--demo"]
 EXTRA_CAPTIONS = ("a red circle.", "a large blue square and a green star.", "two yellow triangles.")
 N_IMAGES = 12
 RUN_LIMIT_S = 240
@@ -173,7 +173,7 @@ def test_local_run_imports_nothing_of_ray(tmp_path):
     (tmp_path / "in.jsonl").write_text(json.dumps({"id": "a", "image": "scene.png", "caption": "a red circle"}) + "\n")
     script = ("import sys; from capscope.cli import main; "
               f"code = main(['score', '--input', {str(tmp_path / 'in.jsonl')!r}, '--output', "
-              f"{str(tmp_path / 'out.jsonl')!r}, '--metric', 'clip-s', '--device', 'cpu']); "
+              f"{str(tmp_path / 'out.jsonl')!r}, '--metric', 'clip-s', '--device', 'cpu', '--demo']); "
               "print('RAY' if 'ray' in sys.modules else 'NO RAY', code)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.stdout.strip().endswith("NO RAY 0"), done.stdout + done.stderr[-2000:]
@@ -359,7 +359,7 @@ def test_features_on_ray_same_files_and_index(cluster, world, one_torch_thread):
     for engine in ("local", "ray"):
         extra = ["--engine", "ray", "--workers", "2"] if engine == "ray" else []
         assert main(["features", "--input", str(world / "few.jsonl"), "--out", str(world / f"feats-{engine}"),
-                     "--regions", "classic", "--device", "cpu", *extra]) in (0, 1)
+                     "--regions", "classic", "--device", "cpu", "--demo", *extra]) in (0, 1)
     local, ray = world / "feats-local", world / "feats-ray"
     assert (ray / "pairs.jsonl").read_text() == (local / "pairs.jsonl").read_text()
     names = sorted(p.name for p in local.glob("*.npz"))
@@ -374,7 +374,7 @@ def test_correlate_on_ray_same_figures(cluster, tmp_path, capsys):
     """FOIL layout from demo scenes: the same accuracy and figures from a pool of two workers."""
     write_foil_file(tmp_path)
     base = ["correlate", "--benchmark", "foil", "--data", str(tmp_path), "--metric", "clip-s", "infometic",
-            "--device", "cpu", "--bootstrap", "20", "--json", "--batch-size", "2"]
+            "--device", "cpu", "--bootstrap", "20", "--json", "--batch-size", "2", "--demo"]
     results = []
     for extra in ([], ["--engine", "ray", "--workers", "2"]):
         assert main(base + extra) == 0

@@ -160,3 +160,24 @@ def test_features_rows_refuse_pixel_metrics(workdir):
           *model_args(workdir)])
     (result,) = read(out)
     assert "clip-s needs pixels" in result["error"] and "infoclip" in result["metrics"]
+
+
+def test_offline_a_new_user_is_told_what_is_missing_and_demo_is_whole(workdir, tmp_path, capsys, monkeypatch):
+    """Never a mixed run: without --demo a weight that cannot be had stops the
+    command before scoring, in one line; with --demo every row is the demo's."""
+    root, _, _ = workdir
+    monkeypatch.setenv("CAPSCOPE_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("CAPSCOPE_INFOMETIC_CHECKPOINT", raising=False)
+    out = tmp_path / "out.jsonl"
+    args = ["score", "--input", str(root / "pairs.jsonl"), "--output", str(out), "--metric", "infometic",
+            "--device", "cpu", "--regions", "given"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "capscope models download infometic" in err and "--infometic-checkpoint" in err and "--demo" in err
+    assert not out.exists()
+
+    assert main([*args, "--demo"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    scored = [r for r in rows if r["metrics"]]
+    assert scored and all(r["model"]["demo"] is True for r in scored)

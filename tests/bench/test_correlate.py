@@ -256,7 +256,7 @@ def pairs_file(folder: Path) -> Path:
 def test_correlate_equals_pacs_procedure_on_capscope_scores(tmp_path, capsys):
     folder = flickr_folder(tmp_path / "flickr")
     code = main(["correlate", "--benchmark", "flickr8k-expert", "--data", str(folder), "--metric", "clip-s",
-                 "infometic", "--json", "--device", "cpu", "--bootstrap", "200"])
+                 "infometic", "--json", "--device", "cpu", "--bootstrap", "200", "--demo"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["benchmark"] == "flickr8k-expert" and result["statistic"] == "tau_c"
@@ -264,7 +264,7 @@ def test_correlate_equals_pacs_procedure_on_capscope_scores(tmp_path, capsys):
 
     out = tmp_path / "scored.jsonl"
     assert main(["score", "--input", str(pairs_file(folder)), "--output", str(out), "--metric", "clip-s",
-                 "infometic", "--device", "cpu"]) == 0
+                 "infometic", "--device", "cpu", "--demo"]) == 0
     scored = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(row["error"] is None for row in scored)
     expected = pacs_procedure(folder, scored)
@@ -283,7 +283,7 @@ def test_missing_image_and_caption_reported_run_goes_on_table_and_plot(tmp_path,
     folder = flickr_folder(tmp_path / "flickr", n_images=3, missing=True)
     png = tmp_path / "fig.png"
     code = main(["correlate", "--benchmark", "flickr8k-expert", "--data", str(folder), "--metric", "clip-s",
-                 "--device", "cpu", "--bootstrap", "50", "--plot", str(png)])
+                 "--device", "cpu", "--bootstrap", "50", "--plot", str(png), "--demo"])
     captured = capsys.readouterr()
     assert code == 0
     assert "2 rows skipped" in captured.err and "gone" in captured.err and "caption missing" in captured.err
@@ -308,7 +308,7 @@ def test_token_benchmark_reports_evaluate_figures_ap_and_pos(tmp_path, capsys):
 
     write_demo_data(tmp_path / "demo", 3, seed=4, progress=False)
     code = main(["correlate", "--benchmark", "captokeneval", "--data", str(tmp_path / "demo" / "captokeneval.jsonl"),
-                 "--metric", "infometic", "--json", "--device", "cpu"])
+                 "--metric", "infometic", "--json", "--device", "cpu", "--demo"])
     assert code == 0
     figures = json.loads(capsys.readouterr().out)["metrics"]["infometic"]
     assert figures["n_items"] == 6 and figures["text_accuracy"] is not None
@@ -321,7 +321,7 @@ def test_foil_file_end_to_end_with_the_demo_model(tmp_path, capsys):
     through the real loader, the demo model and the printed table."""
     write_foil_file(tmp_path)
     code = main(["correlate", "--benchmark", "foil", "--data", str(tmp_path), "--metric", "clip-s", "infometic",
-                 "--device", "cpu", "--bootstrap", "50", "--json"])
+                 "--device", "cpu", "--bootstrap", "50", "--json", "--demo"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["n"] == 4 and result["statistic"] == "accuracy"

@@ -108,7 +108,7 @@ def test_shipped_demo_model_meets_the_bars(fresh_scenes, capsys):
 
 @pytest.mark.skipif(not demo_model_path().is_file(), reason="the demo model is not shipped yet")
 def test_hice_on_the_demo_clip_ranks_regions_and_words(fresh_scenes, capsys, monkeypatch):
-    """HICE-S through the demo fallback, its region crops in the demo CLIP's own style
+    """HICE-S on the demo model (--demo), its region crops in the demo CLIP's own style
     (0.93 region AUROC and 0.79 word AUROC on 300 held-out scenes before they were)."""
     from capscope.metrics import loading
 
@@ -119,7 +119,7 @@ def test_hice_on_the_demo_clip_ranks_regions_and_words(fresh_scenes, capsys, mon
     monkeypatch.delenv("CAPSCOPE_NO_DEMO", raising=False)
     capsys.readouterr()
     code = main(["evaluate", "--gold", str(fresh_scenes / "captokeneval.jsonl"), "--metric", "hice", "--json",
-                 "--device", "cpu"])
+                 "--device", "cpu", "--demo"])
     assert code == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["region_auroc"] >= 0.97 and figures["incorrect_token_auroc"] >= 0.85

@@ -184,7 +184,7 @@ def test_score_reads_coco_results_too(coco_files, tmp_path):
     out = tmp_path / "scored.jsonl"
     assert main(["score", "--input", str(coco_files / "nearly-clean.json"), "--annotations", str(coco_files / "captions.json"),
                  "--images", str(coco_files / "images"), "--output", str(out), "--metric", "clip-s",
-                 "--device", "cpu"]) == 0
+                 "--device", "cpu", "--demo"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == [str(i) for i in range(1, 25)] and not any(r["error"] for r in rows)
     assert all("ref_clip_s" in r["metrics"]["clip-s"]["scores"] for r in rows)  # the annotations' references

@@ -99,7 +99,7 @@ def test_the_commands_take_precision(tmp_path, capsys):
     write_pairs_file(make_pairs(2, seed=9), tmp_path / "pairs.jsonl")
     out = tmp_path / "scored.jsonl"
     assert main(["score", "--input", str(tmp_path / "pairs.jsonl"), "--output", str(out), "--metric", "clip-s",
-                 "--regions", "given", "--precision", "bf16"]) == 0
+                 "--regions", "given", "--precision", "bf16", "--demo"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["model"]["precision"] for r in rows] == ["bf16", "bf16"]
     with pytest.raises(SystemExit) as exit_info:
