@@ -325,6 +325,29 @@ def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: It
     return _apply(store, user, item_id, _edit(set(incorrect_tokens), set(mentioned_regions), status), **kw)
 
 
+def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],
+                     mentioned_regions: Iterable[int]) -> bool:
+    """A judgement made elsewhere (another annotation tool) as this user's
+    submitted labels of the item, its assignment created when there is none.
+    False when the user's submitted labels were already these (nothing written)."""
+    wanted = (set(incorrect_tokens), set(mentioned_regions))
+
+    def claim(session):
+        now = utcnow()
+        assignment = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
+                                                             Assignment.user_id == user.id).with_for_update())
+        if assignment is None:
+            if session.get(Caption, item_id) is None:
+                raise NotFound(f"no item {item_id}")
+            assignment = _create_assignment(session, item_id, user, now, now)
+        return (*current_labels(session, assignment.id), assignment.status)
+
+    if store.run_write(claim) == (*wanted, "submitted"):
+        return False
+    save_labels(store, user, item_id, *wanted, status="submitted")
+    return True
+
+
 def _toggle(kind: str, index: int) -> Change:
     def change(session, assignment, state):
         tokens, regions, _ = state

@@ -22,12 +22,15 @@ def register(sub) -> None:
                         "COCO results JSON ([{image_id, caption}]) with --annotations")
     source.add_argument("--captokeneval", type=Path, help="a CapTokenEval file (labels become gold)")
     source.add_argument("--predictions", type=Path, help="a `capscope score` output file: pre-annotations")
+    source.add_argument("--label-studio", type=Path, metavar="EXPORT.json",
+                        help="Label Studio's JSON export of tasks capscope exported: each annotation becomes one "
+                             "annotator's labels (--dataset: the items' dataset, default the one each task names)")
     imp.add_argument("--images", type=Path, help="images folder (required with --captions)")
     imp.add_argument("--annotations", type=Path, default=None,
                      help="with a COCO results --captions file: the COCO captions file (image files, references)")
     imp.add_argument("--model", default=None,
                      help="with a COCO results --captions file: the captioning model's name (default: the file's name)")
-    imp.add_argument("--dataset", default="default")
+    imp.add_argument("--dataset", default=None, help="default: default (with --label-studio: each task's own)")
     imp.add_argument("--annotators-per-item", type=int, default=3, metavar="N")
     imp.add_argument("--regions", default="classic", help="region proposer for images without regions, or none")
     imp.add_argument("--max-regions", type=int, default=20)
@@ -36,9 +39,20 @@ def register(sub) -> None:
     add_db_option(imp)
     imp.set_defaults(func=run_import)
 
-    exp = sub.add_parser("export", help="export labels: CapTokenEval JSONL, CSV or COCO regions")
-    exp.add_argument("--format", default="captokeneval", choices=["captokeneval", "csv", "coco"])
-    exp.add_argument("--out", required=True, help="output file, or - for standard output")
+    exp = sub.add_parser("export", help="export labels: CapTokenEval JSONL, CSV, COCO regions, or Label Studio tasks")
+    exp.add_argument("--format", default="captokeneval",
+                     choices=["captokeneval", "csv", "coco", "label-studio", "label-studio-config"],
+                     help="label-studio: tasks with the model's suggestions as predictions; label-studio-config: "
+                          "the labeling config they fit (printed)")
+    exp.add_argument("--out", default=None, help="output file, or - for standard output (required but for "
+                                                  "label-studio-config)")
+    exp.add_argument("--with-labels", action="store_true",
+                     help="label-studio: the team's submitted labels as annotations too")
+    exp.add_argument("--image-root", default="/",
+                     help="label-studio: images are served from Label Studio's local files, relative to this "
+                          "folder (its LOCAL_FILES_DOCUMENT_ROOT; default /)")
+    exp.add_argument("--image-url-prefix", default=None,
+                     help="label-studio: images are at this URL prefix + their path relative to --image-root")
     exp.add_argument("--dataset", default=None)
     exp.add_argument("--with-images", action="store_true",
                      help="captokeneval only: copy the images into images/ beside --out and name them relatively, "
@@ -87,11 +101,53 @@ def register(sub) -> None:
     queue.set_defaults(func=run_queue)
 
 
+def import_label_studio(store, args) -> int:
+    from capscope.annotation import label_studio
+
+    report = label_studio.import_export(store, args.label_studio, args.dataset)
+    for line in report.not_mapped:
+        print(f"not mapped: {line}", file=sys.stderr)
+    print(report.summary())
+    return 0
+
+
+def export_label_studio(args) -> int:
+    from capscope.annotation import label_studio
+
+    if args.format == "label-studio-config":
+        print(label_studio.labeling_config(), end="")
+        return 0
+    if args.out is None:
+        raise CapscopeError("--format label-studio needs --out FILE.json")
+    store = open_store(args)
+    tasks = label_studio.tasks(store, args.dataset, with_labels=args.with_labels, image_root=args.image_root,
+                               url_prefix=args.image_url_prefix)
+    with (contextlib.nullcontext(sys.stdout) if args.out == "-" else open(args.out, "w", encoding="utf-8")) as out:
+        count = _write_json_array(tasks, out)
+    if args.out != "-":
+        print(f"{count} tasks -> {args.out}")
+    return 0
+
+
+def _write_json_array(rows, out) -> int:
+    """A JSON array written row by row (an export of any size in flat memory)."""
+    count = 0
+    out.write("[")
+    for row in rows:
+        out.write(("," if count else "") + "\n" + json.dumps(row))
+        count += 1
+    out.write("\n]\n")
+    return count
+
+
 def run_import(args) -> int:
     from capscope.annotation import importer
 
     store = open_store(args)
-    options = importer.ImportOptions(dataset=args.dataset, annotators_per_item=args.annotators_per_item,
+    if args.label_studio:
+        return import_label_studio(store, args)
+    dataset = args.dataset or "default"
+    options = importer.ImportOptions(dataset=dataset, annotators_per_item=args.annotators_per_item,
                                      regions=args.regions, max_regions=args.max_regions,
                                      batch_size=max(1, args.batch_size), progress=not args.no_progress)
     if args.captions:
@@ -102,7 +158,7 @@ def run_import(args) -> int:
     elif args.captokeneval:
         report = importer.import_captokeneval(store, args.captokeneval, options, args.images)
     else:
-        report = importer.import_predictions(store, args.predictions, args.dataset)
+        report = importer.import_predictions(store, args.predictions, dataset)
     for error in report.errors:
         print(f"rejected {error}", file=sys.stderr)
     print(report.summary())
@@ -131,6 +187,11 @@ def captions_file(args):
 
 def run_export(args) -> int:
     from capscope.annotation.export import export_to_file
+
+    if args.format.startswith("label-studio"):
+        return export_label_studio(args)
+    if args.out is None:
+        raise CapscopeError(f"--format {args.format} needs --out FILE (or - for standard output)")
 
     if args.with_images and (args.format != "captokeneval" or args.out == "-"):
         raise CapscopeError("--with-images needs --format captokeneval and an --out file")

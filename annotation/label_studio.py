@@ -1,0 +1,327 @@
+"""Label Studio, both ways (docs/formats.md §13): a dataset's items as tasks
+Label Studio imports as they are (the image, the caption, the model's
+suggestions as predictions, with an option the team's labels as annotations),
+the labeling config that matches them, and Label Studio's JSON export read back
+as one capscope annotator per Label Studio user.
+
+Words are `labels` spans on the caption at character offsets; regions are
+`rectanglelabels` boxes in percent of the image; a region's mask is a
+`brushlabels` result in Label Studio's own RLE (`brush_rle`)."""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from capscope.annotation import workflow
+from capscope.annotation.captioners import newest_predictions, stored_verdicts
+from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.users import UserInfo, add_user, get_user
+from capscope.annotation.votes import ItemData, iter_items
+from capscope.db import Caption, Dataset, Store
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE
+from capscope.metrics.registry import SPECS
+
+WORDS, REGIONS, MASKS = "words", "regions", "masks"       # the config's control names
+CAPTION, IMAGE = "caption", "image"                      # its object names
+WRONG, MENTIONED, LEFT_OUT = "wrong", "mentioned", "left out"
+MATCH_IOU = 0.5           # a box drawn in Label Studio is a stored region when it overlaps it this much
+RLE_SIZES = (3, 6, 9, 12)  # bit widths for a run's length in the brush RLE (4 bits each in its header)
+CHUNK = 200
+
+
+def labeling_config() -> str:
+    """The Label Studio labeling config that capscope's tasks fit."""
+    return f"""<View>
+  <Header value="Click the words that are wrong; label the regions the caption mentions"/>
+  <Text name="{CAPTION}" value="$caption" granularity="word"/>
+  <Labels name="{WORDS}" toName="{CAPTION}" choice="single">
+    <Label value="{WRONG}" background="#e53935"/>
+  </Labels>
+  <Image name="{IMAGE}" value="$image" zoom="true"/>
+  <RectangleLabels name="{REGIONS}" toName="{IMAGE}" choice="single">
+    <Label value="{MENTIONED}" background="#43a047"/>
+    <Label value="{LEFT_OUT}" background="#9e9e9e"/>
+  </RectangleLabels>
+  <BrushLabels name="{MASKS}" toName="{IMAGE}" choice="single">
+    <Label value="{MENTIONED}" background="#43a047"/>
+    <Label value="{LEFT_OUT}" background="#9e9e9e"/>
+  </BrushLabels>
+</View>
+"""
+
+
+# ---------------------------------------------------------------- export
+
+def image_url(path: str, image_root: str | None = "/", url_prefix: str | None = None) -> str:
+    """The image as Label Studio will serve it: under `url_prefix` (path
+    relative to `image_root`), else through its local-files storage
+    (LOCAL_FILES_DOCUMENT_ROOT = `image_root`)."""
+    relative = Path(path).resolve().relative_to(Path(image_root or "/").resolve()).as_posix()
+    if url_prefix:
+        return url_prefix.rstrip("/") + "/" + relative
+    return "/data/local-files/?d=" + relative
+
+
+def tasks(store: Store, dataset: str | None = None, *, with_labels: bool = False, image_root: str | None = "/",
+          url_prefix: str | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> Iterator[dict]:
+    """Every item as a Label Studio task, in id order, a chunk at a time."""
+    chunk: list[ItemData] = []
+    for item in iter_items(store, dataset):
+        chunk.append(item)
+        if len(chunk) == CHUNK:
+            yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule)
+            chunk = []
+    if chunk:
+        yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule)
+
+
+def _tasks_of(store, items, with_labels, image_root, url_prefix, token_rule) -> list[dict]:
+    with store.read() as session:
+        newest = newest_predictions(session, [item.caption_id for item in items])
+        predictions = {item.caption_id: [_prediction(item, p, token_rule) for p in newest.get(item.caption_id, {}).values()]
+                       for item in items}
+    out = []
+    for item in items:
+        try:
+            url = image_url(item.image_path, image_root, url_prefix)
+        except ValueError:
+            raise Invalid(f"image {item.image_path} is not under the image root {image_root}") from None
+        task = {"data": {IMAGE: url, CAPTION: item.text, "capscope_id": item.external_id,
+                         "capscope_dataset": item.dataset},
+                "predictions": predictions[item.caption_id]}
+        if with_labels:
+            task["annotations"] = [_annotation(item, j) for j in item.judgements]
+        out.append(task)
+    return out
+
+
+def _prediction(item: ItemData, prediction, token_rule: str) -> dict:
+    verdicts = stored_verdicts(prediction.metric, prediction.token_scores, prediction.region_scores, item.tokens,
+                               token_rule, prediction.word_scale or 1.0)
+    spec = SPECS.get(prediction.metric)
+    score = (prediction.scores or {}).get(spec.primary_key) if spec else None
+    wrong = {i for i, c in enumerate(verdicts["token_correct"]) if c is False}
+    mentioned = {i for i, m in enumerate(verdicts["region_mentioned"]) if m}
+    result = _result(item, wrong, mentioned, verdicts["token_scores"], verdicts["region_scores"])
+    return {"model_version": f"capscope {prediction.metric} {prediction.model_version}"[:200],
+            "score": float(score) if isinstance(score, (int, float)) else None, "result": result}
+
+
+def _annotation(item: ItemData, judgement) -> dict:
+    return {"result": _result(item, judgement.incorrect_tokens, judgement.mentioned_regions),
+            "lead_time": (judgement.time_spent_ms or 0) / 1000,
+            "meta": {"capscope_annotator": judgement.user}}
+
+
+def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=None, region_scores=None) -> list[dict]:
+    out = []
+    for i in sorted(wrong):
+        token = item.tokens[i]
+        entry = {"id": f"w{i}", "from_name": WORDS, "to_name": CAPTION, "type": "labels",
+                 "value": {"start": token["start"], "end": token["end"], "text": token["text"], "labels": [WRONG]}}
+        out.append(_scored(entry, token_scores, i))
+    for i, region in enumerate(item.regions):
+        label = MENTIONED if i in mentioned else LEFT_OUT
+        x0, y0, x1, y1 = region["box"]
+        box = {"x": 100 * x0 / item.width, "y": 100 * y0 / item.height, "width": 100 * (x1 - x0) / item.width,
+               "height": 100 * (y1 - y0) / item.height, "rotation": 0, "rectanglelabels": [label]}
+        size = {"original_width": item.width, "original_height": item.height, "image_rotation": 0}
+        out.append(_scored({"id": f"r{i}", "from_name": REGIONS, "to_name": IMAGE, "type": "rectanglelabels",
+                            **size, "value": box}, region_scores, i))
+        if region.get("mask"):
+            from capscope.metrics.regions import rle_to_mask
+
+            rle = brush_rle(rle_to_mask(region["mask"]))
+            out.append(_scored({"id": f"m{i}", "from_name": MASKS, "to_name": IMAGE, "type": "brushlabels", **size,
+                                "value": {"format": "rle", "rle": rle, "brushlabels": [label]}}, region_scores, i))
+    return out
+
+
+def _scored(entry: dict, scores, index: int) -> dict:
+    value = scores[index] if scores and index < len(scores) else None
+    return {**entry, "score": float(value)} if isinstance(value, (int, float)) else entry
+
+
+# ---------------------------------------------------------------- Label Studio's brush RLE
+
+def brush_rle(mask: np.ndarray) -> list[int]:
+    """A boolean mask as Label Studio's brush RLE: the mask as an RGBA image
+    (255 in every channel inside, 0 outside) flattened and packed as runs of
+    equal bytes. The bit layout: the number of bytes (32 bits), the byte width
+    less one (5 bits), four run-length widths less one (4 bits each); then per
+    run a repeat flag (1), which width (2), the run's length less one, the byte."""
+    values = np.repeat(np.where(np.asarray(mask, dtype=bool).ravel(), 255, 0), 4)
+    fields = [(len(values), 32), (7, 5), *[(size - 1, 4) for size in RLE_SIZES]]
+    if len(values):
+        edges = np.flatnonzero(np.diff(values)) + 1
+        for start, end in zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(values)]])):
+            value, left = int(values[start]), int(end - start)
+            while left:
+                n = min(left, 1 << RLE_SIZES[-1])
+                width = next(k for k, size in enumerate(RLE_SIZES) if n - 1 < 1 << size)
+                fields += [(1, 1), (width, 2), (n - 1, RLE_SIZES[width]), (value, 8)]
+                left -= n
+    bits = "".join(format(v, f"0{n}b") for v, n in fields)
+    bits += "0" * (-len(bits) % 8)
+    return list(int(bits, 2).to_bytes(len(bits) // 8, "big")) if bits else []
+
+
+def brush_mask(rle: list[int], height: int, width: int) -> np.ndarray:
+    """`brush_rle` read back (any run of Label Studio's layout, literal runs
+    included): the alpha channel above zero."""
+    bits = "".join(format(b, "08b") for b in rle)
+    at = 0
+
+    def read(n: int) -> int:
+        nonlocal at
+        at += n
+        return int(bits[at - n:at], 2)
+
+    total, word = read(32), read(5) + 1
+    sizes = [read(4) + 1 for _ in range(4)]
+    out = np.zeros(total, dtype=np.int64)
+    i = 0
+    while i < total:
+        repeat = read(1)
+        end = i + 1 + read(sizes[read(2)])
+        if repeat:
+            out[i:end] = read(word)
+        else:
+            for k in range(i, end):
+                out[k] = read(word)
+        i = end
+    return out.reshape(height, width, 4)[:, :, 3] > 0
+
+
+# ---------------------------------------------------------------- import
+
+@dataclass
+class LabelStudioReport:
+    annotations_added: int = 0
+    annotations_unchanged: int = 0
+    users_added: list[str] = field(default_factory=list)
+    not_mapped: list[str] = field(default_factory=list)   # one line per task: what did not map
+
+    def summary(self) -> str:
+        return (f"{self.annotations_added} annotations imported, {self.annotations_unchanged} unchanged, "
+                f"{len(self.users_added)} new annotators, {len(self.not_mapped)} tasks with parts that did not map")
+
+
+def read_export(path: Path) -> list[dict]:
+    """Label Studio's JSON export (a list of tasks); Invalid, in one line, for anything else."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise Invalid(f"{path}: not a Label Studio JSON export ({type(err).__name__})") from None
+    if not isinstance(data, list) or not all(isinstance(t, dict) and isinstance(t.get("data"), dict) for t in data):
+        raise Invalid(f"{path}: not a Label Studio JSON export (expected a list of tasks with 'data')")
+    return data
+
+
+def import_export(store: Store, path: Path, dataset: str | None = None) -> LabelStudioReport:
+    """Each annotation of Label Studio's export becomes the submitted labels of
+    one capscope annotator (`label-studio-<email or id>`, created when new):
+    `wrong` spans mapped onto the tokens they overlap, `mentioned` boxes onto the
+    stored region they overlap most. Importing the same file again changes nothing."""
+    report = LabelStudioReport()
+    for task in read_export(path):
+        where = f"task {task.get('id')}"
+        item = _item_of(store, task, dataset)
+        if item is None:
+            report.not_mapped.append(f"{where}: no capscope item {task['data'].get('capscope_id')!r} "
+                                     f"in dataset {dataset or task['data'].get('capscope_dataset')!r}")
+            continue
+        for annotation in task.get("annotations") or []:
+            if annotation.get("was_cancelled"):
+                continue
+            wrong, mentioned, missed = _labels_of(item, annotation.get("result") or [])
+            if missed:
+                report.not_mapped.append(f"{where} (capscope id {item.external_id!r}): " + "; ".join(missed))
+            user = _annotator(store, annotation.get("completed_by"), report)
+            if workflow.record_judgement(store, user, item.caption_id, wrong, mentioned):
+                report.annotations_added += 1
+            else:
+                report.annotations_unchanged += 1
+    return report
+
+
+def _item_of(store: Store, task: dict, dataset: str | None) -> ItemData | None:
+    from sqlalchemy import select
+
+    from capscope.annotation.votes import load_item
+
+    external, name = task["data"].get("capscope_id"), dataset or task["data"].get("capscope_dataset")
+    if external is None or name is None:
+        return None
+    with store.read() as session:
+        caption_id = session.scalar(select(Caption.id).join(Dataset, Caption.dataset_id == Dataset.id)
+                                    .where(Dataset.name == name, Caption.external_id == str(external)))
+    return None if caption_id is None else load_item(store, caption_id)
+
+
+def _labels_of(item: ItemData, result: Iterable[dict]) -> tuple[set[int], set[int], list[str]]:
+    wrong, mentioned, missed = set(), set(), []
+    for entry in result:
+        value, kind = entry.get("value") or {}, entry.get("type")
+        if kind == "labels" and WRONG in (value.get("labels") or []):
+            hit = {i for i, t in enumerate(item.tokens) if t["start"] < value.get("end", -1) and value.get("start", -1) < t["end"]}
+            wrong |= hit
+            if not hit:
+                missed.append(f"span {value.get('start')}-{value.get('end')} {value.get('text')!r} covers no word")
+        elif kind == "rectanglelabels" and MENTIONED in (value.get("rectanglelabels") or []):
+            index = _matching_region(item, entry)
+            if index is None:
+                missed.append(f"box {_box_text(entry)} overlaps no stored region (IoU < {MATCH_IOU})")
+            else:
+                mentioned.add(index)
+        elif kind == "brushlabels":
+            missed.append("a brush stroke (capscope maps boxes, not strokes, onto its regions)")
+    return wrong, mentioned, missed
+
+
+def _pixel_box(entry: dict) -> tuple[float, float, float, float]:
+    v, w, h = entry["value"], entry.get("original_width"), entry.get("original_height")
+    x0, y0 = v["x"] * w / 100, v["y"] * h / 100
+    return x0, y0, x0 + v["width"] * w / 100, y0 + v["height"] * h / 100
+
+
+def _matching_region(item: ItemData, entry: dict) -> int | None:
+    if not entry.get("original_width") or not entry.get("original_height"):
+        return None
+    box = _pixel_box(entry)
+    overlaps = [(_iou(box, r["box"]), i) for i, r in enumerate(item.regions)]
+    best = max(overlaps, default=(0.0, None))
+    return best[1] if best[0] >= MATCH_IOU else None
+
+
+def _iou(a, b) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def _box_text(entry: dict) -> str:
+    v = entry.get("value") or {}
+    return f"x {v.get('x', 0):.1f}% y {v.get('y', 0):.1f}% w {v.get('width', 0):.1f}% h {v.get('height', 0):.1f}%"
+
+
+def _annotator(store: Store, completed_by, report: LabelStudioReport) -> UserInfo:
+    """The capscope annotator of a Label Studio user (an id, or a dict with its email)."""
+    if isinstance(completed_by, dict):
+        who = completed_by.get("email") or completed_by.get("id")
+    else:
+        who = completed_by
+    name = "label-studio-" + re.sub(r"[^A-Za-z0-9_.@-]", "_", str(who if who is not None else "unknown"))[:80]
+    try:
+        return get_user(store, name)
+    except NotFound:
+        report.users_added.append(name)
+        return add_user(store, name, secrets.token_urlsafe(16), "annotator")

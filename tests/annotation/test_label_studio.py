@@ -1,0 +1,118 @@
+"""Label Studio both ways, without Label Studio: its brush RLE by hand and
+round trip, tasks exported from a store, and an export of Label Studio's
+layout read back as one annotator per Label Studio user."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from annotation_support import import_small_dataset, sqlite_url
+from capscope.annotation import label_studio as ls
+from capscope.annotation.import_predictions import import_prediction_rows
+from capscope.annotation.votes import iter_items
+from capscope.cli import main
+from capscope.db import Store
+
+
+def test_brush_rle_by_hand_and_round_trip():
+    rle = ls.brush_rle(np.array([[True]]))
+    # 4 bytes of 255: header 32 + 5 + 4 * 4 bits, then one run: repeat 1, width 0 (3 bits), 4 - 1, 255
+    bits = f"{4:032b}{7:05b}{2:04b}{5:04b}{8:04b}{11:04b}" + "1" + "00" + "011" + f"{255:08b}"
+    bits += "0" * (-len(bits) % 8)
+    assert rle == list(int(bits, 2).to_bytes(len(bits) // 8, "big"))
+    rng = np.random.default_rng(0)
+    for shape in ((7, 9), (64, 48), (300, 200)):
+        mask = rng.random(shape) < 0.3
+        mask[: shape[0] // 2] = True  # one long run too: longer than the widest run field (4096 bytes)
+        assert (ls.brush_mask(ls.brush_rle(mask), *shape) == mask).all()
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(sqlite_url(tmp_path))
+    assert import_small_dataset(store, tmp_path, n_images=2, n_captions=3, annotators_per_item=2).added == 3
+    items = list(iter_items(store))
+    rows = [(k, {"id": item.external_id, "error": None, "metrics": {"infometic": {
+        "scores": {"overall": 2.5}, "token_scores": [0.3 if t["semantic"] else None for t in item.tokens],
+        "region_scores": [0.4, 0.01]}}}) for k, item in enumerate(items)]
+    for row in rows:  # the second semantic word gets almost nothing: the model calls it wrong
+        scores = row[1]["metrics"]["infometic"]["token_scores"]
+        scores[[i for i, s in enumerate(scores) if s is not None][1]] = 0.001
+    assert import_prediction_rows(store, rows).added == 3
+    return store, tmp_path
+
+
+def test_tasks_carry_the_models_suggestions_as_label_studio_reads_them(store):
+    store, folder = store
+    tasks = list(ls.tasks(store, "default", image_root=str(folder)))
+    assert len(tasks) == 3
+    task, item = tasks[0], next(iter_items(store))
+    assert task["data"] == {"image": "/data/local-files/?d=images/img0000.png", "caption": item.text,
+                            "capscope_id": item.external_id, "capscope_dataset": "default"}
+    (prediction,) = task["predictions"]
+    assert prediction["model_version"].startswith("capscope infometic") and prediction["score"] == 2.5
+    spans = [r for r in prediction["result"] if r["type"] == "labels"]
+    second = [t for t in item.tokens if t["semantic"]][1]
+    assert [(s["value"]["start"], s["value"]["end"], s["value"]["labels"]) for s in spans] == \
+        [(second["start"], second["end"], ["wrong"])]
+    assert spans[0]["score"] == pytest.approx(0.001)
+    boxes = [r for r in prediction["result"] if r["type"] == "rectanglelabels"]
+    assert [b["value"]["rectanglelabels"] for b in boxes] == [["mentioned"], ["left out"]]  # 0.4 and 0.01 against 0.1
+    assert boxes[0]["value"] | {"rotation": 0} == {"x": 100 * 4 / 64, "y": 100 * 4 / 48, "width": 100 * 26 / 64,
+                                                   "height": 100 * 26 / 48, "rotation": 0, "rectanglelabels": ["mentioned"]}
+    assert (boxes[0]["original_width"], boxes[0]["original_height"]) == (64, 48)
+    url = next(ls.tasks(store, "default", image_root=str(folder), url_prefix="https://files.example/x/"))["data"]["image"]
+    assert url == "https://files.example/x/images/img0000.png"
+
+
+def label_studio_export(item, annotations):
+    """A task as Label Studio exports it, with these annotations (user id or email, result)."""
+    return {"id": 17, "data": {"image": "/data/local-files/?d=x.png", "caption": item.text,
+                               "capscope_id": item.external_id, "capscope_dataset": "default"},
+            "annotations": [{"id": k, "completed_by": who, "was_cancelled": False, "result": result}
+                            for k, (who, result) in enumerate(annotations)]}
+
+
+def span(token, label="wrong"):
+    return {"type": "labels", "from_name": "words", "to_name": "caption",
+            "value": {"start": token["start"], "end": token["end"], "text": token["text"], "labels": [label]}}
+
+
+def box(x0, y0, x1, y1, label="mentioned", width=64, height=48):
+    return {"type": "rectanglelabels", "from_name": "regions", "to_name": "image", "original_width": width,
+            "original_height": height, "value": {"x": 100 * x0 / width, "y": 100 * y0 / height,
+                                                 "width": 100 * (x1 - x0) / width, "height": 100 * (y1 - y0) / height,
+                                                 "rotation": 0, "rectanglelabels": [label]}}
+
+
+def test_an_export_becomes_one_annotator_per_label_studio_user(store, tmp_path, capsys):
+    store, _ = store
+    item = next(iter_items(store))
+    red = next(t for t in item.tokens if t["text"] == "red")
+    annotations = [
+        (1, [span(red), box(5, 5, 30, 29), box(30, 10, 60, 40, "left out")]),
+        ({"id": 2, "email": "bo@lab.org"}, [span(red), span({"start": 200, "end": 204, "text": "nope"}),
+                                              box(0, 0, 2, 2)]),
+    ]
+    export = tmp_path / "ls.json"
+    export.write_text(json.dumps([label_studio_export(item, annotations)]))
+    db = store.engine.url.render_as_string(hide_password=False)
+    assert main(["import", "--label-studio", str(export), "--db", db]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("2 annotations imported, 0 unchanged, 2 new annotators")
+    assert "covers no word" in out.err and "overlaps no stored region" in out.err
+    judged = {j.user: (j.incorrect_tokens, j.mentioned_regions) for j in next(iter_items(store)).judgements}
+    index = item.tokens.index(red)
+    assert judged == {"label-studio-1": ({index}, {0}), "label-studio-bo@lab.org": ({index}, set())}
+
+    assert main(["import", "--label-studio", str(export), "--db", db]) == 0  # again: nothing changes
+    assert capsys.readouterr().out.startswith("0 annotations imported, 2 unchanged, 0 new annotators")
+
+    with_labels = next(ls.tasks(store, "default", with_labels=True, image_root="/"))
+    assert [a["meta"]["capscope_annotator"] for a in with_labels["annotations"]] == \
+        ["label-studio-1", "label-studio-bo@lab.org"]
+    (bad := tmp_path / "bad.json").write_text('{"not": "a list"}')
+    assert main(["import", "--label-studio", str(bad), "--db", db]) == 2
+    assert "not a Label Studio JSON export" in capsys.readouterr().err
