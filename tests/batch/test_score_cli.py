@@ -169,8 +169,10 @@ def test_offline_a_new_user_is_told_what_is_missing_and_demo_is_whole(workdir, t
     monkeypatch.setenv("CAPSCOPE_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.delenv("CAPSCOPE_INFOMETIC_CHECKPOINT", raising=False)
     out = tmp_path / "out.jsonl"
-    args = ["score", "--input", str(root / "pairs.jsonl"), "--output", str(out), "--metric", "infometic",
-            "--device", "cpu", "--regions", "given"]
+    pairs = tmp_path / "one.jsonl"
+    pairs.write_text(json.dumps({"id": "1", "image": str(root / "img0.png"), "caption": CAPTION}) + "\n")
+    args = ["score", "--input", str(pairs), "--output", str(out), "--metric", "infometic", "--device", "cpu",
+            "--regions", "given"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
@@ -178,6 +180,5 @@ def test_offline_a_new_user_is_told_what_is_missing_and_demo_is_whole(workdir, t
     assert not out.exists()
 
     assert main([*args, "--demo"]) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    scored = [r for r in rows if r["metrics"]]
-    assert scored and all(r["model"]["demo"] is True for r in scored)
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["metrics"]["infometic"]["token_correct"] and row["model"]["demo"] is True

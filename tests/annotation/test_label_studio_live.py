@@ -1,0 +1,160 @@
+"""capscope and a real Label Studio, both ways: Label Studio started on
+loopback (the `label-studio` command that CAPSCOPE_TEST_LABEL_STUDIO names;
+`.ci/run` installs it in a virtual environment of its own), a project made with
+capscope's labeling config through its REST API, capscope's tasks imported,
+annotations made through the API, and Label Studio's export imported back into
+capscope: the labels equal what was annotated. Label Studio's own RLE decoder
+reads capscope's masks back."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from annotation_support import free_port, make_images, sqlite_url, write_jsonl
+from capscope.cli import main
+from capscope.db import Store
+
+LABEL_STUDIO = os.environ.get("CAPSCOPE_TEST_LABEL_STUDIO")
+TOKEN = "capscope0test0token0000000000000"
+START_LIMIT_S = 240
+
+pytestmark = pytest.mark.skipif(not LABEL_STUDIO, reason="CAPSCOPE_TEST_LABEL_STUDIO names no label-studio command")
+
+
+@pytest.fixture(scope="module")
+def label_studio(tmp_path_factory):
+    """A fresh Label Studio on loopback serving local files under its root; yields (URL, root)."""
+    import httpx
+
+    folder = tmp_path_factory.mktemp("label-studio")
+    root = folder / "files"
+    root.mkdir()
+    port = free_port()
+    env = {**os.environ, "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true",
+           "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(root), "SENTRY_DSN": "", "FRONTEND_SENTRY_DSN": ""}
+    env.pop("HOST", None)
+    server = subprocess.Popen(
+        [LABEL_STUDIO, "start", "--internal-host", "127.0.0.1", "--port", str(port), "--no-browser",
+         "--data-dir", str(folder / "data"), "--username", "admin@capscope.test", "--password", "capscope-pw",
+         "--user-token", TOKEN, "--enable-legacy-api-token"],
+        env=env, stdout=subprocess.DEVNULL, stderr=(folder / "log.txt").open("w"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_LIMIT_S
+        while True:
+            try:
+                if httpx.get(f"{url}/api/version", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("Label Studio did not start: " + (folder / "log.txt").read_text()[-2000:])
+            time.sleep(1)
+        yield url, root
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def api(url, method, path, **kwargs):
+    import httpx
+
+    response = httpx.request(method, url + path, headers={"Authorization": f"Token {TOKEN}"}, timeout=60, **kwargs)
+    assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text[:500]}"
+    return response.json() if response.content else None
+
+
+def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tmp_path, capsys):
+    url, root = label_studio
+    names = make_images(root / "images", 2, size=(64, 48))
+    mask = np.zeros((48, 64), dtype=bool)
+    mask[10:30, 20:50] = True
+    from capscope.metrics.regions import mask_to_rle
+
+    rows = [{"id": f"c{i}", "image": names[i], "caption": f"a small red square and a blue circle number {i}.",
+             "regions": [{"box": [20, 10, 50, 30], "mask": mask_to_rle(mask)}, {"box": [2, 2, 12, 12]}]}
+            for i in range(2)]
+    db = sqlite_url(tmp_path)
+    assert main(["import", "--db", db, "--captions", str(write_jsonl(tmp_path / "c.jsonl", rows)), "--images",
+                 str(root / "images"), "--dataset", "ls", "--regions", "none", "--no-progress"]) == 0
+    scored = [{"id": f"c{i}", "error": None, "metrics": {"infometic": {
+        "scores": {"overall": 1.5}, "token_scores": [None, 0.3, 0.001, 0.3, None, None, 0.3, 0.3, 0.3, None, None],
+        "region_scores": [0.5, 0.01]}}} for i in range(2)]
+    assert main(["import", "--db", db, "--predictions", str(write_jsonl(tmp_path / "p.jsonl", scored)),
+                 "--dataset", "ls"]) == 0
+    tasks_file = tmp_path / "tasks.json"
+    assert main(["export", "--db", db, "--format", "label-studio", "--dataset", "ls", "--out", str(tasks_file),
+                 "--image-root", str(root)]) == 0
+    capsys.readouterr()
+    assert main(["export", "--format", "label-studio-config"]) == 0
+    config = capsys.readouterr().out
+
+    project = api(url, "POST", "/api/projects", json={"title": "capscope", "label_config": config})
+    # Label Studio serves a local file only under a Local Files storage of the project
+    api(url, "POST", "/api/storages/localfiles", json={"project": project["id"], "title": "images",
+                                                       "path": str(root / "images"), "use_blob_urls": False})
+    api(url, "POST", f"/api/projects/{project['id']}/import", json=json.loads(tasks_file.read_text()))
+    tasks = api(url, "GET", "/api/tasks", params={"project": project["id"]})["tasks"]
+    assert sorted(t["data"]["capscope_id"] for t in tasks) == ["c0", "c1"]
+    image = api_bytes(url, tasks[0]["data"]["image"])
+    assert image[:4] == b"\x89PNG"  # Label Studio serves the image from the URL capscope wrote
+
+    predictions = api(url, "GET", "/api/predictions", params={"task": tasks[0]["id"]})
+    (stored,) = predictions
+    brush = next(r for r in stored["result"] if r["type"] == "brushlabels")
+    assert label_studio_decodes(brush["value"]["rle"], 48, 64) == mask.astype(np.uint8).tolist()
+
+    annotated = {}
+    for task in tasks:
+        caption = task["data"]["caption"]
+        start = caption.index("red")
+        result = [{"type": "labels", "from_name": "words", "to_name": "caption",
+                   "value": {"start": start, "end": start + 3, "text": "red", "labels": ["wrong"]}},
+                  {"type": "rectanglelabels", "from_name": "regions", "to_name": "image", "original_width": 64,
+                   "original_height": 48, "value": {"x": 100 * 20 / 64, "y": 100 * 10 / 48, "width": 100 * 30 / 64,
+                                                    "height": 100 * 20 / 48, "rotation": 0,
+                                                    "rectanglelabels": ["mentioned"]}}]
+        api(url, "POST", f"/api/tasks/{task['id']}/annotations", json={"result": result})
+        annotated[task["data"]["capscope_id"]] = ({caption.split().index("red")}, {0})
+
+    export = tmp_path / "export.json"
+    export.write_bytes(api_bytes(url, f"/api/projects/{project['id']}/export?exportType=JSON"))
+    assert main(["import", "--db", db, "--label-studio", str(export)]) == 0
+    assert capsys.readouterr().out.startswith("2 annotations imported, 0 unchanged, 1 new annotators")
+    from capscope.annotation.votes import iter_items
+
+    got = {item.external_id: [(j.user, j.incorrect_tokens, j.mentioned_regions) for j in item.judgements]
+           for item in iter_items(Store(db), "ls")}
+    assert got == {cid: [("label-studio-1", *labels)] for cid, labels in annotated.items()}  # its export names users by id
+    assert main(["import", "--db", db, "--label-studio", str(export)]) == 0
+    assert capsys.readouterr().out.startswith("0 annotations imported, 2 unchanged")
+
+
+def api_bytes(url, path) -> bytes:
+    import httpx
+
+    response = httpx.get(url + path, headers={"Authorization": f"Token {TOKEN}"}, timeout=60)
+    assert response.status_code == 200, f"{path}: {response.status_code}"
+    return response.content
+
+
+def label_studio_decodes(rle: list[int], height: int, width: int) -> list:
+    """The mask Label Studio's own converter reads from the RLE (run in its environment)."""
+    python = Path(LABEL_STUDIO).with_name("python")
+    script = ("import json, sys, numpy as np; from label_studio_sdk.converter.brush import decode_rle; "
+              "h, w = int(sys.argv[2]), int(sys.argv[3]); "
+              "a = np.reshape(decode_rle(json.loads(sys.argv[1])), (h, w, 4))[:, :, 3]; "
+              "print(json.dumps((a > 0).astype(int).tolist()))")
+    done = subprocess.run([str(python), "-c", script, json.dumps(rle), str(height), str(width)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+    return json.loads(done.stdout)
