@@ -105,7 +105,7 @@ def finetuned(dark_world, tmp_path_factory):
     check = dark_world / "check.jsonl"   # image paths relative to the check file, as to a labels file
     check.write_text("".join(json.dumps(i) + "\n" for i in read_json_lines(dark_world / "captokeneval.jsonl")[:6]))
     code = main(["train", "infometic", "--labels", str(dark_world / "captokeneval.jsonl"), "--init", "demo",
-                 "--out", str(out), "--steps", "250", "--threads", "2", "--holdout", "0.25",
+                 "--out", str(out), "--steps", "120", "--threads", "2", "--holdout", "0.25",
                  "--replay-items", "100", "--check-gold", str(check), "--json"])
     assert code == 0
     return out
