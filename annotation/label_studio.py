@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
+from sqlalchemy import select
 
 from capscope.annotation import workflow
 from capscope.annotation.captioners import newest_predictions, stored_verdicts
 from capscope.annotation.errors import Invalid, NotFound
 from capscope.annotation.users import UserInfo, add_user, get_user
-from capscope.annotation.votes import ItemData, iter_items
+from capscope.annotation.votes import ItemData, iter_items, load_item
 from capscope.db import Caption, Dataset, Store
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
+from capscope.metrics.regions import rle_to_mask
 from capscope.metrics.registry import SPECS
 
 WORDS, REGIONS, MASKS = "words", "regions", "masks"       # the config's control names
@@ -135,8 +137,6 @@ def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=N
         out.append(_scored({"id": f"r{i}", "from_name": REGIONS, "to_name": IMAGE, "type": "rectanglelabels",
                             **size, "value": box}, region_scores, i))
         if region.get("mask"):
-            from capscope.metrics.regions import rle_to_mask
-
             rle = brush_rle(rle_to_mask(region["mask"]))
             out.append(_scored({"id": f"m{i}", "from_name": MASKS, "to_name": IMAGE, "type": "brushlabels", **size,
                                 "value": {"format": "rle", "rle": rle, "brushlabels": [label]}}, region_scores, i))
@@ -252,10 +252,6 @@ def import_export(store: Store, path: Path, dataset: str | None = None) -> Label
 
 
 def _item_of(store: Store, task: dict, dataset: str | None) -> ItemData | None:
-    from sqlalchemy import select
-
-    from capscope.annotation.votes import load_item
-
     external, name = task["data"].get("capscope_id"), dataset or task["data"].get("capscope_dataset")
     if external is None or name is None:
         return None
