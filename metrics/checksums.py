@@ -41,9 +41,10 @@ def record_path(path: str | Path) -> Path:
     return path.with_name(path.name + ".sha256.json")
 
 
-def record(path: str | Path, source: str) -> str:
-    """Record the file's digest (and where it came from) beside it; returns the digest."""
-    value = file_sha256(path)
+def record(path: str | Path, source: str, digest: str | None = None) -> str:
+    """Record the file's digest (and where it came from) beside it; returns the
+    digest. `digest`: the one already taken of these bytes (under another name)."""
+    value = digest or file_sha256(path)
     record_path(path).write_text(json.dumps({"sha256": value, "source": source}, indent=1) + "\n")
     return value
 

@@ -15,7 +15,6 @@ fetched by hand.
 """
 from __future__ import annotations
 
-import hashlib
 import http.client
 import os
 import socket
@@ -195,23 +194,15 @@ def fetch_http(url: str, target: Path, expected: str | None, component: str, log
     except (OSError, http.client.HTTPException, ValueError) as err:  # refused, reset, cut short
         raise ModelUnavailable(f"{component}: download of {target.name} from {url} stopped ({type(err).__name__}: "
                                f"{str(err)[:80]}); run again to resume") from None
-    digest = _sha256(part)
+    digest = checksums.file_sha256(part)
     if expected and digest != expected:
         part.unlink()
         raise ModelUnavailable(f"{component}: {target.name} from {url} has sha256 {digest[:12]}..., not the "
                                f"{expected[:12]}... capscope expects; refused and deleted")
     part.replace(target)
-    checksums.record(target, url)
+    checksums.record(target, url, digest)
     log(f"{component} {target.name}: ready, sha256 {digest}")
     return digest
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _present(release: Release, drive_file: DriveFile, log) -> bool:
@@ -271,7 +262,7 @@ def _fetch(release: Release, drive_file: DriveFile, file_id: str, log) -> None:
         ) from None
     if not target.is_file():  # older gdown versions return None instead of raising
         raise ModelUnavailable(f"{release.component}: download of {drive_file.name} failed; {release.by_hand()}")
-    if drive_file.sha256 and _sha256(target) != drive_file.sha256:
+    if drive_file.sha256 and checksums.file_sha256(target) != drive_file.sha256:
         target.unlink()
         raise ModelUnavailable(f"{release.component}: {drive_file.name} from {release.folder_url} has another sha256 "
                                f"than the {drive_file.sha256[:12]}... capscope expects; refused and deleted")
