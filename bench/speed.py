@@ -553,6 +553,8 @@ def synchronize(device) -> None:
 
 def random_checkpoint(source: str, folder: Path) -> str:
     """A checkpoint of the source's real architecture with random weights."""
+    from capscope.metrics.segmenters import import_ultralytics
+
     torch.manual_seed(0)
     if source == "sam":
         from segment_anything import sam_model_registry
@@ -560,11 +562,13 @@ def random_checkpoint(source: str, folder: Path) -> str:
         path = folder / "sam_vit_b.pth"
         torch.save(sam_model_registry["vit_b"](checkpoint=None).state_dict(), path)
     elif source == "mobilesam":
+        import_ultralytics()  # not a bare import: that would replace PIL's Image.open for the whole run
         from ultralytics.models.sam.build import build_mobile_sam
 
         path = folder / "mobile_sam.pt"
         torch.save(build_mobile_sam().state_dict(), path)
     elif source in ("yolo", "fastsam"):
+        import_ultralytics()
         from ultralytics import YOLO
 
         path = folder / f"{source}.pt"

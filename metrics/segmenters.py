@@ -86,7 +86,7 @@ def ultralytics_weights(default: str, checkpoint, variable: str, component: str)
 
 
 def _download_asset(name: str, target: Path, component: str, hint: str) -> Path:
-    _import_ultralytics()
+    import_ultralytics()
     from ultralytics.utils.downloads import attempt_download_asset
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +191,7 @@ class SamProposer:
 ULTRALYTICS_MISSING = ('regions yolo, fastsam and mobilesam need ultralytics (AGPL-3.0), which capscope does not '
                        'install by default: pip install "capscope[yolo]", or use --regions classic or sam')
 
-def _import_ultralytics():
+def import_ultralytics():
     """ultralytics, without its side effects on everyone else: it would pip-install
     missing packages at run time and replaces PIL's `Image.open` process-wide
     (a corrupt image then raises ModuleNotFoundError instead of PIL's error)."""
@@ -207,7 +207,7 @@ def _import_ultralytics():
 
 
 def _load_ultralytics(cls_name: str, path: Path, component: str):
-    ultralytics = _import_ultralytics()
+    ultralytics = import_ultralytics()
     try:
         return getattr(ultralytics, cls_name)(str(path))
     except Exception as err:

@@ -73,7 +73,15 @@ def test_sam_offline_is_one_line(tmp_path, monkeypatch):
         segmenters.sam_checkpoint()
 
 
-def test_yolo_weights_by_environment_variable(tmp_path, image, monkeypatch):
+@pytest.fixture
+def ultralytics():
+    """ultralytics imported as capscope imports it: PIL's `Image.open` left as it was."""
+    module = segmenters.import_ultralytics()
+    assert Image.open.__module__ == "PIL.Image"  # ultralytics' own import replaces it process-wide
+    return module
+
+
+def test_yolo_weights_by_environment_variable(tmp_path, image, monkeypatch, ultralytics):
     from ultralytics import YOLO
 
     torch.manual_seed(0)
@@ -84,7 +92,7 @@ def test_yolo_weights_by_environment_variable(tmp_path, image, monkeypatch):
     check_regions(proposer.propose(image), image, with_masks=False)
 
 
-def test_fastsam_weights_from_the_cache_folder(tmp_path, image, monkeypatch):
+def test_fastsam_weights_from_the_cache_folder(tmp_path, image, monkeypatch, ultralytics):
     from ultralytics import YOLO
 
     torch.manual_seed(0)
@@ -97,7 +105,7 @@ def test_fastsam_weights_from_the_cache_folder(tmp_path, image, monkeypatch):
     check_regions(proposer.propose(image), image, with_masks=True)
 
 
-def test_mobilesam_weights_from_the_cache_folder(tmp_path, image, monkeypatch):
+def test_mobilesam_weights_from_the_cache_folder(tmp_path, image, monkeypatch, ultralytics):
     from ultralytics.models.sam.build import build_mobile_sam
 
     torch.manual_seed(0)
