@@ -40,6 +40,7 @@ TEXT_ROWS = {"cpu": 1, "cuda": 32}
 # and short ones fill a pass up to this many tokens (a 4-token bucket 16 rows, 8 tokens 8, 16
 # tokens 4): a short pass costs its fixed overhead more than its tokens (BENCHMARKS.md run 9)
 TEXT_TOKENS = {"cpu": 64}
+TEXT_CACHE_SIZE = 4096  # texts' features kept (2 KB each at 512 dimensions)
 PIECE_ROWS = 64  # `<sot> piece <eot>` sequences per pass, any device: 4 tokens each, cheap in bulk
 IMAGE_ROWS = {"cpu": 8, "cuda": 32}  # on an AMD EPYC CPU, ViT-B-32: 131 ms/image alone, 75 at 4, 66 at 8
 # The towers' autocast dtype by precision. Their outputs are cast back to float32, so what reads
@@ -126,7 +127,7 @@ class ClipBackbone:
     """One open_clip model with its tokenizer, preprocessing and caches."""
 
     def __init__(self, model, tokenizer, preprocess, name: str, device: torch.device, cache_size: int = 512,
-                 crop: CropStyle = CropStyle(), precision: str = "fp32"):
+                 crop: CropStyle = CropStyle(), precision: str = "fp32", text_cache_size: int = TEXT_CACHE_SIZE):
         self.model = model.eval().to(device)
         self.crop = crop
         self.precision = check_precision(precision)
@@ -136,6 +137,7 @@ class ClipBackbone:
         self.device = device
         self._tower = model.text if hasattr(model, "text") else model
         self._images = LRUCache(cache_size)
+        self._texts = LRUCache(text_cache_size)  # by (rows, ids): a text's pass shape is part of its key
         self._pieces: dict[int, torch.Tensor] = {}  # bounded by the BPE vocabulary
 
     @classmethod
@@ -216,10 +218,23 @@ class ClipBackbone:
         bucket of its own length, `rows` (default `text_rows`) of a bucket to a
         pass (always the same number for the same kind of sequence), so a
         30-token caption does not make its 6-token phrases pay for 30 and no
-        sequence's features depend on its neighbours. Returns float32 N x D in
-        input order."""
+        sequence's features depend on its neighbours. That also makes them
+        worth remembering: a sequence met before (a phrase shared by several
+        captions of an image, the unchanged phrases of an edited caption) is
+        not encoded again, and comes back with exactly the floats it had.
+        Returns float32 N x D in input order."""
         if not sequences:
             return torch.zeros(0, self.dim)
+        keys = [(rows, tuple(seq)) for seq in sequences]
+
+        def fresh(todo: list[int]) -> list[torch.Tensor]:
+            return self._encode_fresh([sequences[i] for i in todo], rows)
+
+        return torch.stack(self._texts.get_many(keys, fresh))
+
+    def _encode_fresh(self, sequences: list[list[int]], rows: int | None) -> list[torch.Tensor]:
+        """`encode_ids` without the cache: every sequence through the tower.
+        Each row is its own tensor, so that a cached row does not hold its pass."""
         context = self.context
         done = []
         with self.running():
@@ -229,9 +244,10 @@ class ClipBackbone:
                     chunk = group[start : start + size]
                     ids = padded_ids([sequences[i] for i in filled_to(chunk, size)], length)
                     done.append((chunk, self._encode_group(ids)[: len(chunk)]))
-        out = torch.empty(len(sequences), self.dim)  # in the caller's grad mode, as callers expect
+        out = [None] * len(sequences)  # in the caller's grad mode, as callers expect
         for chunk, feats in done:
-            out[chunk] = feats
+            for i, feat in zip(chunk, feats):
+                out[i] = feat.clone()
         return out
 
     def _encode_group(self, ids: torch.Tensor) -> torch.Tensor:
@@ -263,7 +279,7 @@ class ClipBackbone:
         ids = [int(i) for i in ids]
         missing = sorted({i for i in ids if i not in self._pieces})
         if missing:
-            feats = self.encode_ids([[SOT_ID, i, EOT_ID] for i in missing], rows=PIECE_ROWS)
+            feats = self._encode_fresh([[SOT_ID, i, EOT_ID] for i in missing], PIECE_ROWS)  # kept here, not in _texts
             self._pieces.update(zip(missing, feats))
         if not ids:
             return torch.zeros(0, self.dim)
@@ -312,8 +328,9 @@ class ClipBackbone:
         return out
 
     def clear_caches(self) -> None:
-        """Forget every cached image and piece feature (benchmarks, one-off encodings)."""
+        """Forget every cached image, text and piece feature (benchmarks, one-off encodings)."""
         self._images.clear()
+        self._texts.clear()
         self._pieces.clear()
 
 

@@ -40,6 +40,23 @@ def test_dynamic_length_equals_full_context(scorer):
     assert torch.allclose(backbone.encode_pieces(ids), full_pieces, atol=1e-4)
 
 
+def test_texts_met_before_are_not_encoded_again_and_keep_their_floats(scorer, monkeypatch):
+    backbone = scorer.metrics["clip-s"].backbone
+    backbone.clear_caches()
+    passes = []
+    encode_group = backbone._encode_group
+    monkeypatch.setattr(backbone, "_encode_group", lambda ids: passes.append(ids.shape) or encode_group(ids))
+    first = backbone.encode_texts(CAPTIONS + ["a dog."])  # "a dog." twice: encoded once
+    assert [tuple(shape) for shape in passes] == [(8, 8), (2, 24)]  # two short texts in one pass, the long one
+    again = backbone.encode_texts(["two cats.", "a dog.", "a red bus."])
+    assert len(passes) == 3  # only "a red bus." went through the tower
+    assert torch.equal(again[0], first[2]) and torch.equal(again[1], first[0]) and torch.equal(first[3], first[0])
+    backbone.clear_caches()
+    assert torch.equal(backbone.encode_texts(["two cats."])[0], first[2])  # a fresh pass gives the same floats
+    (kept,) = backbone._texts._entries.values()
+    assert kept.untyped_storage().nbytes() == backbone.dim * 4  # a kept row does not hold its whole pass
+
+
 def test_bucket_groups_depend_on_each_length_alone_and_keep_every_index():
     assert bucket_groups([3, 20, 4, 5, 30, 3]) == {4: [0, 2, 5], 8: [3], 24: [1], 32: [4]}
     assert bucket_groups([76, 77, 9]) == {16: [2], 77: [0, 1]}
