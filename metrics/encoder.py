@@ -330,8 +330,12 @@ class ClipBackbone:
     def clear_caches(self) -> None:
         """Forget every cached image, text and piece feature (benchmarks, one-off encodings)."""
         self._images.clear()
-        self._texts.clear()
+        self.forget_texts()
         self._pieces.clear()
+
+    def forget_texts(self) -> None:
+        """Forget the cached text features only (pieces and images stay)."""
+        self._texts.clear()
 
 
 def bucket_groups(lengths: list[int], context: int = 77) -> dict[int, list[int]]:

@@ -1,13 +1,15 @@
 """`capscope bench --json` gives the keys of docs/formats.md §7 (a small run; no timing asserts)."""
 import json
+import time
 
+from capscope.bench import speed
 from capscope.cli import main
 
 
 def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     plot = tmp_path / "rescore.png"
     code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "3", "--batch-size", "2", "--metric", "hice",
-                 "--region-sources", "", "--ray-workers", "0", "--plot", str(plot), "--caption-words", "80"])
+                 "--region-sources", "", "--ray-workers", "0", "--plot", str(plot), "--caption-words", "80", "--repeats", "2"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"device", "clip_model", "word_encoding_speedup", "pairs_per_s", "naive_pairs_per_s",
@@ -17,6 +19,7 @@ def test_bench_json_has_the_contract_keys(capsys, tmp_path):
         assert set(result["rescore_ms"][name]) >= {"p50", "p95"}
     shared = result["details"]["shared_images"]
     assert shared["captions_per_image"] == 5 and shared["pairs_per_s"]["hice"] > 0
+    assert result["details"]["repeats"] == 2
     assert 0 < result["details"]["naive_image_tower_share"]["hice"] < 1
     assert result["word_encoding_speedup"] > 0 and result["peak_rss_mb"] > 0
     assert plot.stat().st_size > 1000
@@ -28,12 +31,35 @@ def test_bench_json_has_the_contract_keys(capsys, tmp_path):
 def test_caption_words_must_be_counts(capsys):
     assert main(["bench", "--caption-words", "short"]) == 2
     assert "--caption-words takes word counts" in capsys.readouterr().err
+    assert main(["bench", "--repeats", "0"]) == 2
+    assert "--repeats must be at least 1, not 0" in capsys.readouterr().err
+
+
+class SlowingScorer:
+    """score_batch sleeps as long as the next of `seconds` says, per run of the pairs."""
+
+    metrics: dict = {}
+
+    def __init__(self, seconds: list[float], batches_per_run: int):
+        self.seconds, self.batches_per_run, self.calls = seconds, batches_per_run, 0
+
+    def score_batch(self, pairs):
+        time.sleep(self.seconds[self.calls // self.batches_per_run] / self.batches_per_run)
+        self.calls += 1
+        return [{"error": None} for _ in pairs]
+
+
+def test_pairs_per_second_is_the_best_of_its_repeats():
+    scorer = SlowingScorer([0.30, 0.10, 0.20], batches_per_run=2)
+    rate = speed.pairs_per_second(scorer, [{}] * 4, batch_size=2, repeats=3)
+    assert scorer.calls == 6
+    assert 4 / 0.10 * 0.8 < rate <= 4 / 0.10  # the 0.10 s run, not the mean (20 pairs/s)
 
 
 def test_bench_measures_clip4dm_against_the_released_loop(capsys):
     code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "2", "--batch-size", "2",
                  "--metric", "clip4dm", "--captions-per-image", "1", "--region-sources", "", "--ray-workers", "0",
-                 "--caption-words", ""])
+                 "--caption-words", "", "--repeats", "1"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["pairs_per_s"]["clip4dm"] > 0 and result["naive_pairs_per_s"]["clip4dm"] > 0
