@@ -5,6 +5,7 @@ it stopped (`resume`). It imports nothing of capscope's but `metrics` and
 its own folder."""
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import sys
@@ -292,6 +293,13 @@ def score_file(options: ScorerOptions, input_path: Path, output: Path, batch_siz
         log.info("resuming: %d ids already in %s%s", len(answered), output,
                  f"; {retried} rows with errors taken out to score again" if retried else "")
     todo = (item for item in pairs if item[1] is None or not _has_id(item[1]) or item[1]["id"] not in answered)
+    first = next(todo, None)
+    if first is None:  # a finished run (or an empty file): no models to load
+        log.info("nothing to score: every id of %s is in %s", input_path, output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.touch()
+        return 0, 0
+    todo = itertools.chain([first], todo)
     lines = count_lines(input_path)
     task = ScoreTask(options, input_path.parent.resolve())
     results = engine_results(task, todo, batch_size, cluster)

@@ -92,6 +92,20 @@ def test_score_all_metrics_classic_regions(workdir):
     assert [r["id"] for r in read(out)][len(rows):] == [None, None]  # only the id-less rows again
 
 
+def test_a_finished_run_loads_no_model(workdir, monkeypatch, caplog):
+    from capscope.batch import pipeline
+
+    root = workdir[0]
+    pairs, out = root / "two.jsonl", root / "finished.jsonl"
+    pairs.write_text("".join(json.dumps({"id": f"p{i}", "image": f"img{i}.png", "caption": CAPTION}) + "\n" for i in (0, 1)))
+    out.write_text("".join(json.dumps({"id": f"p{i}", "error": None}) + "\n" for i in (0, 1)))
+    monkeypatch.setattr(pipeline.ScorerOptions, "build", lambda self: pytest.fail("a scorer was built"))
+    before = out.read_text()
+    with caplog.at_level("INFO"):
+        assert pipeline.score_file(pipeline.ScorerOptions(("clip-s",)), pairs, out) == (0, 0)
+    assert out.read_text() == before and "nothing to score" in caplog.text
+
+
 def test_given_regions_through_a_real_process(workdir):
     root = workdir[0]
     out = root / "given.jsonl"
