@@ -11,7 +11,6 @@ is refused with one line."""
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,9 @@ from capscope.metrics.errors import CapscopeError
 from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.server.data_roots import DataRoots
 from capscope.server.scorer import Models
-from capscope.ui.shared import DatasetScores, admin_only, build_export, dataset_choices, formatted, rounded
+from capscope.ui.shared import (
+    DatasetScores, admin_only, build_export, dataset_choices, formatted, rounded, scratch_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ def figure_file(result: dict, points: dict) -> str | None:
         return None
     from capscope.bench.plot import correlation_plot
 
-    path = Path(tempfile.mkdtemp(prefix="capscope-correlate-")) / f"{result['benchmark']}.png"
+    path = scratch_folder("correlate-") / f"{result['benchmark']}.png"
     correlation_plot(result, points, path)
     return str(path)
 

@@ -7,7 +7,6 @@ the captions where that model's word was judged wrong, and a click on one of
 them opens its image in Inspect with the captioners' captions of it."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import gradio as gr
@@ -22,6 +21,7 @@ from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.images import ImageError, read_image
 from capscope.server.data_roots import DataRoots
+from capscope.ui.shared import scratch_folder
 
 MAX_LISTED = 50   # captions listed for one clicked word
 WORD_HEADERS = ["model", "metric", "word", "judged", "wrong", "rate"]
@@ -94,7 +94,7 @@ def compare(text: str, roots: DataRoots, draws: int = 1000, picked: list[str] | 
     for source in sources:
         diagnosis.add_rows(source["name"], source_rows(source, store, token_rule))
     summary = diagnosis.summary(draws=draws)
-    folder = Path(tempfile.mkdtemp(prefix="capscope-compare-"))
+    folder = scratch_folder("compare-")
     scores_png, kinds_png = folder / "scores.png", folder / "error_types.png"
     overview = [[name, m["n_captions"], m["n_images"], m["n_errors"]] for name, m in summary["models"].items()]
     compared = [[c["a"], c["b"], c["metric"], c["key"], c["n_images"], round(c["mean_difference"], 4),

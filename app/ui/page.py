@@ -122,7 +122,8 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
     activations = activations or Activations(store, models)
     annotator = Annotator(store, models, **({"lease_seconds": lease_seconds} if lease_seconds else {}))
     scores = DatasetScores(store, models)
-    with gr.Blocks(title="capscope") as demo:
+    # Gradio's copies of returned files (exports, plots, pictures) go after a day, checked hourly
+    with gr.Blocks(title="capscope", delete_cache=(3600, 86400)) as demo:
         with gr.Row():
             gr.Markdown("## capscope · which words are wrong, which regions were left out")
             who = gr.Markdown("", elem_id="cs-who")

@@ -1,11 +1,15 @@
 """What several tabs share: scoring whole datasets (`DatasetScores`, which
 stores the rows as predictions), the admin guard of hidden tabs' endpoints,
-the dataset choices, and the export buttons."""
+the dataset choices, the export buttons, and the scratch folders their files
+are written to."""
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -20,6 +24,27 @@ from capscope.metrics.images import read_image
 from capscope.server.scorer import Models
 
 log = logging.getLogger(__name__)
+
+# Gradio copies a file an event returns into its own cache as the event ends; the folder it was
+# written to is only scratch, removed on a later request once it is this old (and at exit)
+SCRATCH_KEEP_S = 600
+
+
+@functools.cache
+def _scratch_root() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="capscope-ui-")
+
+
+def scratch_folder(prefix: str) -> Path:
+    """A fresh folder for one request's files (an export, a plot), inside the
+    process's scratch folder; folders left by earlier requests go once they are
+    `SCRATCH_KEEP_S` old, so a long-running server does not fill the disk."""
+    root = Path(_scratch_root().name)
+    cutoff = time.time() - SCRATCH_KEEP_S
+    for old in root.iterdir():
+        if old.stat().st_mtime < cutoff:
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
 class DatasetScores:
@@ -75,7 +100,7 @@ def formatted(value) -> str:
 
 def export_file(store: Store, fmt: str, dataset: str | None = None) -> str:
     """Write an export to a fresh temporary file and return its path."""
-    folder = Path(tempfile.mkdtemp(prefix="capscope-export-"))
+    folder = scratch_folder("export-")
     path = folder / f"{export.export_stem(dataset)}.{export.EXTENSIONS[fmt]}"
     with path.open("w", encoding="utf-8", newline="") as handle:
         export.export_to_file(store, fmt, handle, dataset or None)
@@ -85,7 +110,7 @@ def export_file(store: Store, fmt: str, dataset: str | None = None) -> str:
 def benchmark_zip(store: Store, dataset: str | None = None) -> str:
     """A zip of the CapTokenEval file with its images (`export_benchmark`): a
     benchmark to hand to others; `capscope evaluate --gold` reads it unzipped."""
-    folder = Path(tempfile.mkdtemp(prefix="capscope-benchmark-"))
+    folder = scratch_folder("benchmark-")
     return str(export.export_benchmark_zip(store, folder, export.export_stem(dataset), dataset or None))
 
 

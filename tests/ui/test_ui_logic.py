@@ -505,3 +505,18 @@ def test_without_any_model_the_page_says_so_and_scoring_fails_softly():
     row = ui_inspect.score_caption(models, Image.new("RGB", (32, 32)), "a red circle.", "", None)
     assert "no metric can be loaded" in row["error"]
     assert "Cannot score" in ui_inspect.summary_markdown(row, "infometic")
+
+
+def test_scratch_folders_of_earlier_requests_go_once_old(monkeypatch, tmp_path):
+    import os
+    import time
+
+    monkeypatch.setattr(ui_shared, "_scratch_root", lambda: type("Root", (), {"name": str(tmp_path)})())
+    first = ui_shared.scratch_folder("export-")
+    (first / "items.jsonl").write_text("{}\n")
+    second = ui_shared.scratch_folder("compare-")
+    assert first.parent == second.parent == tmp_path and first.exists()  # young: kept
+    old = time.time() - ui_shared.SCRATCH_KEEP_S - 1
+    os.utime(first, (old, old))
+    third = ui_shared.scratch_folder("export-")
+    assert not first.exists() and second.exists() and third.exists()
