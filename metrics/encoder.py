@@ -137,7 +137,7 @@ class ClipBackbone:
         self.device = device
         self._tower = model.text if hasattr(model, "text") else model
         self._images = LRUCache(cache_size)
-        self._texts = LRUCache(text_cache_size)  # by (rows, ids): a text's pass shape is part of its key
+        self._texts = LRUCache(text_cache_size)  # by (rows a pass, ids): the pass's whole shape
         self._pieces: dict[int, torch.Tensor] = {}  # bounded by the BPE vocabulary
 
     @classmethod
@@ -225,7 +225,8 @@ class ClipBackbone:
         Returns float32 N x D in input order."""
         if not sequences:
             return torch.zeros(0, self.dim)
-        keys = [(rows, tuple(seq)) for seq in sequences]
+        context = self.context
+        keys = [(rows or text_rows(self.device, bucket_of(len(seq), context)), tuple(seq)) for seq in sequences]
 
         def fresh(todo: list[int]) -> list[torch.Tensor]:
             return self._encode_fresh([sequences[i] for i in todo], rows)
@@ -343,12 +344,15 @@ def bucket_groups(lengths: list[int], context: int = 77) -> dict[int, list[int]]
     context) that holds each sequence, which depends on that sequence alone.
     Padding makes a row cost at most 1.6 times its own length past 8 tokens;
     few buckets mean few passes, which cost more than their padding here."""
-    buckets = sorted({min(b, context) for b in TEXT_LENGTHS} | {context})
     groups: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
-        groups.setdefault(next(b for b in buckets if b >= n), []).append(i)
+        groups.setdefault(bucket_of(n, context), []).append(i)
     return dict(sorted(groups.items()))
 
+
+def bucket_of(length: int, context: int = 77) -> int:
+    """The padded length a sequence of `length` ids runs at."""
+    return next(b for b in sorted({min(b, context) for b in TEXT_LENGTHS} | {context}) if b >= length)
 
 
 def crop_region(image: Image.Image, region: Region, style: CropStyle = CropStyle()) -> Image.Image:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from capscope.metrics import encoder
 from capscope.metrics.encoder import bucket_groups
 from capscope.metrics.loading import ModelUnavailable, create_open_clip
 from capscope.metrics.scorer import Scorer
@@ -55,6 +56,9 @@ def test_texts_met_before_are_not_encoded_again_and_keep_their_floats(scorer, mo
     assert torch.equal(backbone.encode_texts(["two cats."])[0], first[2])  # a fresh pass gives the same floats
     (kept,) = backbone._texts._entries.values()
     assert kept.untyped_storage().nbytes() == backbone.dim * 4  # a kept row does not hold its whole pass
+    monkeypatch.setitem(encoder.TEXT_TOKENS, "cpu", 32)  # another pass shape: not the same floats, so not a hit
+    backbone.encode_texts(["two cats."])
+    assert tuple(passes[-1]) == (4, 8)
 
 
 def test_bucket_groups_depend_on_each_length_alone_and_keep_every_index():
