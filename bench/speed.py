@@ -795,10 +795,11 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
 def summary(result: dict) -> str:
     lines = [f"device: {result['device']}", f"CLIP: {result['clip_model']}",
              f"word encoding speed-up: {result['word_encoding_speedup']:.1f}x"]
+    best = f"best of {result['details'].get('repeats', 1)} runs"
     for name, rate in result["pairs_per_s"].items():
         naive = result["naive_pairs_per_s"][name]
         ms = result["rescore_ms"][name]
-        lines.append(f"{name}: {rate:.2f} pairs/s (naive {naive:.2f}, {rate / naive:.1f}x); "
+        lines.append(f"{name}: {rate:.2f} pairs/s (naive {naive:.2f}, {rate / naive:.1f}x, {best}); "
                      f"re-score p50 {ms['p50']:.0f} ms, p95 {ms['p95']:.0f} ms")
     for name, share in result["details"].get("naive_image_tower_share", {}).items():
         lines.append(f"{name}: the image tower takes {share:.0%} of the naive loop's time, "
