@@ -276,8 +276,12 @@ def _labels_of(item: ItemData, result: Iterable[dict]) -> tuple[set[int], set[in
                 missed.append(f"box {_box_text(entry)} overlaps no stored region (IoU < {MATCH_IOU})")
             else:
                 mentioned.add(index)
-        elif kind == "brushlabels":
-            missed.append("a brush stroke (capscope maps boxes, not strokes, onto its regions)")
+        elif kind == "brushlabels" and MENTIONED in (value.get("brushlabels") or []):
+            index = _matching_stroke(item, entry)
+            if index is None:
+                missed.append(f"a brush stroke overlaps no stored region (IoU < {MATCH_IOU})")
+            else:
+                mentioned.add(index)
     return wrong, mentioned, missed
 
 
@@ -294,6 +298,35 @@ def _matching_region(item: ItemData, entry: dict) -> int | None:
     overlaps = [(_iou(box, r["box"]), i) for i, r in enumerate(item.regions)]
     best = max(overlaps, default=(0.0, None))
     return best[1] if best[0] >= MATCH_IOU else None
+
+
+def _matching_stroke(item: ItemData, entry: dict) -> int | None:
+    """The stored region a brush stroke covers: the best mask IoU (a region
+    without a mask counts as its filled box), at least MATCH_IOU."""
+    size = (entry.get("original_height"), entry.get("original_width"))
+    if size != (item.height, item.width):  # drawn on another size of the image: cannot be matched pixel for pixel
+        return None
+    try:
+        stroke = brush_mask((entry.get("value") or {}).get("rle") or [], *size)
+    except (ValueError, IndexError):
+        return None
+    overlaps = [(_mask_iou(stroke, _region_mask(region, size)), i) for i, region in enumerate(item.regions)]
+    best = max(overlaps, default=(0.0, None))
+    return best[1] if best[0] >= MATCH_IOU else None
+
+
+def _region_mask(region: dict, size: tuple[int, int]) -> np.ndarray:
+    if region.get("mask"):
+        return rle_to_mask(region["mask"])
+    mask = np.zeros(size, dtype=bool)
+    x0, y0, x1, y1 = region["box"]
+    mask[int(np.floor(y0)) : int(np.ceil(y1)), int(np.floor(x0)) : int(np.ceil(x1))] = True
+    return mask
+
+
+def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return float(np.logical_and(a, b).sum() / union) if union else 0.0
 
 
 def _iou(a, b) -> float:

@@ -116,3 +116,26 @@ def test_an_export_becomes_one_annotator_per_label_studio_user(store, tmp_path, 
     (bad := tmp_path / "bad.json").write_text('{"not": "a list"}')
     assert main(["import", "--label-studio", str(bad), "--db", db]) == 2
     assert "not a Label Studio JSON export" in capsys.readouterr().err
+
+
+def stroke(x0, y0, x1, y1, label="mentioned", width=64, height=48):
+    painted = np.zeros((height, width), dtype=bool)
+    painted[y0:y1, x0:x1] = True
+    return {"type": "brushlabels", "from_name": "masks", "to_name": "image", "original_width": width,
+            "original_height": height, "value": {"format": "rle", "rle": ls.brush_rle(painted), "brushlabels": [label]}}
+
+
+def test_brush_strokes_become_the_regions_they_cover(store, tmp_path):
+    store, _ = store
+    item = next(iter_items(store))
+    annotations = [(3, [stroke(6, 6, 30, 30)]),                                   # most of region 0's box [4, 4, 30, 30]
+                   (4, [stroke(31, 11, 59, 39), stroke(4, 4, 30, 30, "left out")]),  # region 1; a left-out stroke is no label
+                   (5, [stroke(0, 40, 10, 48), stroke(6, 6, 30, 30, width=128, height=96)])]  # on nothing; another size
+    export = tmp_path / "strokes.json"
+    export.write_text(json.dumps([label_studio_export(item, annotations)]))
+    report = ls.import_export(store, export)
+    judged = {j.user: j.mentioned_regions for j in next(iter_items(store)).judgements}
+    assert {k: judged[k] for k in ("label-studio-3", "label-studio-4", "label-studio-5")} == \
+        {"label-studio-3": {0}, "label-studio-4": {1}, "label-studio-5": set()}
+    (line,) = report.not_mapped
+    assert line.count("a brush stroke overlaps no stored region") == 2
