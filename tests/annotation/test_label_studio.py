@@ -128,9 +128,11 @@ def stroke(x0, y0, x1, y1, label="mentioned", width=64, height=48):
 def test_brush_strokes_become_the_regions_they_cover(store, tmp_path):
     store, _ = store
     item = next(iter_items(store))
-    annotations = [(3, [stroke(6, 6, 30, 30)]),                                   # most of region 0's box [4, 4, 30, 30]
-                   (4, [stroke(31, 11, 59, 39), stroke(4, 4, 30, 30, "left out")]),  # region 1; a left-out stroke is no label
-                   (5, [stroke(0, 40, 10, 48), stroke(6, 6, 30, 30, width=128, height=96)])]  # on nothing; another size
+    annotations = [
+        (3, [stroke(6, 6, 30, 30)]),  # most of region 0's box, [4, 4, 30, 30]
+        (4, [stroke(31, 11, 59, 39), stroke(4, 4, 30, 30, "left out")]),  # region 1; a left-out stroke labels nothing
+        (5, [stroke(0, 40, 10, 48), stroke(6, 6, 30, 30, width=128, height=96)]),  # over no region; another image size
+    ]
     export = tmp_path / "strokes.json"
     export.write_text(json.dumps([label_studio_export(item, annotations)]))
     report = ls.import_export(store, export)

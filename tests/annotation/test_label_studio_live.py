@@ -113,6 +113,10 @@ def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tm
     brush = next(r for r in stored["result"] if r["type"] == "brushlabels")
     assert label_studio_decodes(brush["value"]["rle"], 48, 64) == mask.astype(np.uint8).tolist()
 
+    from capscope.annotation.label_studio import brush_rle
+
+    stroke = np.zeros((48, 64), dtype=bool)
+    stroke[3:12, 2:12] = True  # painted over most of the second region, [2, 2, 12, 12]
     annotated = {}
     for task in tasks:
         caption = task["data"]["caption"]
@@ -122,9 +126,12 @@ def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tm
                   {"type": "rectanglelabels", "from_name": "regions", "to_name": "image", "original_width": 64,
                    "original_height": 48, "value": {"x": 100 * 20 / 64, "y": 100 * 10 / 48, "width": 100 * 30 / 64,
                                                     "height": 100 * 20 / 48, "rotation": 0,
-                                                    "rectanglelabels": ["mentioned"]}}]
+                                                    "rectanglelabels": ["mentioned"]}},
+                  {"type": "brushlabels", "from_name": "masks", "to_name": "image", "original_width": 64,
+                   "original_height": 48,
+                   "value": {"format": "rle", "rle": brush_rle(stroke), "brushlabels": ["mentioned"]}}]
         api(url, "POST", f"/api/tasks/{task['id']}/annotations", json={"result": result})
-        annotated[task["data"]["capscope_id"]] = ({caption.split().index("red")}, {0})
+        annotated[task["data"]["capscope_id"]] = ({caption.split().index("red")}, {0, 1})
 
     export = tmp_path / "export.json"
     export.write_bytes(api_bytes(url, f"/api/projects/{project['id']}/export?exportType=JSON"))

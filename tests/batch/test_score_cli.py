@@ -97,7 +97,8 @@ def test_a_finished_run_loads_no_model(workdir, monkeypatch, caplog):
 
     root = workdir[0]
     pairs, out = root / "two.jsonl", root / "finished.jsonl"
-    pairs.write_text("".join(json.dumps({"id": f"p{i}", "image": f"img{i}.png", "caption": CAPTION}) + "\n" for i in (0, 1)))
+    pairs.write_text("".join(json.dumps({"id": f"p{i}", "image": f"img{i}.png", "caption": CAPTION}) + "\n"
+                             for i in (0, 1)))
     out.write_text("".join(json.dumps({"id": f"p{i}", "error": None}) + "\n" for i in (0, 1)))
     monkeypatch.setattr(pipeline.ScorerOptions, "build", lambda self: pytest.fail("a scorer was built"))
     before = out.read_text()
