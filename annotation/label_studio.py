@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -224,11 +226,30 @@ def read_export(path: Path) -> list[dict]:
     return data
 
 
-def import_export(store: Store, path: Path, dataset: str | None = None) -> LabelStudioReport:
+def user_emails(url: str, token: str) -> dict[int, str]:
+    """Label Studio's users as id -> e-mail, from its REST API (`GET /api/users`)
+    with a legacy API token; Invalid, in one line, when it cannot be read."""
+    request = urllib.request.Request(url.rstrip("/") + "/api/users", headers={"Authorization": f"Token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            data = json.load(response)
+    except urllib.error.HTTPError as err:
+        raise Invalid(f"Label Studio at {url}: GET /api/users answered HTTP {err.code} "
+                      "(LABEL_STUDIO_API_KEY must be a legacy API token of a user there)") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise Invalid(f"Label Studio at {url}: cannot read its users ({getattr(err, 'reason', err)})") from None
+    users = data.get("results", []) if isinstance(data, dict) else data
+    return {int(u["id"]): str(u["email"]) for u in users if isinstance(u, dict) and "id" in u and u.get("email")}
+
+
+def import_export(store: Store, path: Path, dataset: str | None = None,
+                  emails: dict[int, str] | None = None) -> LabelStudioReport:
     """Each annotation of Label Studio's export becomes the submitted labels of
-    one capscope annotator (`label-studio-<email or id>`, created when new):
-    `wrong` spans mapped onto the tokens they overlap, `mentioned` boxes onto the
-    stored region they overlap most. Importing the same file again changes nothing."""
+    one capscope annotator (`label-studio-<email or id>`, created when new; the
+    export names users by id, `emails` (`user_emails`) gives their e-mails):
+    `wrong` spans mapped onto the tokens they overlap, `mentioned` boxes and
+    strokes onto the stored region they overlap most. Importing the same file
+    again changes nothing."""
     report = LabelStudioReport()
     for task in read_export(path):
         where = f"task {task.get('id')}"
@@ -243,7 +264,7 @@ def import_export(store: Store, path: Path, dataset: str | None = None) -> Label
             wrong, mentioned, missed = _labels_of(item, annotation.get("result") or [])
             if missed:
                 report.not_mapped.append(f"{where} (capscope id {item.external_id!r}): " + "; ".join(missed))
-            user = _annotator(store, annotation.get("completed_by"), report)
+            user = _annotator(store, annotation.get("completed_by"), report, emails or {})
             if workflow.record_judgement(store, user, item.caption_id, wrong, mentioned):
                 report.annotations_added += 1
             else:
@@ -342,12 +363,12 @@ def _box_text(entry: dict) -> str:
     return f"x {v.get('x', 0):.1f}% y {v.get('y', 0):.1f}% w {v.get('width', 0):.1f}% h {v.get('height', 0):.1f}%"
 
 
-def _annotator(store: Store, completed_by, report: LabelStudioReport) -> UserInfo:
+def _annotator(store: Store, completed_by, report: LabelStudioReport, emails: dict[int, str]) -> UserInfo:
     """The capscope annotator of a Label Studio user (an id, or a dict with its email)."""
     if isinstance(completed_by, dict):
         who = completed_by.get("email") or completed_by.get("id")
     else:
-        who = completed_by
+        who = emails.get(completed_by) or completed_by
     name = "label-studio-" + re.sub(r"[^A-Za-z0-9_.@-]", "_", str(who if who is not None else "unknown"))[:80]
     try:
         return get_user(store, name)

@@ -25,6 +25,9 @@ def register(sub) -> None:
     source.add_argument("--label-studio", type=Path, metavar="EXPORT.json",
                         help="Label Studio's JSON export of tasks capscope exported: each annotation becomes one "
                              "annotator's labels (--dataset: the items' dataset, default the one each task names)")
+    imp.add_argument("--label-studio-url", default=None, metavar="URL",
+                     help="with --label-studio: name annotators by their e-mail in the Label Studio at URL (its "
+                          "export names them by id), read with the legacy API token in LABEL_STUDIO_API_KEY")
     imp.add_argument("--images", type=Path, help="images folder (required with --captions)")
     imp.add_argument("--annotations", type=Path, default=None,
                      help="with a COCO results --captions file: the COCO captions file (image files, references)")
@@ -104,7 +107,13 @@ def register(sub) -> None:
 def import_label_studio(store, args) -> int:
     from capscope.annotation import label_studio
 
-    report = label_studio.import_export(store, args.label_studio, args.dataset)
+    emails = None
+    if args.label_studio_url:
+        token = os.environ.get("LABEL_STUDIO_API_KEY")
+        if not token:
+            raise CapscopeError("--label-studio-url needs Label Studio's legacy API token in LABEL_STUDIO_API_KEY")
+        emails = label_studio.user_emails(args.label_studio_url, token)
+    report = label_studio.import_export(store, args.label_studio, args.dataset, emails)
     for line in report.not_mapped:
         print(f"not mapped: {line}", file=sys.stderr)
     print(report.summary())

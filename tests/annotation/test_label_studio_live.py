@@ -73,7 +73,7 @@ def api(url, method, path, **kwargs):
     return response.json() if response.content else None
 
 
-def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tmp_path, capsys):
+def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tmp_path, capsys, monkeypatch):
     url, root = label_studio
     names = make_images(root / "images", 2, size=(64, 48))
     mask = np.zeros((48, 64), dtype=bool)
@@ -144,6 +144,29 @@ def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tm
     assert got == {cid: [("label-studio-1", *labels)] for cid, labels in annotated.items()}  # its export names users by id
     assert main(["import", "--db", db, "--label-studio", str(export)]) == 0
     assert capsys.readouterr().out.startswith("0 annotations imported, 2 unchanged")
+    # named by e-mail instead, through Label Studio's users API: another annotator, the same labels
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", TOKEN)
+    assert main(["import", "--db", db, "--label-studio", str(export), "--label-studio-url", url]) == 0
+    assert capsys.readouterr().out.startswith("2 annotations imported, 0 unchanged, 1 new annotators")
+    by_email = {item.external_id: [(j.user, j.incorrect_tokens, j.mentioned_regions) for j in item.judgements
+                                   if j.user == "label-studio-admin@capscope.test"] for item in iter_items(Store(db), "ls")}
+    assert by_email == {cid: [("label-studio-admin@capscope.test", *labels)] for cid, labels in annotated.items()}
+
+
+def test_annotators_named_by_their_label_studio_email(label_studio, tmp_path, capsys, monkeypatch):
+    from capscope.annotation import label_studio as ls
+    from capscope.annotation.errors import Invalid
+
+    url, _ = label_studio
+    assert ls.user_emails(url, TOKEN) == {1: "admin@capscope.test"}
+    with pytest.raises(Invalid, match="HTTP 401"):
+        ls.user_emails(url, "not-a-token")
+    export = tmp_path / "export.json"
+    export.write_text("[]")
+    monkeypatch.delenv("LABEL_STUDIO_API_KEY", raising=False)
+    db = sqlite_url(tmp_path)
+    assert main(["import", "--db", db, "--label-studio", str(export), "--label-studio-url", url]) == 2
+    assert "needs Label Studio's legacy API token in LABEL_STUDIO_API_KEY" in capsys.readouterr().err
 
 
 def api_bytes(url, path) -> bytes:
