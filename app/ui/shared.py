@@ -4,6 +4,7 @@ the dataset choices, the export buttons, and the scratch folders their files
 are written to."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -26,8 +27,9 @@ from capscope.server.scorer import Models
 log = logging.getLogger(__name__)
 
 # Gradio copies a file an event returns into its own cache as the event ends; the folder it was
-# written to is only scratch, removed on a later request once it is this old (and at exit)
-SCRATCH_KEEP_S = 600
+# written to is only scratch, removed on a later request once it is this old (and at exit): an hour,
+# longer than any export takes to write
+SCRATCH_KEEP_S = 3600
 
 
 @functools.cache
@@ -42,8 +44,9 @@ def scratch_folder(prefix: str) -> Path:
     root = Path(_scratch_root().name)
     cutoff = time.time() - SCRATCH_KEEP_S
     for old in root.iterdir():
-        if old.stat().st_mtime < cutoff:
-            shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):  # another request's clean-up got there first
+            if old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
