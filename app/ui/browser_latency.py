@@ -319,7 +319,12 @@ def main(argv=None) -> int:
     photo = photo_path()
     figures: dict = {"photo": photo.name}
     with tempfile.TemporaryDirectory() as folder, Server(Path(folder)) as server:
-        figures.update(asyncio.run(browser_figures(server.url, photo, args.keys, args.load_seconds)))
+        try:
+            figures.update(asyncio.run(browser_figures(server.url, photo, args.keys, args.load_seconds)))
+        except Exception as err:  # a wait that timed out says little alone: the server's log says why
+            log = (Path(folder) / "server.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{type(err).__name__}: {str(err)[:300]}\n"
+                               f"--- capscope serve's log, last lines:\n{log}") from err
         figures["server_errors"] = server.errors()
     if not args.no_breakdown:
         figures["breakdown"] = breakdown(photo)
