@@ -28,7 +28,7 @@ from capscope.annotation.users import UserInfo, add_user, get_user
 from capscope.annotation.votes import ItemData, iter_items, load_item
 from capscope.db import Caption, Dataset, Store
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
-from capscope.metrics.regions import rle_to_mask
+from capscope.metrics.regions import box_mask, rle_to_mask
 from capscope.metrics.registry import SPECS
 
 WORDS, REGIONS, MASKS = "words", "regions", "masks"       # the config's control names
@@ -316,9 +316,7 @@ def _matching_region(item: ItemData, entry: dict) -> int | None:
     if not entry.get("original_width") or not entry.get("original_height"):
         return None
     box = _pixel_box(entry)
-    overlaps = [(_iou(box, r["box"]), i) for i, r in enumerate(item.regions)]
-    best = max(overlaps, default=(0.0, None))
-    return best[1] if best[0] >= MATCH_IOU else None
+    return _best_match([_iou(box, r["box"]) for r in item.regions])
 
 
 def _matching_stroke(item: ItemData, entry: dict) -> int | None:
@@ -331,18 +329,17 @@ def _matching_stroke(item: ItemData, entry: dict) -> int | None:
         stroke = brush_mask((entry.get("value") or {}).get("rle") or [], *size)
     except (ValueError, IndexError):
         return None
-    overlaps = [(_mask_iou(stroke, _region_mask(region, size)), i) for i, region in enumerate(item.regions)]
-    best = max(overlaps, default=(0.0, None))
-    return best[1] if best[0] >= MATCH_IOU else None
+    return _best_match([_mask_iou(stroke, _region_mask(region, size)) for region in item.regions])
+
+
+def _best_match(ious: list[float]) -> int | None:
+    """The index of the region overlapped most, when that is at least MATCH_IOU."""
+    best = max(range(len(ious)), key=ious.__getitem__, default=None)
+    return best if best is not None and ious[best] >= MATCH_IOU else None
 
 
 def _region_mask(region: dict, size: tuple[int, int]) -> np.ndarray:
-    if region.get("mask"):
-        return rle_to_mask(region["mask"])
-    mask = np.zeros(size, dtype=bool)
-    x0, y0, x1, y1 = region["box"]
-    mask[int(np.floor(y0)) : int(np.ceil(y1)), int(np.floor(x0)) : int(np.ceil(x1))] = True
-    return mask
+    return rle_to_mask(region["mask"]) if region.get("mask") else box_mask(region["box"], *size)
 
 
 def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:

@@ -53,7 +53,7 @@ from .encoder import (
 from .loading import ModelUnavailable, load_state_file
 from .lru import LRUCache
 from .phrases import phrases as caption_phrases
-from .regions import Region
+from .regions import Region, box_mask
 from .constants import HICE_THRESHOLD as THRESHOLD
 from .result import MetricResult, PhraseScore
 from .text import Phrase, Token, load_spacy, tokenize
@@ -138,10 +138,7 @@ def region_mask(region: Region, size: tuple[int, int]) -> np.ndarray:
     if region.mask is not None:
         return np.asarray(region.mask, dtype=bool)
     width, height = size
-    mask = np.zeros((height, width), dtype=bool)
-    x0, y0, x1, y1 = region.box
-    mask[int(np.floor(y0)) : int(np.ceil(y1)), int(np.floor(x0)) : int(np.ceil(x1))] = True
-    return mask
+    return box_mask(region.box, height, width)
 
 
 class AlphaVisual:

@@ -48,6 +48,14 @@ def mask_to_rle(mask: np.ndarray) -> dict:
     return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
 
 
+def box_mask(box, height: int, width: int) -> np.ndarray:
+    """A height x width mask with the box's pixels (outward to whole pixels) set."""
+    mask = np.zeros((height, width), dtype=bool)
+    x0, y0, x1, y1 = box
+    mask[int(np.floor(y0)) : int(np.ceil(y1)), int(np.floor(x0)) : int(np.ceil(x1))] = True
+    return mask
+
+
 def rle_to_mask(rle: dict) -> np.ndarray:
     from pycocotools import mask as coco_mask
 
