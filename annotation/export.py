@@ -19,18 +19,20 @@ from typing import Iterator, TextIO
 from capscope.annotation.errors import Invalid
 from capscope.annotation.votes import ItemData, iter_items
 from capscope.db import Store
+from capscope.metrics.paths import safe_name
 
 FORMATS = {"captokeneval": "application/x-ndjson", "csv": "text/csv", "coco": "application/json"}
 EXTENSIONS = {"captokeneval": "jsonl", "csv": "csv", "coco": "json"}
 CSV_COLUMNS = ["dataset", "item_id", "id", "image", "annotator", "submitted_at", "time_spent_ms",
                "kind", "index", "text", "box", "label"]
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 COCO_CATEGORIES = [{"id": 1, "name": "mentioned"}, {"id": 2, "name": "unmentioned"},
                    {"id": 3, "name": "unlabelled"}]
 
 
 def export_stem(dataset: str | None) -> str:
     """The file name (without extension) of an export: `capscope-<dataset or all>`, made safe."""
-    return "capscope-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in (dataset or "all"))[:80]
+    return "capscope-" + safe_name(dataset or "all", max_chars=80)
 
 
 def iter_export(store: Store, fmt: str, dataset: str | None = None) -> Iterator[str]:
@@ -137,16 +139,23 @@ def _iter_csv(store: Store, dataset: str | None) -> Iterator[str]:
                       judgement.time_spent_ms]
             for i, token in enumerate(item.tokens):
                 label = "incorrect" if i in judgement.incorrect_tokens else "correct"
-                writer.writerow(common + ["token", i, token["text"], "", label])
+                writer.writerow(csv_cells(common + ["token", i, token["text"], "", label]))
             for i, region in enumerate(item.regions):
                 label = "mentioned" if i in judgement.mentioned_regions else "unmentioned"
-                writer.writerow(common + ["region", i, "", json.dumps(region["box"]), label])
+                writer.writerow(csv_cells(common + ["region", i, "", json.dumps(region["box"]), label]))
         if buffer.tell():
             yield buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()
     if buffer.tell():
         yield buffer.getvalue()
+
+
+def csv_cells(row: list) -> list:
+    """The row with each text cell that a spreadsheet would run as a formula
+    (starting with =, +, -, @, tab or carriage return) prefixed with a quote
+    (OWASP's advice on CSV injection); numbers stay numbers."""
+    return [f"'{cell}" if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell for cell in row]
 
 
 # ---------------------------------------------------------------- COCO

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from capscope.annotation.import_report import RowProblem
 from capscope.metrics.images import ImageError, check_bytes, read_image
+from capscope.metrics.jsonl import shown
 
 
 @dataclass
@@ -26,11 +27,15 @@ def resolve_image_path(name, base: Path) -> Path:
     if "\x00" in name:
         raise RowProblem("image path contains a NUL byte")
     root = base.resolve()
-    path = (root / name).resolve()  # follows symbolic links too
+    try:
+        path = (root / name).resolve()  # follows symbolic links too
+        found = path.is_relative_to(root) and path.is_file()
+    except (OSError, RuntimeError, ValueError):  # a name too long, a loop of links
+        raise RowProblem(f"image {shown(name, 120)} is not a usable path") from None
     if not path.is_relative_to(root):
-        raise RowProblem(f"image {name!r} is outside the images folder")
-    if not path.is_file():
-        raise RowProblem(f"image {name!r} not found")
+        raise RowProblem(f"image {shown(name, 120)} is outside the images folder")
+    if not found:
+        raise RowProblem(f"image {shown(name, 120)} not found")
     return path
 
 

@@ -13,6 +13,7 @@ from capscope.annotation.import_rows import read_jsonl
 from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.db import Caption, Dataset, Prediction, Store, Token
 from capscope.db.models import utcnow
+from capscope.metrics.jsonl import shown
 
 
 def import_predictions(store: Store, path: Path, dataset: str = "default", model_version: str | None = None) -> ImportReport:
@@ -36,12 +37,35 @@ def import_prediction_rows(store: Store, numbered_rows: Iterable, dataset: str =
         if obj.get("error") or not isinstance(metrics, dict):
             report.errors.append(RowError(line, str(obj.get("id")), "row has no metrics"))
             continue
+        problem = _metrics_problem(metrics)
+        if problem:
+            report.errors.append(RowError(line, str(obj.get("id")), problem))
+            continue
         model = obj.get("model") if isinstance(obj.get("model"), dict) else None
         version = model_version or json.dumps(model or {}, sort_keys=True)[:200]
         rows.append((line, str(obj.get("id")), metrics, version, model))
     for start in range(0, len(rows), 200):
         store.run_write(lambda s, chunk=rows[start:start + 200]: _write_predictions(s, dataset, chunk, report))
     return report
+
+
+def _metrics_problem(metrics: dict) -> str:
+    """Why a score row's metrics cannot be stored (checked before the write,
+    so that one row of the wrong shape cannot stop the import), or ''."""
+    for name, result in metrics.items():
+        if result is None:
+            continue
+        if not isinstance(result, dict) or not isinstance(result.get("scores") or {}, dict):
+            return f"metric {shown(name)}: its result must be an object with 'scores' an object"
+        for key in ("token_scores", "region_scores"):
+            values = result.get(key) or []
+            if not isinstance(values, list) or not all(v is None or _is_number(v) for v in values):
+                return f"metric {shown(name)}: '{key}' must be a list of numbers or nulls"
+    return ""
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _write_predictions(session, dataset: str, rows, report: ImportReport) -> None:
@@ -70,7 +94,8 @@ def upsert_predictions(session, caption_id: int, version: str, metrics: dict, mo
 def recorded_word_scale(model: dict | None, metric: str) -> float | None:
     """The word threshold scale a score row's model block records for `metric`
     (`metric_options`); None when it records none, or not a positive number."""
-    options = ((model or {}).get("metric_options") or {}).get(metric)
+    every = (model or {}).get("metric_options")
+    options = every.get(metric) if isinstance(every, dict) else None
     scale = options.get("word_threshold_scale") if isinstance(options, dict) else None
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
         return None

@@ -16,7 +16,7 @@ from typing import IO, Iterator
 from capscope.annotation.import_images import ImageFile, decode_image, hash_image_file, resolve_image_path
 from capscope.annotation.import_regions import checked_regions
 from capscope.annotation.import_report import RowError, RowProblem
-from capscope.metrics.jsonl import json_lines
+from capscope.metrics.jsonl import json_lines, shown
 from capscope.metrics.limits import MAX_ID_CHARS
 from capscope.metrics.text import check_caption, check_references
 
@@ -78,7 +78,8 @@ def finish_row(row: PreparedRow, *, captokeneval: bool, obj: dict) -> None:
 
 def row_id_for_report(obj: dict) -> str | None:
     """The row's id as far as it can be read, for an error line."""
-    ident = obj.get("id") if isinstance(obj.get("id"), (str, int)) else None
+    ident = obj.get("id")
+    ident = ident if isinstance(ident, (str, int)) and not isinstance(ident, bool) else None
     return None if ident is None else str(ident)[:MAX_ID_CHARS]
 
 
@@ -136,8 +137,11 @@ def checked_tokens(raw, caption: str) -> list[dict]:
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)) or not isinstance(text, str):
             raise RowProblem(f"token {i} needs integer 'start', 'end' and a string 'text'")
         if not 0 <= start < end <= len(caption) or caption[start:end] != text:
-            raise RowProblem(f"token {i} {text!r} does not match caption[{start}:{end}]")
-        tokens.append({"text": text, "start": start, "end": end, "semantic": bool(tok.get("semantic", True))})
+            raise RowProblem(f"token {i} {shown(text)} does not match caption[{start}:{end}]")
+        semantic = tok.get("semantic", True)
+        if not isinstance(semantic, bool):
+            raise RowProblem(f"token {i}: 'semantic' must be true or false")
+        tokens.append({"text": text, "start": start, "end": end, "semantic": semantic})
     return tokens
 
 
@@ -168,7 +172,7 @@ def _gold_from_row(obj: dict, n_regions: int) -> dict | None:
 
 def _checked_label(label, allowed: tuple[str, ...], where: str) -> str | None:
     if label is not None and label not in allowed:
-        raise RowProblem(f"{where}: label must be one of {', '.join(allowed)} or null, got {label!r}")
+        raise RowProblem(f"{where}: label must be one of {', '.join(allowed)} or null, got {shown(label)}")
     return label
 
 

@@ -14,6 +14,7 @@ The file formats are in docs/formats.md.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,6 +35,7 @@ from capscope.annotation.import_rows import (
 from capscope.annotation.import_store import known_state, set_annotators_needed, write_rows
 from capscope.annotation.uncertainty import token_uncertainty
 from capscope.db import Store
+from capscope.metrics.paths import name_problem
 from capscope.metrics.regions import mask_to_rle
 
 __all__ = [
@@ -43,6 +45,13 @@ __all__ = [
     "ImageFile", "resolve_image_path", "hash_image_file", "decode_image",
     "TOKEN_LABELS", "REGION_LABELS",
 ]
+
+
+log = logging.getLogger(__name__)
+
+# What checking one row may raise beyond RowProblem when a field has a type no check foresaw:
+# caught per row (logged with its traceback), so that an import never stops half way.
+ROW_FAILURES = (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError, OSError, RecursionError)
 
 
 @dataclass
@@ -72,8 +81,9 @@ def import_captokeneval(store: Store, path: Path, options: ImportOptions, images
 def _check_options(options: ImportOptions) -> None:
     if not 0 <= options.annotators_per_item <= 100:
         raise Invalid("--annotators-per-item must be between 0 and 100")
-    if not options.dataset or len(options.dataset) > 200:
-        raise Invalid("dataset name must be 1-200 characters")
+    problem = name_problem(options.dataset, "dataset name")
+    if problem:
+        raise Invalid(problem)
     if options.regions != "none":
         from capscope.metrics.regions import PROPOSERS
 
@@ -119,6 +129,9 @@ def _prepare_or_report(line, obj, base, seen, report, captokeneval) -> PreparedR
     except RowProblem as err:
         report.errors.append(RowError(line, row_id_for_report(obj), str(err)))
         return None
+    except ROW_FAILURES as err:
+        report.errors.append(_unforeseen(line, row_id_for_report(obj), err))
+        return None
     if row.external_id in seen:
         report.errors.append(RowError(line, row.external_id, f"duplicate id (first on line {seen[row.external_id]})"))
         return None
@@ -147,6 +160,9 @@ def _import_batch(store, batch, options, proposer, report, captokeneval) -> None
         except RowProblem as err:
             report.errors.append(RowError(row.line, row.external_id, str(err)))
             continue
+        except ROW_FAILURES as err:
+            report.errors.append(_unforeseen(row.line, row.external_id, err))
+            continue
         todo.append(row)
     if renumbered:
         store.run_write(lambda s: set_annotators_needed(s, options.dataset, options.annotators_per_item, renumbered))
@@ -161,3 +177,9 @@ def _import_batch(store, batch, options, proposer, report, captokeneval) -> None
     except IntegrityError:
         # another import wrote the same image or caption meanwhile: the retry sees it
         store.run_write(write)
+
+
+def _unforeseen(line: int, ident: str | None, err: Exception) -> RowError:
+    """A row error for a failure no check foresaw; its traceback goes to the log, not the report."""
+    log.warning("import line %d: %s", line, type(err).__name__, exc_info=err)
+    return RowError(line, ident, f"a field of this row has a type or value that cannot be read ({type(err).__name__})")

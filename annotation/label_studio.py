@@ -9,14 +9,14 @@ Words are `labels` spans on the caption at character offsets; regions are
 `brushlabels` result in Label Studio's own RLE (`brush_rle`)."""
 from __future__ import annotations
 
-import json
+import math
 import re
 import secrets
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import numpy as np
 from sqlalchemy import select
@@ -28,6 +28,7 @@ from capscope.annotation.users import UserInfo, add_user, get_user
 from capscope.annotation.votes import ItemData, iter_items, load_item
 from capscope.db import Caption, Dataset, Store
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
+from capscope.metrics.jsonl import JsonTextError, loads_limited, shown
 from capscope.metrics.regions import box_mask, rle_to_mask
 from capscope.metrics.registry import SPECS
 
@@ -186,6 +187,8 @@ def brush_mask(rle: list[int], height: int, width: int) -> np.ndarray:
         return int(bits[at - n:at], 2)
 
     total, word = read(32), read(5) + 1
+    if total != height * width * 4:  # refused before allocating: the header may claim billions
+        raise ValueError("brush RLE of another size than the image")
     sizes = [read(4) + 1 for _ in range(4)]
     out = np.zeros(total, dtype=np.int64)
     i = 0
@@ -215,13 +218,16 @@ class LabelStudioReport:
                 f"{len(self.users_added)} new annotators, {len(self.not_mapped)} tasks with parts that did not map")
 
 
-def read_export(path: Path) -> list[dict]:
-    """Label Studio's JSON export (a list of tasks); Invalid, in one line, for anything else."""
+def read_export(path: Path) -> list:
+    """Label Studio's JSON export, a list of tasks (each checked as it is
+    imported); Invalid, in one line, for a file that is not a JSON list."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = loads_limited(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
         raise Invalid(f"{path}: not a Label Studio JSON export ({type(err).__name__})") from None
-    if not isinstance(data, list) or not all(isinstance(t, dict) and isinstance(t.get("data"), dict) for t in data):
+    except JsonTextError as err:
+        raise Invalid(f"{path}: not a Label Studio JSON export ({err})") from None
+    if not isinstance(data, list):
         raise Invalid(f"{path}: not a Label Studio JSON export (expected a list of tasks with 'data')")
     return data
 
@@ -232,14 +238,25 @@ def user_emails(url: str, token: str) -> dict[int, str]:
     request = urllib.request.Request(url.rstrip("/") + "/api/users", headers={"Authorization": f"Token {token}"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
-            data = json.load(response)
+            data = loads_limited(response.read().decode("utf-8"))
     except urllib.error.HTTPError as err:
         raise Invalid(f"Label Studio at {url}: GET /api/users answered HTTP {err.code} "
                       "(LABEL_STUDIO_API_KEY must be a legacy API token of a user there)") from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         raise Invalid(f"Label Studio at {url}: cannot read its users ({getattr(err, 'reason', err)})") from None
     users = data.get("results", []) if isinstance(data, dict) else data
-    return {int(u["id"]): str(u["email"]) for u in users if isinstance(u, dict) and "id" in u and u.get("email")}
+    if not isinstance(users, list):
+        raise Invalid(f"Label Studio at {url}: GET /api/users answered something other than a list of users")
+    return {_user_id(u): u["email"] for u in users
+            if isinstance(u, dict) and isinstance(u.get("email"), str) and _user_id(u) is not None}
+
+
+def _user_id(user: dict) -> int | None:
+    """A Label Studio user's id as a number (a string of digits counts), else None."""
+    ident = user.get("id")
+    if isinstance(ident, str) and ident.isdecimal():
+        return int(ident)
+    return ident if isinstance(ident, int) and not isinstance(ident, bool) else None
 
 
 def import_export(store: Store, path: Path, dataset: str | None = None,
@@ -249,32 +266,64 @@ def import_export(store: Store, path: Path, dataset: str | None = None,
     export names users by id, `emails` (`user_emails`) gives their e-mails):
     `wrong` spans mapped onto the tokens they overlap, `mentioned` boxes and
     strokes onto the stored region they overlap most. Importing the same file
-    again changes nothing."""
+    again changes nothing. A task, annotation or result of the wrong shape is
+    reported in `not_mapped` and the rest imported."""
     report = LabelStudioReport()
-    for task in read_export(path):
-        where = f"task {task.get('id')}"
-        item = _item_of(store, task, dataset)
-        if item is None:
-            report.not_mapped.append(f"{where}: no capscope item {task['data'].get('capscope_id')!r} "
-                                     f"in dataset {dataset or task['data'].get('capscope_dataset')!r}")
-            continue
-        for annotation in task.get("annotations") or []:
-            if annotation.get("was_cancelled"):
-                continue
-            wrong, mentioned, missed = _labels_of(item, annotation.get("result") or [])
-            if missed:
-                report.not_mapped.append(f"{where} (capscope id {item.external_id!r}): " + "; ".join(missed))
-            user = _annotator(store, annotation.get("completed_by"), report, emails or {})
-            if workflow.record_judgement(store, user, item.caption_id, wrong, mentioned):
-                report.annotations_added += 1
-            else:
-                report.annotations_unchanged += 1
+    for index, task in enumerate(read_export(path), start=1):
+        _import_task(store, task, index, dataset, emails or {}, report)
     return report
+
+
+def _import_task(store: Store, task, index: int, dataset: str | None, emails: dict, report: LabelStudioReport) -> None:
+    where = _task_name(task, index)
+    if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
+        report.not_mapped.append(f"{where}: not a Label Studio task (an object with 'data')")
+        return
+    item = _item_of(store, task, dataset)
+    if item is None:
+        report.not_mapped.append(f"{where}: no capscope item {shown(task['data'].get('capscope_id'))} "
+                                 f"in dataset {shown(dataset or task['data'].get('capscope_dataset'))}")
+        return
+    annotations = task.get("annotations") or []
+    if not isinstance(annotations, list):
+        report.not_mapped.append(f"{where}: 'annotations' is not a list")
+        return
+    for number, annotation in enumerate(annotations):
+        wrong, mentioned, missed = _annotation_labels(item, annotation, number)
+        if missed:
+            report.not_mapped.append(f"{where} (capscope id {shown(item.external_id)}): " + "; ".join(missed))
+        if wrong is None:
+            continue
+        user = _annotator(store, annotation.get("completed_by"), report, emails)
+        if workflow.record_judgement(store, user, item.caption_id, wrong, mentioned):
+            report.annotations_added += 1
+        else:
+            report.annotations_unchanged += 1
+
+
+def _task_name(task, index: int) -> str:
+    """`task <its id>` for an error line, or `task #<place in the file>` when it has no usable id."""
+    ident = task.get("id") if isinstance(task, dict) else None
+    usable = isinstance(ident, (int, str)) and not isinstance(ident, bool) and len(str(ident)) <= 80
+    return f"task {ident}" if usable else f"task #{index}"
+
+
+def _annotation_labels(item: ItemData, annotation, number: int) -> tuple[set[int] | None, set[int], list[str]]:
+    """(wrong, mentioned, what did not map) of one annotation; wrong is None
+    when the annotation is left out (cancelled, or not of Label Studio's shape)."""
+    if not isinstance(annotation, dict):
+        return None, set(), [f"annotation {number} is not an object"]
+    if annotation.get("was_cancelled"):
+        return None, set(), []
+    result = annotation.get("result") or []
+    if not isinstance(result, list):
+        return None, set(), [f"annotation {number}: 'result' is not a list"]
+    return _labels_of(item, result)
 
 
 def _item_of(store: Store, task: dict, dataset: str | None) -> ItemData | None:
     external, name = task["data"].get("capscope_id"), dataset or task["data"].get("capscope_dataset")
-    if external is None or name is None:
+    if not isinstance(external, (str, int)) or isinstance(external, bool) or not isinstance(name, str):
         return None
     with store.read() as session:
         caption_id = session.scalar(select(Caption.id).join(Dataset, Caption.dataset_id == Dataset.id)
@@ -282,28 +331,49 @@ def _item_of(store: Store, task: dict, dataset: str | None) -> ItemData | None:
     return None if caption_id is None else load_item(store, caption_id)
 
 
-def _labels_of(item: ItemData, result: Iterable[dict]) -> tuple[set[int], set[int], list[str]]:
+def _labels_of(item: ItemData, result: list) -> tuple[set[int], set[int], list[str]]:
     wrong, mentioned, missed = set(), set(), []
-    for entry in result:
-        value, kind = entry.get("value") or {}, entry.get("type")
-        if kind == "labels" and WRONG in (value.get("labels") or []):
-            hit = {i for i, t in enumerate(item.tokens) if t["start"] < value.get("end", -1) and value.get("start", -1) < t["end"]}
-            wrong |= hit
-            if not hit:
-                missed.append(f"span {value.get('start')}-{value.get('end')} {value.get('text')!r} covers no word")
-        elif kind == "rectanglelabels" and MENTIONED in (value.get("rectanglelabels") or []):
-            index = _matching_region(item, entry)
-            if index is None:
-                missed.append(f"box {_box_text(entry)} overlaps no stored region (IoU < {MATCH_IOU})")
-            else:
-                mentioned.add(index)
-        elif kind == "brushlabels" and MENTIONED in (value.get("brushlabels") or []):
-            index = _matching_stroke(item, entry)
-            if index is None:
-                missed.append(f"a brush stroke overlaps no stored region (IoU < {MATCH_IOU})")
-            else:
-                mentioned.add(index)
+    for number, entry in enumerate(result):
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if not isinstance(value, dict):
+            missed.append(f"result {number} is not an object with a 'value' object")
+            continue
+        kind = entry.get("type")
+        if kind == "labels" and WRONG in _names(value, "labels"):
+            _add_span(item, value, wrong, missed)
+        elif kind == "rectanglelabels" and MENTIONED in _names(value, "rectanglelabels"):
+            _add_match(_matching_region(item, entry), f"box {_box_text(entry)}", mentioned, missed)
+        elif kind == "brushlabels" and MENTIONED in _names(value, "brushlabels"):
+            _add_match(_matching_stroke(item, entry), "a brush stroke", mentioned, missed)
     return wrong, mentioned, missed
+
+
+def _names(value: dict, key: str) -> list:
+    """A result's label names (a list in Label Studio's export; anything else labels nothing)."""
+    names = value.get(key)
+    return names if isinstance(names, list) else []
+
+
+def _add_span(item: ItemData, value: dict, wrong: set[int], missed: list[str]) -> None:
+    start, end = value.get("start"), value.get("end")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+        missed.append(f"span {shown(value.get('text'))} has no whole-number start and end")
+        return
+    hit = {i for i, t in enumerate(item.tokens) if t["start"] < end and start < t["end"]}
+    wrong |= hit
+    if not hit:
+        missed.append(f"span {start}-{end} {shown(value.get('text'))} covers no word")
+
+
+def _add_match(index: int | None, what: str, mentioned: set[int], missed: list[str]) -> None:
+    if index is None:
+        missed.append(f"{what} overlaps no stored region (IoU < {MATCH_IOU})")
+    else:
+        mentioned.add(index)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _pixel_box(entry: dict) -> tuple[float, float, float, float]:
@@ -313,7 +383,8 @@ def _pixel_box(entry: dict) -> tuple[float, float, float, float]:
 
 
 def _matching_region(item: ItemData, entry: dict) -> int | None:
-    if not entry.get("original_width") or not entry.get("original_height"):
+    size = (entry.get("original_width"), entry.get("original_height"))
+    if not all(_is_number(v) and v > 0 for v in size) or not _box_numbers(entry["value"]):
         return None
     box = _pixel_box(entry)
     return _best_match([_iou(box, r["box"]) for r in item.regions])
@@ -325,8 +396,11 @@ def _matching_stroke(item: ItemData, entry: dict) -> int | None:
     size = (entry.get("original_height"), entry.get("original_width"))
     if size != (item.height, item.width):  # drawn on another size of the image: cannot be matched pixel for pixel
         return None
+    rle = entry["value"].get("rle") or []
+    if not isinstance(rle, list) or not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in rle):
+        return None
     try:
-        stroke = brush_mask((entry.get("value") or {}).get("rle") or [], *size)
+        stroke = brush_mask(rle, *size)
     except (ValueError, IndexError):
         return None
     return _best_match([_mask_iou(stroke, _region_mask(region, size)) for region in item.regions])
@@ -355,17 +429,25 @@ def _iou(a, b) -> float:
     return inter / union if union > 0 else 0.0
 
 
+def _box_numbers(value: dict) -> bool:
+    return all(_is_number(value.get(key)) for key in ("x", "y", "width", "height"))
+
+
 def _box_text(entry: dict) -> str:
-    v = entry.get("value") or {}
-    return f"x {v.get('x', 0):.1f}% y {v.get('y', 0):.1f}% w {v.get('width', 0):.1f}% h {v.get('height', 0):.1f}%"
+    v = entry["value"]
+    if not _box_numbers(v):
+        return "without numeric x, y, width and height"
+    return f"x {v['x']:.1f}% y {v['y']:.1f}% w {v['width']:.1f}% h {v['height']:.1f}%"
 
 
 def _annotator(store: Store, completed_by, report: LabelStudioReport, emails: dict[int, str]) -> UserInfo:
     """The capscope annotator of a Label Studio user (an id, or a dict with its email)."""
     if isinstance(completed_by, dict):
         who = completed_by.get("email") or completed_by.get("id")
-    else:
+    elif isinstance(completed_by, (int, str)):
         who = emails.get(completed_by) or completed_by
+    else:
+        who = None
     name = "label-studio-" + re.sub(r"[^A-Za-z0-9_.@-]", "_", str(who if who is not None else "unknown"))[:80]
     try:
         return get_user(store, name)

@@ -10,3 +10,7 @@ MAX_IMAGE_BYTES = 50 * 2**20      # one image file on disk
 MAX_REGIONS = 100                 # regions given with one image
 MAX_LINE_BYTES = 8 * 2**20        # one line of a JSONL file
 MAX_ID_CHARS = 200                # a row's id
+MAX_JSON_DEPTH = 64               # nesting of JSON arrays and objects in any file a user gives
+MAX_SUMMARY_BYTES = 64 * 2**20    # a summary.json the server reads (GET /api/diagnose)
+MAX_NAME_CHARS = 200              # a dataset's name as stored (it is data, not a path)
+MAX_FILE_NAME_CHARS = 100         # a file or folder name made from a user's text (`paths.safe_name`)

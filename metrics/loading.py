@@ -49,19 +49,56 @@ def load_state_file(path: str | Path, component: str, flag: str) -> dict:
     return obj
 
 
-def read_checkpoint(path: str | Path, component: str, flag: str | None = None, *, weights_only: bool = False):
+TRUST_VARIABLE = "CAPSCOPE_TRUST_CHECKPOINTS"
+
+
+def read_checkpoint(path: str | Path, component: str, flag: str | None = None, *, weights_only: bool | None = None):
     """What a torch checkpoint file holds, loaded on the CPU once its recorded
     sha256 (if any) is checked. ModelUnavailable, naming the component (and the
     flag that points elsewhere), when the file is missing, changed or unreadable.
-    `weights_only` for files that should hold tensors only (SAM)."""
+
+    Only tensors, numbers, strings and plain containers are read (torch's
+    `weights_only`): a full pickle runs whatever code the file names, so a
+    checkpoint from elsewhere must not get one. `weights_only=False` is for a
+    file this process itself wrote; CAPSCOPE_TRUST_CHECKPOINTS=1 allows it for
+    every file (docs/scoring.md)."""
     path = Path(path)
     if not path.is_file():
         raise ModelUnavailable(f"{component}: checkpoint file {path} not found" + (f" (set {flag})" if flag else ""))
     verify_checkpoint(path, component)
+    if weights_only is None:
+        weights_only = not trust_checkpoints()
     try:
         return torch.load(path, map_location="cpu", weights_only=weights_only)
-    except Exception as err:  # a truncated or foreign file
-        raise ModelUnavailable(f"{component}: cannot read {path} as a torch checkpoint ({type(err).__name__}: {err})") from None
+    except Exception as err:  # a truncated or foreign file, or one holding Python objects
+        if weights_only and _needs_full_pickle(err):
+            raise ModelUnavailable(
+                f"{component}: {path} holds Python objects beyond tensors, which capscope does not unpickle from a "
+                f"file it did not write; if you trust the file, set {TRUST_VARIABLE}=1") from None
+        raise ModelUnavailable(f"{component}: cannot read {path} as a torch checkpoint ({_why(err)})") from None
+
+
+def trust_checkpoints() -> bool:
+    """CAPSCOPE_TRUST_CHECKPOINTS=1: the user vouches for every checkpoint file (full pickle)."""
+    return os.environ.get(TRUST_VARIABLE, "") == "1"
+
+
+def _why(err: Exception) -> str:
+    """The first line of torch's reason (its weights-only message would advise a full pickle: left out)."""
+    text = str(err)
+    if "weights only load failed" in text.lower():
+        return f"{type(err).__name__}: not a pickle of tensors"
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _needs_full_pickle(err: Exception) -> bool:
+    """Whether torch refused the file only because weights_only forbids what it holds."""
+    import pickle
+
+    text = str(err).lower()
+    # torch's weights-only unpickler says "unsupported operand" for bytes that are no pickle at all (junk)
+    return isinstance(err, pickle.UnpicklingError) and "weights only load failed" in text \
+        and "unsupported operand" not in text
 
 
 def verify_checkpoint(path: str | Path, component: str) -> None:

@@ -9,6 +9,8 @@ same way.
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -73,16 +75,23 @@ class RegionProposer(Protocol):
 
 
 def clip_box(box, width: int, height: int) -> tuple[float, float, float, float]:
-    """The box clamped to the image, or ValueError when it is empty or malformed."""
-    try:
-        x0, y0, x1, y1 = (float(v) for v in box)
-    except (TypeError, ValueError):
-        raise ValueError(f"box must be four numbers [x0, y0, x1, y1], got {box!r}") from None
+    """The box clamped to the image, or ValueError when it is empty or malformed
+    (not four finite numbers: `"0099"` or `["1", "2", "3", "4"]` would
+    otherwise pass through float())."""
+    if not _four_numbers(box):
+        raise ValueError("box must be four finite numbers [x0, y0, x1, y1]")
+    x0, y0, x1, y1 = (float(v) for v in box)
     x0, x1 = sorted((min(max(x0, 0.0), width), min(max(x1, 0.0), width)))
     y0, y1 = sorted((min(max(y0, 0.0), height), min(max(y1, 0.0), height)))
     if x1 - x0 < 1 or y1 - y0 < 1:
         raise ValueError(f"box {list(box)} is empty inside a {width}x{height} image")
     return (x0, y0, x1, y1)
+
+
+def _four_numbers(box) -> bool:
+    if isinstance(box, (str, bytes, dict)) or not hasattr(box, "__len__") or len(box) != 4:
+        return False
+    return all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v) for v in box)
 
 
 def given_regions(boxes: list, width: int, height: int) -> list[Region]:
@@ -111,22 +120,32 @@ def checked_rle_mask(rle, width: int, height: int) -> np.ndarray:
 
     if not isinstance(rle, dict) or not isinstance(rle.get("size"), list) or "counts" not in rle:
         raise ValueError("a mask must be COCO RLE {\"size\": [h, w], \"counts\": str}")
-    if list(rle["size"]) != [height, width]:
-        raise ValueError(f"mask size {rle['size']} differs from the image's [{height}, {width}]")
+    if rle["size"] != [height, width]:
+        size = rle["size"]
+        shown = size if len(size) == 2 and all(isinstance(v, int) for v in size) else "[h, w]"
+        raise ValueError(f"mask size {shown} differs from the image's [{height}, {width}]")
     counts = rle["counts"]
     try:
         if isinstance(counts, list):
+            _check_counts(counts, height * width)
             coded = coco_mask.frPyObjects({"size": [height, width], "counts": counts}, height, width)
         elif isinstance(counts, str) and counts:
             coded = {"size": [height, width], "counts": counts.encode("ascii")}
         else:
             raise TypeError
         mask = coco_mask.decode(coded)
-    except (TypeError, ValueError, UnicodeEncodeError):
+    except (TypeError, ValueError, OverflowError, UnicodeEncodeError):
         raise ValueError("mask has malformed RLE counts") from None
     if mask.shape != (height, width):
         raise ValueError("mask does not decode to the image size")
     return mask.astype(bool)
+
+
+def _check_counts(counts: list, pixels: int) -> None:
+    """Uncompressed RLE counts: whole numbers from 0 that add up to the image's
+    pixels (pycocotools would overflow on a huge one, or read floats as ints)."""
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts) or sum(counts) != pixels:
+        raise ValueError("mask has malformed RLE counts")
 
 
 def mask_to_box(mask: np.ndarray) -> tuple[float, float, float, float]:

@@ -41,6 +41,8 @@ from .regions import PROPOSERS, Region, given_regions, select_regions
 from .registry import MetricParts, Needs, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, checkpoint_digest, reproducibility
 from .images import ImageError, read_image
+from .jsonl import shown
+from .paths import safe_name
 from .text import Token, check_caption, check_references, load_spacy, tokenize
 from .windows import DEFAULT_LONG_CAPTIONS, check_long_captions
 
@@ -649,6 +651,8 @@ def create_clip_from_config(name: str, config: dict | None):
     import open_clip
 
     if config:
+        if safe_name(name) != name:  # the name comes from the checkpoint and becomes a file name below
+            raise ModelUnavailable(f"InfoMetIC: the checkpoint's CLIP name {shown(name)} is not a plain file name")
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / f"{name}.json"
             path.write_text(json.dumps(config))

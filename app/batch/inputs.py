@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from capscope.metrics.errors import CapscopeError
+from capscope.metrics.jsonl import loads_limited
 from capscope.metrics.limits import MAX_REFERENCES
 
 FORMATS = ("coco-results", "pairs", "scored")
@@ -35,7 +36,7 @@ def detect_format(path: Path) -> str:
     with path.open("rb") as stream:
         first = stream.read(1 << 16).lstrip().split(b"\n", 1)[0]
     try:
-        row = json.loads(first)
+        row = loads_limited(first.decode("utf-8"))
     except ValueError:
         row = None
     if isinstance(row, dict) and isinstance(row.get("metrics"), dict):
@@ -60,7 +61,7 @@ class CocoCaptions:
 
     def __init__(self, path: Path):
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = loads_limited(Path(path).read_text(encoding="utf-8"))
             self.files = {int(image["id"]): str(image["file_name"]) for image in data["images"]}
             self.references: dict[int, list[str]] = {}
             for note in data.get("annotations", []):
@@ -77,7 +78,7 @@ class CocoCaptions:
 def coco_results(path: Path) -> list[dict]:
     """The entries of a COCO results JSON, checked; CapscopeError at the first bad one."""
     try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+        entries = loads_limited(Path(path).read_text(encoding="utf-8"))
     except ValueError as err:
         raise CapscopeError(f"{path}: not JSON ({err})") from None
     if not isinstance(entries, list):

@@ -7,6 +7,7 @@ import base64
 import html
 from pathlib import Path
 
+from capscope.metrics.paths import safe_name
 from capscope.metrics.registry import SPECS, metric_title
 
 from .error_types import TYPES
@@ -170,7 +171,7 @@ def shaded_caption(row: dict, result: dict) -> str:
 
 
 def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+    return safe_name(name, max_chars=60)
 
 
 def _b64(path: Path) -> str:

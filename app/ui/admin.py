@@ -12,10 +12,12 @@ from pathlib import Path
 import gradio as gr
 
 from capscope.annotation import browse, importer, model_versions as mv, queue
-from capscope.annotation.errors import AnnotationError
+from capscope.annotation.errors import AnnotationError, Invalid
 from capscope.annotation.users import add_user, list_users
 from capscope.db import Store, data_dir
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
+from capscope.metrics.jsonl import JsonTextError, loads_limited
+from capscope.metrics.paths import UnsafePath, inside, name_problem, safe_name
 from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
 from capscope.ui.shared import admin_only, build_export
 
@@ -176,46 +178,62 @@ def dataset_choices(store: Store) -> tuple:
 # ---------------------------------------------------------------- users, import, queue
 
 def import_files(store: Store, files: list[str], kind: str, dataset: str, per_item: int) -> str:
-    """Copy uploaded files into the data folder and import the one JSONL among them."""
+    """Copy uploaded files into the data folder and import the one JSONL among them.
+    The dataset name is stored as the admin typed it; the folder it names is made safe."""
     files = [Path(f) for f in files or []]
     listing = [f for f in files if f.suffix == ".jsonl"]
     if len(listing) != 1:
         return "Upload exactly one .jsonl file (plus its images)."
-    folder = data_dir() / "imports" / f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}"
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    for f in files:
-        if f.suffix != ".jsonl":
-            shutil.copy(f, folder / "images" / f.name)
-    target = folder / listing[0].name
+    dataset = dataset or "default"
+    try:
+        folder = _import_folder(dataset)
+        images = inside(folder, "images")
+        images.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            if f.suffix != ".jsonl":
+                shutil.copy(f, inside(images, f.name))
+        target = inside(folder, listing[0].name)
+    except (Invalid, UnsafePath) as err:
+        return f"**Import failed:** {err}"
     shutil.copy(listing[0], target)
-    _point_images_at(target, folder / "images")
-    options = importer.ImportOptions(dataset=dataset or "default", annotators_per_item=int(per_item), progress=False,
+    _point_images_at(target, images)
+    options = importer.ImportOptions(dataset=dataset, annotators_per_item=int(per_item), progress=False,
                                      regions="classic")
     try:
         if kind == "captokeneval":
-            report = importer.import_captokeneval(store, target, options, folder / "images")
+            report = importer.import_captokeneval(store, target, options, images)
         else:
-            report = importer.import_captions(store, target, folder / "images", options)
+            report = importer.import_captions(store, target, images, options)
     except AnnotationError as err:
         return f"**Import failed:** {err}"
     errors = "".join(f"\n- {e}" for e in report.errors[:20])
     return report.summary() + errors
 
 
+def _import_folder(dataset: str) -> Path:
+    """A new folder under the data folder's `imports` for one upload, named by
+    the time and the dataset name made safe (`x/../../outside` stays inside);
+    Invalid for a name the importer would refuse, before anything is written."""
+    problem = name_problem(dataset, "dataset name")
+    if problem:
+        raise Invalid(problem)
+    return inside(data_dir() / "imports", f"{time.strftime('%Y%m%d-%H%M%S')}-{safe_name(dataset)}")
+
+
 def _point_images_at(listing: Path, images: Path) -> None:
-    """Uploaded images arrive flat: make each row's `image` its bare file name."""
+    """Uploaded images arrive flat: make each row's `image` its bare file name.
+    A line that is not UTF-8 JSON is left as it is: the importer reports it with its number."""
     lines = []
-    for line in listing.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                row = json.loads(line)
-                if isinstance(row, dict) and isinstance(row.get("image"), str):
-                    row["image"] = Path(row["image"]).name
-                line = json.dumps(row, ensure_ascii=False)
-            except json.JSONDecodeError:
-                pass  # the importer reports it with its line number
-        lines.append(line)
-    listing.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for raw in listing.read_bytes().removesuffix(b"\n").split(b"\n"):  # as the importer counts lines
+        try:
+            row = loads_limited(raw.decode("utf-8")) if raw.strip() else None
+        except (UnicodeDecodeError, JsonTextError):
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("image"), str):
+            row["image"] = Path(row["image"]).name
+            raw = json.dumps(row, ensure_ascii=False).encode("utf-8")
+        lines.append(raw)
+    listing.write_bytes(b"\n".join(lines) + b"\n")
 
 
 def users_rows(store: Store) -> list[list]:

@@ -41,11 +41,11 @@ def test_the_cli_prints_any_user_error_as_one_line(monkeypatch, capsys, error):
 
 def test_an_annotation_error_reaches_the_cli_as_one_line(tmp_path, capsys):
     db = ["--db", f"sqlite:///{tmp_path / 'capscope.db'}"]
-    assert main(["users", "add", "ann", "--password", "secret", *db]) == 0
-    assert main(["users", "add", "ann", "--password", "secret", *db]) == 2
+    assert main(["users", "add", "ann", "--password", "long-enough-secret", *db]) == 0
+    assert main(["users", "add", "ann", "--password", "long-enough-secret", *db]) == 2
     assert capsys.readouterr().err.endswith("capscope users: error: user 'ann' already exists\n")
     assert main(["users", "add", "bob", "--password", "abc", *db]) == 2
-    assert "password must have at least 4 characters" in capsys.readouterr().err
+    assert "password must have at least 12 characters" in capsys.readouterr().err
 
 
 def test_other_errors_still_show_their_traceback(monkeypatch):
@@ -188,7 +188,8 @@ def test_given_regions_over_the_limit_are_refused():
 
 
 LIMIT_NAMES = ("MAX_CAPTION_CHARS", "MAX_REFERENCES", "MAX_IMAGE_PIXELS", "MAX_PIXELS", "MAX_SCORE_PIXELS",
-               "MAX_IMAGE_BYTES", "MAX_REGIONS", "MAX_LINE_BYTES", "MAX_ID_CHARS")
+               "MAX_IMAGE_BYTES", "MAX_REGIONS", "MAX_LINE_BYTES", "MAX_ID_CHARS", "MAX_JSON_DEPTH",
+               "MAX_SUMMARY_BYTES", "MAX_NAME_CHARS", "MAX_FILE_NAME_CHARS")
 
 
 def test_each_limit_is_written_once():

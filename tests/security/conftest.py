@@ -1,0 +1,132 @@
+"""A team's server, served for real on loopback: `capscope serve`'s app (REST
+API and the mounted UI) over an SQLite file in its own data folder, the bundled
+demo model, one admin and two annotators. The security tests send what an
+attacker would send to it over HTTP."""
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from pathlib import Path
+
+import httpx
+import pytest
+
+from capscope.annotation.users import add_user
+from capscope.server.api import create_app
+from capscope.ui.page import mount_ui
+from ui_support import Served
+
+ADMIN = ("boss", "boss-password-1")
+ANN = ("ann", "ann-password-12")
+BOB = ("bob", "bob-password-12")
+
+
+def basic(user: tuple[str, str]) -> dict[str, str]:
+    token = base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.fixture(scope="package")
+def team_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("team")
+
+
+@pytest.fixture(scope="package")
+def team(team_root):
+    """(served, store): the server's data folder is `team_root / "data"`, its database in it."""
+    patch = pytest.MonkeyPatch()
+    data = team_root / "data"
+    for name, value in {"CAPSCOPE_DATA_DIR": data, "CAPSCOPE_CACHE": team_root / "cache",
+                        "HF_HUB_OFFLINE": "1"}.items():
+        patch.setenv(name, str(value))
+    patch.delenv("CAPSCOPE_NO_SEED", raising=False)
+    patch.delenv("CAPSCOPE_DB_URL", raising=False)
+    app = create_app()  # the default: an SQLite file in the data folder
+    store = app.state.store
+    add_user(store, *ADMIN, role="admin")
+    for user in (ANN, BOB):
+        add_user(store, *user)
+    app = mount_ui(app, demo_scenes=4)
+    with Served(app) as server:
+        server.store, server.models, server.data = store, app.state.models, data
+        yield server
+    patch.undo()
+
+
+@pytest.fixture
+def http(team):
+    with httpx.Client(base_url=team.url, timeout=60) as client:
+        yield client
+
+
+def ui_login(team, user: tuple[str, str]) -> httpx.Client:
+    """An HTTP client signed in to the UI as `user` (Gradio's login form), as a browser is."""
+    client = httpx.Client(base_url=team.url, timeout=60)
+    answer = client.post("/login", data={"username": user[0], "password": user[1]})
+    assert answer.status_code == 200, answer.text
+    return client
+
+
+@pytest.fixture(autouse=True)
+def fresh_signin_guard(request):
+    """Every test starts and ends with no failed sign-in on record: all tests come from one
+    address (loopback), and the server backs off after 5 failures from it."""
+    if "team" not in request.fixturenames:
+        yield
+        return
+    from capscope.server.signin import guard_for
+
+    guard = guard_for(request.getfixturevalue("team").server.config.app)
+    guard.clear()
+    yield
+    guard.clear()
+
+
+# ---------------------------------------------------------------- Gradio events over HTTP, as the page sends them
+
+def gradio_config(client: httpx.Client) -> dict:
+    return client.get("/config").json()
+
+
+def fn_index(config: dict, api_name: str) -> int:
+    return next(i for i, dep in enumerate(config["dependencies"]) if dep.get("api_name") == api_name)
+
+
+def file_inputs(config: dict) -> list[tuple[int, list[str]]]:
+    """(fn_index, input component types) of every event that takes an image or a file."""
+    kinds = {c["id"]: c["type"] for c in config["components"]}
+    found = []
+    for index, dep in enumerate(config["dependencies"]):
+        types = [kinds[i] for i in dep["inputs"]]
+        if any(t in ("image", "file") for t in types):
+            found.append((index, types))
+    return found
+
+
+def gradio_event(client: httpx.Client, index: int, data: list, timeout: float = 120) -> dict:
+    """Send one event through Gradio's queue and wait for its end: the final
+    message (`output` or an error), or {"status", "detail"} when the request
+    itself was refused."""
+    session = secrets.token_hex(8)
+    answer = client.post("/gradio_api/queue/join", json={"data": data, "fn_index": index, "session_hash": session,
+                                                         "event_data": None, "trigger_id": None})
+    if answer.status_code != 200:
+        return {"status": answer.status_code, "detail": answer.json().get("detail")}
+    with client.stream("GET", "/gradio_api/queue/data", params={"session_hash": session}, timeout=timeout) as events:
+        for line in events.iter_lines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("msg") in ("process_completed", "unexpected_error"):
+                    return message
+    raise AssertionError("the event never completed")
+
+
+def file_data(path: str) -> dict:
+    return {"path": path, "meta": {"_type": "gradio.FileData"}, "orig_name": Path(path).name}
+
+
+def uploaded(client: httpx.Client, name: str, content: bytes) -> str:
+    answer = client.post("/gradio_api/upload", files={"files": (name, content)})
+    assert answer.status_code == 200, answer.text
+    return answer.json()[0]
