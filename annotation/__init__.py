@@ -4,7 +4,8 @@ The REST API and the Gradio UI call the same functions (all take a
 `capscope.db.Store` and, where a person acts, a `users.UserInfo`; all return
 JSON-ready dicts):
 
-- users: `authenticate(store, name, password)`, `add_user`, `list_users`, `get_user`
+- users: `authenticate(store, name, password)`, `add_user`, `set_active`, `list_users`, `get_user`,
+  `credential_stamp`
 - workflow (queue and labels): `next_item`, `previous_item`, `get_item`, `toggle_token`, `toggle_region`,
   `save_labels`, `undo`, `submit`, `skip`, `history`, `add_flag`, `image_path`
 - queue: `set_queue_order(store, dataset, order, seed=0, model_version=None)`,

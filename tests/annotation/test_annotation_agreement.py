@@ -73,7 +73,7 @@ def labelled(tmp_path):
     store = Store(sqlite_url(tmp_path))
     import_small_dataset(store, tmp_path, n_images=2, n_captions=6, annotators_per_item=3)
     rng = random.Random(7)
-    users = [add_user(store, f"ann{i}", "secret") for i in range(3)]
+    users = [add_user(store, f"ann{i}", "long-enough-secret") for i in range(3)]
     sent = {}
     for user in users:
         while (item := wf.next_item(store, user)) is not None:
@@ -128,7 +128,7 @@ def test_store_report_matches_libraries(labelled):
 
 def test_majority_gold_and_adjudication(labelled):
     store, sent = labelled
-    admin = add_user(store, "boss", "secret", "admin")
+    admin = add_user(store, "boss", "long-enough-secret", "admin")
     assert agreement.gold_from_majority(store, min_judgements=3) == 5  # item 6 has only 2 judgements
     rows = {row["id"]: row for row in map(json.loads, iter_export(store, "captokeneval"))}
     row = rows["cap00000"]
@@ -154,7 +154,7 @@ def test_gold_history_keeps_what_adjudication_replaced(labelled):
     from capscope.annotation.gold import gold_history
 
     store, _ = labelled
-    admin = add_user(store, "boss", "secret", "admin")
+    admin = add_user(store, "boss", "long-enough-secret", "admin")
     agreement.gold_from_majority(store, min_judgements=3)
     agreement.gold_from_majority(store, min_judgements=3)  # the same labels again: no new revision
     majority = gold_history(store, 1)
@@ -181,9 +181,9 @@ def test_concurrent_adjudications_keep_a_gapless_history(backend, tmp_path):
     with (fresh_pg_database() if backend == "postgresql" else contextlib.nullcontext(sqlite_url(tmp_path))) as url:
         store = Store(url)
         import_small_dataset(store, tmp_path, n_images=1, n_captions=1, annotators_per_item=1)
-        item = wf.get_item(store, add_user(store, "boss", "secret", "admin"), 1)
+        item = wf.get_item(store, add_user(store, "boss", "long-enough-secret", "admin"), 1)
         n_tokens, n_regions = len(item["tokens"]), len(item["regions"])
-        admins = [add_user(store, f"admin{i}", "secret", "admin") for i in range(2)]
+        admins = [add_user(store, f"admin{i}", "long-enough-secret", "admin") for i in range(2)]
         errors = []
 
         def adjudicate_often(admin, label):

@@ -30,7 +30,7 @@ def store(tmp_path):
                              ImportOptions(annotators_per_item=2, regions="none", progress=False))
     assert report.added == 3, report.errors
     for name, regions in (("ann", [0]), ("bob", [0, 1])):
-        user = add_user(store, name, "secret")
+        user = add_user(store, name, "long-enough-secret")
         item = wf.next_item(store, user)["item_id"]
         wf.save_labels(store, user, item, [1], regions, "submitted")
     return store

@@ -21,7 +21,7 @@ def store(tmp_path):
 
 @pytest.fixture()
 def users(store):
-    return [add_user(store, name, "secret") for name in ("ann", "bob", "cat")]
+    return [add_user(store, name, "long-enough-secret") for name in ("ann", "bob", "cat")]
 
 
 def test_each_item_goes_to_n_annotators_never_twice(store, users):

@@ -79,7 +79,7 @@ def store(request, tmp_path):
 
 @pytest.fixture()
 def users(store):
-    return [add_user(store, name, "secret") for name in ("ann", "bob", "cat", "dan")]
+    return [add_user(store, name, "long-enough-secret") for name in ("ann", "bob", "cat", "dan")]
 
 
 # ---------------------------------------------------------------- sequential and random
@@ -345,7 +345,7 @@ def test_postgres_orders_match_sqlite_and_concurrent_claims_stay_single(tmp_path
         try:
             assert orders(store, tmp_path / "pg") == sqlite_orders
             queue.set_queue_order(store, "default", "random", seed=7)
-            people = [add_user(store, f"u{i}", "secret") for i in range(9)]
+            people = [add_user(store, f"u{i}", "long-enough-secret") for i in range(9)]
             given: dict[str, int] = {}
 
             def claim(user):
@@ -368,13 +368,13 @@ def api(store, tmp_path):
     from capscope.server.api import create_app
 
     import_rows(store, tmp_path, 5)
-    add_user(store, "ann", "ann-pw")
-    add_user(store, "boss", "boss-pw", role="admin")
+    add_user(store, "ann", "ann-password-1")
+    add_user(store, "boss", "boss-password-1", role="admin")
     return TestClient(create_app(store=store), raise_server_exceptions=False)
 
 
 def test_api_sets_and_shows_the_queue(api):
-    boss = ("boss", "boss-pw")
+    boss = ("boss", "boss-password-1")
     got = api.get("/api/datasets/default/queue", auth=boss)
     assert got.status_code == 200
     assert got.json() == {"dataset": "default", "order": "sequential", "seed": 0, "ranked": 0, "next": [1, 2, 3, 4, 5]}
@@ -391,7 +391,7 @@ def test_api_sets_and_shows_the_queue(api):
                                           ({"order": "random", "seed": "x"}, 422), ({}, 422),
                                           ({"order": "random", "seed": 2**40}, 422)])
 def test_api_refuses_bad_orders_with_a_detail(api, body, status):
-    response = api.put("/api/datasets/default/queue", json=body, auth=("boss", "boss-pw"))
+    response = api.put("/api/datasets/default/queue", json=body, auth=("boss", "boss-password-1"))
     assert response.status_code == status and response.json()["detail"]
     if body.get("order") == "bogus":
         assert "sequential, random, uncertainty, disagreement" in response.json()["detail"]
@@ -400,10 +400,10 @@ def test_api_refuses_bad_orders_with_a_detail(api, body, status):
 def test_api_queue_is_for_admins_and_known_datasets(api):
     for call in (lambda **kw: api.get("/api/datasets/default/queue", **kw),
                  lambda **kw: api.put("/api/datasets/default/queue", json={"order": "random"}, **kw)):
-        assert call(auth=("ann", "ann-pw")).status_code == 403
+        assert call(auth=("ann", "ann-password-1")).status_code == 403
         assert call().status_code == 401
-    assert api.get("/api/datasets/nope/queue", auth=("boss", "boss-pw")).status_code == 404
-    missing = api.put("/api/datasets/nope/queue", json={"order": "random"}, auth=("boss", "boss-pw"))
+    assert api.get("/api/datasets/nope/queue", auth=("boss", "boss-password-1")).status_code == 404
+    missing = api.put("/api/datasets/nope/queue", json={"order": "random"}, auth=("boss", "boss-password-1"))
     assert missing.status_code == 404 and "nope" in missing.json()["detail"]
 
 

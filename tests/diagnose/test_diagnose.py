@@ -207,16 +207,16 @@ def test_api_gives_a_diagnosis_inside_the_data_roots_only(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "summary.json").write_text("{}")
     store = Store(sqlite_url(tmp_path))
-    add_user(store, "boss", "boss-pw", role="admin")
-    add_user(store, "ann", "ann-pw")
+    add_user(store, "boss", "boss-password-1", role="admin")
+    add_user(store, "ann", "ann-password-1")
     client = TestClient(create_app(store=store, scorer_factory=lambda metrics: None, data_roots=DataRoots([data])),
                         raise_server_exceptions=False)
-    admin = ("boss", "boss-pw")
+    admin = ("boss", "boss-password-1")
     got = client.get("/api/diagnose", params={"folder": str(data / "report")}, auth=admin)
     assert got.status_code == 200 and got.json()["metrics"] == ["clip-s"]
     assert client.get("/api/diagnose", params={"folder": str(tmp_path / "elsewhere")}, auth=admin).status_code == 403
     assert client.get("/api/diagnose", params={"folder": str(data)}, auth=admin).status_code == 404
-    assert client.get("/api/diagnose", params={"folder": str(data / "report")}, auth=("ann", "ann-pw")).status_code == 403
+    assert client.get("/api/diagnose", params={"folder": str(data / "report")}, auth=("ann", "ann-password-1")).status_code == 403
 
 
 def test_import_reads_coco_results_with_the_model_named(coco_files, tmp_path, capsys):

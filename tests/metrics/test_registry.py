@@ -127,14 +127,14 @@ def test_api_validates_against_the_registry(caption_length, tmp_path):
     from capscope.server.api import create_app
 
     store = Store(sqlite_url(tmp_path))
-    add_user(store, "ann", "ann-pw")
+    add_user(store, "ann", "ann-password-1")
     app = create_app(store=store, scorer_factory=lambda metrics: Scorer([NAME], regions="given"))
     client = TestClient(app, raise_server_exceptions=False)
     body = {"image": png(), "caption": "a green circle", "metrics": [NAME]}
-    response = client.post("/api/score", json=body, auth=("ann", "ann-pw"))
+    response = client.post("/api/score", json=body, auth=("ann", "ann-password-1"))
     assert response.status_code == 200, response.text
     assert response.json()["metrics"][NAME]["scores"] == {"words": 3, "chars": 14}
-    refused = client.post("/api/score", json={**body, "metrics": ["no-such"]}, auth=("ann", "ann-pw"))
+    refused = client.post("/api/score", json={**body, "metrics": ["no-such"]}, auth=("ann", "ann-password-1"))
     assert refused.status_code == 422 and NAME in refused.json()["detail"]
 
 

@@ -34,15 +34,15 @@ def _prepare(db_url: str, tmp_path) -> None:
                              ImportOptions(dataset="load", annotators_per_item=ANNOTATORS_PER_ITEM,
                                            regions="none", batch_size=200, progress=False))
     assert report.added == CAPTIONS and not report.errors
-    add_user(store, "admin", "admin-pw", "admin")
+    add_user(store, "admin", "admin-password-1", "admin")
     for i in range(CLIENTS):
-        add_user(store, f"ann{i:02d}", f"pw-{i}")
+        add_user(store, f"ann{i:02d}", f"ann-password-{i:02d}")
     store.dispose()
 
 
 def _annotate(base: str, index: int, final: dict, failures: list, seen_items: dict) -> None:
     rng = random.Random(index)
-    auth = (f"ann{index:02d}", f"pw-{index}")
+    auth = (f"ann{index:02d}", f"ann-password-{index:02d}")
     submitted = 0
     with httpx.Client(base_url=base, auth=auth, timeout=60) as client:
         while submitted < ITEMS_EACH:
@@ -88,7 +88,7 @@ def _run_load(db_url: str, tmp_path) -> dict:
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - started
-        admin = ("admin", "admin-pw")
+        admin = ("admin", "admin-password-1")
         csv_text = httpx.get(base + "/api/export?format=csv", auth=admin, timeout=120).text
         jsonl_text = httpx.get(base + "/api/export?format=captokeneval", auth=admin, timeout=120).text
     assert not failures, failures[:5]

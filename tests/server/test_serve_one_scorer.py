@@ -16,7 +16,7 @@ from capscope.annotation.users import add_user
 from capscope.db import Store
 from ui_support import use_demo_checkpoint
 
-USER = ("ann", "ann-pw")
+USER = ("ann", "ann-password-1")
 # twelve content words: under the paper's β = 0.1 a uniform share (1/12) already
 # reads as wrong, under the relative rule (β·5/12) it does not
 LONG_CAPTION = ("a small red circle, a large blue square, a green star and a purple triangle "

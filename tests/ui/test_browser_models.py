@@ -24,7 +24,7 @@ from capscope.annotation.users import add_user, get_user
 from capscope.db import Prediction, Store
 from ui_support import Served, launched_chromium, logged_in_page, shot
 
-ADMIN, ANN = ("boss", "boss-pw-1"), ("ann", "ann-pw-1")
+ADMIN, ANN = ("boss", "boss-password-1"), ("ann", "ann-password-1")
 DATASET = "world"
 CHECK = "home"   # another labelled dataset, scored before and after as the check set
 STEPS = 5

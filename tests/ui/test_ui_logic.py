@@ -75,8 +75,8 @@ def dataset(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'ui.db'}")
     importer.import_captokeneval(store, listing, importer.ImportOptions(dataset="demo", regions="none",
                                                                        progress=False, annotators_per_item=2))
-    ann = add_user(store, "ann", "pw1234")
-    admin = add_user(store, "boss", "pw1234", "admin")
+    ann = add_user(store, "ann", "password-1234")
+    admin = add_user(store, "boss", "password-1234", "admin")
     return store, ann, admin, tmp_path
 
 
@@ -398,9 +398,9 @@ def test_agreement_export_and_users(dataset):
         names = set(bundle.namelist())
         rows = [json.loads(line) for line in bundle.read("capscope-demo/captokeneval.jsonl").splitlines()]
     assert rows and all(f"capscope-demo/{row['image']}" in names for row in rows)
-    message, users = ui_admin.add_user_action(store, "newbie", "pw1234", "annotator")
+    message, users = ui_admin.add_user_action(store, "newbie", "password-1234", "annotator")
     assert "added" in message and ["newbie", "annotator"] in users
-    assert "Not added" in ui_admin.add_user_action(store, "newbie", "pw1234", "annotator")[0]
+    assert "Not added" in ui_admin.add_user_action(store, "newbie", "password-1234", "annotator")[0]
     assert ensure_admin(store) is None                      # users exist: nothing created
 
 

@@ -20,7 +20,7 @@ from capscope.server.api import create_app
 from capscope.ui.page import demo_examples, mount_ui
 from ui_support import ARTIFACTS, Served, launched_chromium, logged_in_page, shot, make_demo_checkpoint
 
-ADMIN_PASSWORD = "admin-pw-1"
+ADMIN_PASSWORD = "admin-password-1"
 browser = pytest.mark.browser
 
 
@@ -46,7 +46,7 @@ def served(tmp_path_factory):
     store, models = app.state.store, app.state.models
     app = mount_ui(app, demo_scenes=4)
     for name in ("ann1", "ann2"):
-        add_user(store, name, "pw-" + name)
+        add_user(store, name, name + "-password-1")
     models.scorer  # load the model before the first page asks for it
     with Served(app) as server:
         server.store, server.models = store, models
@@ -57,7 +57,7 @@ def served(tmp_path_factory):
 def client(served, user="ann1"):
     from gradio_client import Client
 
-    return Client(served.url + "/", auth=(user, "pw-" + user), verbose=False)
+    return Client(served.url + "/", auth=(user, user + "-password-1"), verbose=False)
 
 
 # ---------------------------------------------------------------- gradio_client
@@ -176,7 +176,7 @@ def saved_revision(page) -> str:
 
 @browser
 def test_browser_annotate_clicks_survive_reload(chromium, served):
-    page = logged_in_page(chromium, served, "ann2", "pw-ann2")
+    page = logged_in_page(chromium, served, "ann2", "ann2-password-1")
     page.get_by_role("tab", name="Annotate").click()
     tokens = page.locator("#cs-annotate-tokens .token")
     tokens.first.wait_for(timeout=30_000)
@@ -363,7 +363,7 @@ def _rescore_ms(page, caption: str) -> float:
 
 @browser
 def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
-    page = logged_in_page(chromium, served, "ann1", "pw-ann1")
+    page = logged_in_page(chromium, served, "ann1", "ann1-password-1")
     page.wait_for_function("document.querySelector('#cs-who').innerText.includes('ann1')", timeout=30_000)
     for hidden in ("Explore", "Benchmark", "Admin", "Compare"):
         assert not any(tab.is_visible() for tab in page.get_by_role("tab", name=hidden).all())
@@ -403,7 +403,7 @@ def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
 
     page.get_by_role("tab", name="Admin").click()
     page.locator("#cs-admin-name textarea, #cs-admin-name input").first.fill("ann3")
-    page.locator("#cs-admin-password input, #cs-admin-password textarea").first.fill("pw-ann3-long")
+    page.locator("#cs-admin-password input, #cs-admin-password textarea").first.fill("ann3-password-1")
     page.click("#cs-admin-add")
     page.wait_for_function("document.querySelector('#cs-admin-message').innerText.includes('ann3')", timeout=20_000)
     assert "ann3" in page.inner_text("#cs-admin-users")
