@@ -42,6 +42,25 @@ def data_dir() -> Path:
     return Path(base) / "capscope"
 
 
+def create_private_folder(folder: Path) -> None:
+    """`folder` and its missing parents, made readable by this user only (0700)."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    for made in missing:
+        os.chmod(made, 0o700)
+
+
+def create_private_file(path: Path) -> None:
+    """An SQLite file that does not exist yet is created empty, readable by this
+    user only (0600), in a private folder; SQLite gives its -wal and -shm the
+    same mode. An existing file is left as its owner set it."""
+    create_private_folder(path.parent)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+
+
 def default_db_url() -> str:
     """`CAPSCOPE_DB_URL`, else an SQLite file in the data folder."""
     if os.environ.get("CAPSCOPE_DB_URL"):
@@ -56,7 +75,7 @@ def make_engine(url: str) -> Engine:
     database = parsed.database or ""
     in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
     if not in_memory:
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(Path(database).expanduser())
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
@@ -155,6 +174,17 @@ class Store:
             config = alembic_config()
             config.attributes["connection"] = conn
             getattr(command, direction)(config, revision)
+
+    def private_files(self) -> list[Path]:
+        """The files of an SQLite database (the file, its -wal, -shm and
+        -journal), resolved: no server user may name them (opening and closing
+        the live file in the server process would drop SQLite's locks)."""
+        parsed = make_url(self.url)
+        database = parsed.database or ""
+        if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+            return []
+        main = Path(database).expanduser().resolve()
+        return [main] + [main.with_name(main.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
 
     def ping(self) -> None:
         """One round trip to the database; raises when it cannot be reached."""

@@ -9,9 +9,10 @@ converted to RGB. Every failure is an `ImageError` with one line saying why.
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from . import limits
 from .errors import CapscopeError
@@ -68,7 +69,17 @@ def _decode(open_source, name: str, formats: set[str] | None) -> Image.Image:
             return image.convert("RGB")
     except ImageError:
         raise
-    except Image.DecompressionBombError as err:  # far over the limit: Pillow refuses before we look
-        raise ImageTooLarge(f"image {name}: {err}") from None
+    except Image.DecompressionBombError:  # far over the limit: Pillow refuses before we look
+        raise ImageTooLarge(f"image {name} has far more pixels than the limit ({limits.MAX_IMAGE_PIXELS})") from None
+    except UnidentifiedImageError:
+        raise ImageError(f"cannot read image {name}: not an image (PNG, JPEG, WebP or another format Pillow "
+                         "reads)") from None
     except Exception as err:  # Pillow raises many types for broken files (and plugins add more)
-        raise ImageError(f"cannot read image {name}: {type(err).__name__}: {err}") from None
+        raise ImageError(f"cannot read image {name}: {type(err).__name__}: {without_paths(str(err))}") from None
+
+
+def without_paths(message: str) -> str:
+    """Pillow's message without quoted file paths or Python reprs (`<_io.BytesIO object at 0x...>`): the
+    reader names the image by its own `name`, and a user is never shown where a file lies on the server."""
+    message = re.sub(r"'(/|[A-Za-z]:\\)[^']*'", "the file", message)
+    return re.sub(r"<[^<>]* at 0x[0-9a-fA-F]+>", "the file", message)

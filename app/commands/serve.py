@@ -23,6 +23,16 @@ def register(sub) -> None:
     serve.add_argument("--rescore-limit", type=int, default=None, metavar="N",
                        help="after a model version is activated, its dataset's first N queued items are scored "
                             "again with it (default 500; 0: every queued item)")
+    serve.add_argument("--session-hours", type=float, default=None, metavar="H",
+                       help="a web UI sign-in lasts this long (default: $CAPSCOPE_SESSION_HOURS, else 12)")
+    serve.add_argument("--cors-origin", action="append", default=[], dest="cors_origins", metavar="ORIGIN",
+                       help="another site whose pages may call this server with its users' credentials "
+                            "(e.g. https://labels.example.org); repeatable; default none")
+    serve.add_argument("--score-waiting", type=int, default=3, metavar="N",
+                       help="scorings a user may have waiting or running at once; more are refused (REST: 429) "
+                            "(default 3)")
+    serve.add_argument("--score-timeout", type=float, default=60.0, metavar="S",
+                       help="a scoring that waits this long for the scorer is refused (REST: 503) (default 60)")
     add_db_option(serve)
     serve.set_defaults(func=run_serve)
 
@@ -37,16 +47,38 @@ def run_serve(args) -> int:
     roots = check_folders(args.data_roots)
     if args.rescore_limit is not None and args.rescore_limit < 0:
         raise CapscopeError(f"--rescore-limit must be 0 (every queued item) or more, not {args.rescore_limit}")
+    if args.session_hours is not None and not args.session_hours > 0:
+        raise CapscopeError(f"--session-hours must be more than 0, not {args.session_hours}")
     rescore_limit = RESCORE_LIMIT if args.rescore_limit is None else (args.rescore_limit or None)
     app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
                      token_rule=args.token_rule, precision=args.precision, data_roots=roots,
-                     rescore_limit=rescore_limit)
+                     rescore_limit=rescore_limit, cors_origins=check_origins(args.cors_origins),
+                     score_gate=score_gate(args.score_waiting, args.score_timeout))
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app
         from capscope.ui.page import mount_ui
     except ModuleNotFoundError as err:
         if err.name != "capscope.ui.page":
             raise
     else:
-        app = mount_ui(app) or app
+        app = mount_ui(app, session_hours=args.session_hours) or app
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info")
     return 0
+
+
+def check_origins(origins: list[str]) -> tuple[str, ...]:
+    """`--cors-origin` values: each a scheme and host (and port), nothing else."""
+    from urllib.parse import urlsplit
+
+    for origin in origins:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/") or parts.query:
+            raise CapscopeError(f"--cors-origin {origin}: give a scheme and host, e.g. https://labels.example.org")
+    return tuple(origin.rstrip("/") for origin in origins)
+
+
+def score_gate(waiting: int, timeout: float):
+    from capscope.server.scorer import ScoreGate
+
+    if waiting < 1 or not timeout > 0:
+        raise CapscopeError("--score-waiting must be at least 1 and --score-timeout more than 0")
+    return ScoreGate(per_user=waiting, wait_s=timeout)

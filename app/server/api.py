@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
+import math
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path as FilePath
 from typing import Annotated, Callable, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, Field, StrictBool, StrictInt
@@ -35,19 +38,26 @@ from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
 from capscope.metrics.errors import ModelUnavailable
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
+from capscope.metrics.jsonl import JsonTextError, loads_limited
+from capscope.metrics import limits
 from capscope.metrics.text import check_caption, check_references
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
-from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
+from capscope.server.guards import BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, script_or_json
+from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models, ScoreGate, ScoringBusy, ScoringTimeout
+from capscope.server.signin import guard_for
 from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 * 2**20
 MAX_SCORE_BODY_BYTES = 32 * 2**20
+MAX_UPLOAD_FILE_BYTES = 25 * 2**20        # one file uploaded through the web UI (a photo, a JSONL file)
+MAX_UPLOAD_REQUEST_BYTES = 256 * 2**20    # one upload request of the web UI (Admin import sends several files)
 SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
 ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
 MAX_INDICES = 10_000
+GIL_SWITCH_INTERVAL_S = 0.001
 DEFAULT_API_METRICS = ("infometic",)  # POST /api/score without `metrics`
 
 
@@ -101,53 +111,14 @@ class ActivateRequest(BaseModel):
     rescore: bool = True
 
 
-# ---------------------------------------------------------------- body size limit
-
-class BodyLimit:
-    """Reject request bodies over the limit with 413 before the app reads them whole."""
-
-    def __init__(self, app, default: int = MAX_BODY_BYTES, by_path: dict[str, int] | None = None):
-        self.app, self.default, self.by_path = app, default, by_path or {}
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        limit = self.by_path.get(scope["path"], self.default)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None:
-            problem = _declared_length_problem(declared, limit)
-            if problem:
-                return await JSONResponse({"detail": problem[1]}, status_code=problem[0])(scope, receive, send)
-        received = 0
-
-        async def limited_receive():
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise HTTPException(413, f"request body over {limit} bytes")
-            return message
-
-        return await self.app(scope, limited_receive, send)
-
-
-def _declared_length_problem(declared: bytes, limit: int) -> tuple[int, str] | None:
-    try:
-        length = int(declared)
-    except ValueError:
-        return 400, "malformed Content-Length"
-    if length > limit:
-        return 413, f"request body is {length} bytes (limit {limit})"
-    return None
-
-
 # ---------------------------------------------------------------- auth
 
 _basic = HTTPBasic(auto_error=False)
 
 
 def user_from_request(request: Request) -> UserInfo | None:
-    """The user named by the request's HTTP Basic credentials, or None (for the UI's auth hook)."""
+    """The user named by the request's HTTP Basic credentials, or None (for the UI's auth hook);
+    None too while failed sign-ins for the name or the client are backing off."""
     header = request.headers.get("authorization", "")
     scheme, _, encoded = header.partition(" ")
     if scheme.lower() != "basic" or not encoded:
@@ -156,16 +127,39 @@ def user_from_request(request: Request) -> UserInfo | None:
         name, _, password = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
     except (binascii.Error, UnicodeDecodeError):
         return None
-    return authenticate(request.app.state.store, name, password)
+    user, _wait = _guarded_sign_in(request, name, password)
+    return user
+
+
+def _guarded_sign_in(request: Request, name: str, password: str) -> tuple[UserInfo | None, float]:
+    """(the user or None, seconds to wait): the password is not even checked while failed
+    sign-ins for this name or client address are backing off (app/server/signin.py)."""
+    guard, address = guard_for(request.app), request.client.host if request.client else ""
+    wait = guard.retry_after(name, address)
+    if wait:
+        return None, wait
+    user = authenticate(request.app.state.store, name, password)
+    if user is None:
+        guard.failed(name, address)
+    else:
+        guard.succeeded(name)
+    return user, 0.0
 
 
 def current_user(request: Request, credentials: HTTPBasicCredentials | None = Depends(_basic)) -> UserInfo:
     challenge = {"WWW-Authenticate": 'Basic realm="capscope"'}
     if credentials is None:
         raise HTTPException(401, "credentials required (HTTP Basic)", headers=challenge)
-    user = authenticate(request.app.state.store, credentials.username, credentials.password)
+    user, wait = _guarded_sign_in(request, credentials.username, credentials.password)
+    if wait:
+        seconds = max(1, math.ceil(wait))
+        raise HTTPException(429, f"too many failed sign-ins: try again in {seconds} s",
+                            headers={"Retry-After": str(seconds)})
     if user is None:
         raise HTTPException(401, "unknown user or wrong password", headers=challenge)
+    if not script_or_json(request.method, request.headers):
+        raise HTTPException(415, "a call that changes something takes Content-Type: application/json or an "
+                                 "X-Requested-With header (a script's body-less call: -H 'X-Requested-With: script')")
     return user
 
 
@@ -229,7 +223,8 @@ def public_version(version: dict) -> dict:
 def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
                lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
                data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
-               rescore_limit: int | None = RESCORE_LIMIT) -> FastAPI:
+               rescore_limit: int | None = RESCORE_LIMIT, cors_origins: tuple[str, ...] = (),
+               score_gate: ScoreGate | None = None) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
     scorer, which the UI mounted on this app shares: capscope's Scorer under
@@ -244,21 +239,56 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     model version, if any, is what the scorer loads."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
+    # a thread that waits on the database gets the interpreter back within 1 ms of a scoring thread's
+    # time slice instead of 5 (Python's default): a label save beside busy scoring needs many such turns
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     app.state.store = store or Store(db_url)
-    app.state.models = Models(scorer_factory, token_rule=token_rule, precision=precision)
+    app.state.models = Models(scorer_factory, token_rule=token_rule, precision=precision, gate=score_gate)
     app.state.data_roots = data_roots or DataRoots()
+    app.state.data_roots.protect(app.state.store.private_files())
     app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))
     app.state.activations = Activations(app.state.store, app.state.models, rescore_limit=rescore_limit)
     app.state.activations.load_active()
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
-    app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES})
+    _add_guards(app, cors_origins)
 
     @app.exception_handler(AnnotationError)
     async def _annotation_error(_request, err: AnnotationError):
         return JSONResponse({"detail": str(err)}, status_code=err.status)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_request, err: RequestValidationError):
+        return JSONResponse({"detail": validation_details(err)}, status_code=422)
+
     _add_routes(app)
     return app
+
+
+def _add_guards(app: FastAPI, cors_origins: tuple[str, ...]) -> None:
+    """The checks of app/server/guards.py, outermost last (Starlette wraps each added middleware around the others)."""
+    app.state.cors_origins = tuple(cors_origins)
+    app.add_middleware(RequestGuard, origins=app.state.cors_origins)
+    app.add_middleware(InFlightCap, paths=frozenset({"/api/score"}), per_caller=app.state.models.gate.per_user)
+    app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES},
+                       by_prefix={"/gradio_api/upload": MAX_UPLOAD_REQUEST_BYTES})
+    app.add_middleware(CORSMiddleware, allow_origins=list(app.state.cors_origins),
+                       allow_credentials=bool(cors_origins), allow_methods=["GET", "POST", "PUT"],
+                       allow_headers=["Authorization", "Content-Type", "X-Requested-With"])
+    app.add_middleware(SecurityHeaders)
+
+
+def validation_details(err: RequestValidationError) -> list[dict]:
+    """FastAPI's validation errors without the input they were about: an answer
+    never echoes what a client sent (it may not even be encodable)."""
+    details = []
+    for problem in err.errors():
+        location = [part if isinstance(part, int) else ascii_text(part) for part in problem.get("loc", ())]
+        details.append({"loc": location, "msg": ascii_text(problem.get("msg", "")), "type": problem.get("type")})
+    return details
+
+
+def ascii_text(value) -> str:
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _add_routes(app: FastAPI) -> None:
@@ -278,11 +308,19 @@ def _add_routes(app: FastAPI) -> None:
     def me(user: User) -> dict:
         return {"id": user.id, "name": user.name, "role": user.role}
 
-    @app.post("/api/score")
+    @app.post("/api/score", responses={429: {"description": "this user (or the server) has too many scorings "
+                                                           "waiting"},
+                                        503: {"description": "no model, or the scorer stayed busy too long"}})
     def score(body: ScoreRequest, user: User) -> dict:
-        image, caption, refs, metrics = _checked_score_request(body)
+        models = app.state.models
         try:
-            return app.state.models.score(image, caption, refs, metrics=metrics or list(DEFAULT_API_METRICS))
+            models.gate.admissible(user.name)  # refused before the image is decoded
+            image, caption, refs, metrics = _checked_score_request(body)
+            return models.score(image, caption, refs, metrics=metrics or list(DEFAULT_API_METRICS), user=user.name)
+        except ScoringBusy as err:
+            raise HTTPException(429, str(err), headers={"Retry-After": "1"}) from None
+        except ScoringTimeout as err:
+            raise HTTPException(503, str(err), headers={"Retry-After": "5"}) from None
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         except ModelUnavailable as err:
@@ -418,14 +456,37 @@ def _add_routes(app: FastAPI) -> None:
     @app.get("/api/diagnose")
     def diagnose_summary(user: Admin, folder: Annotated[str, Query(max_length=4096)]) -> dict:
         """The summary.json `capscope diagnose --out FOLDER` wrote (docs/formats.md §12); FOLDER
-        inside the server's data roots."""
+        inside the server's data roots, and the file too once its links are followed (403: a
+        summary.json linking elsewhere is not read). Over MAX_SUMMARY_BYTES 413; not a JSON object,
+        malformed or nested deeper than MAX_JSON_DEPTH 422 with one line: never a 500."""
         try:
-            path = app.state.data_roots.check(folder, "folder") / "summary.json"
+            named = app.state.data_roots.check(folder, "folder") / "summary.json"
         except OutsideDataRoots as err:
             raise HTTPException(403, str(err)) from None
-        if not path.is_file():
+        try:
+            path = app.state.data_roots.check(named, "summary.json") if named.is_file() else None
+        except OutsideDataRoots:
+            raise HTTPException(403, f"summary.json in {folder} links outside the server's data roots") from None
+        except OSError:  # a name too long for the file system
+            path = None
+        if path is None:
             raise HTTPException(404, f"no summary.json in {folder}: run capscope diagnose --out {folder} first")
-        return json.loads(path.read_text(encoding="utf-8"))
+        try:
+            with path.open("rb") as handle:  # read once, at most one byte past the limit
+                data = handle.read(limits.MAX_SUMMARY_BYTES + 1)
+        except OSError as err:
+            raise HTTPException(404, f"summary.json in {folder} cannot be read ({err.strerror})") from None
+        if len(data) > limits.MAX_SUMMARY_BYTES:
+            raise HTTPException(413, f"summary.json in {folder} is over {limits.MAX_SUMMARY_BYTES // 2**20} MB")
+        try:
+            summary = loads_limited(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise HTTPException(422, f"summary.json in {folder} is not UTF-8 text") from None
+        except JsonTextError as err:
+            raise HTTPException(422, f"summary.json in {folder}: {err}") from None
+        if not isinstance(summary, dict):
+            raise HTTPException(422, f"summary.json in {folder} is not a JSON object")
+        return summary
 
     @app.get("/api/export")
     def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None, images: bool = False):

@@ -22,7 +22,9 @@ class OutsideDataRoots(CapscopeError, ValueError):
 
 class DataRoots:
     """The server's data roots; `check(path)` gives the resolved path inside
-    one of them or raises OutsideDataRoots."""
+    one of them or raises OutsideDataRoots. Private files inside a root (the
+    database and its -wal and -shm, `protect`) are refused by path and by
+    identity (a hard link to one is refused too)."""
 
     def __init__(self, folders: Iterable[str | Path] | None = None):
         given = tuple(Path(folder).expanduser() for folder in folders or ())
@@ -31,6 +33,17 @@ class DataRoots:
 
             given = (data_dir(),)
         self.folders = given
+        self.private: set[Path] = set()
+
+    def protect(self, files: Iterable[str | Path]) -> None:
+        """Refuse these files (the server's database files, its first admin password) whoever names them."""
+        self.private.update(Path(f).expanduser().resolve() for f in files)
+
+    def extended(self, folders: Iterable[str | Path]) -> DataRoots:
+        """These roots and `folders`, refusing the same private files (the same set: protected later, refused there too)."""
+        wider = DataRoots([*self.folders, *folders])
+        wider.private = self.private
+        return wider
 
     def resolved(self) -> list[Path]:
         """The roots with their links resolved (now: a root may be made or moved after the server starts)."""
@@ -45,10 +58,34 @@ class DataRoots:
         if not any(resolved.is_relative_to(root) for root in roots):
             raise OutsideDataRoots(f"{what} {path} is outside the server's data roots ({', '.join(map(str, roots))}); "
                                    "put it inside one, or start the server with --data-root DIR")
+        if self.is_private(resolved):
+            raise OutsideDataRoots(f"{what} {path} is one of the server's own files (its database); "
+                                   "no user may read it through the server")
         return resolved
+
+    def is_private(self, resolved: Path) -> bool:
+        if resolved in self.private:
+            return True
+        try:
+            identity = _identity(resolved)
+        except OSError:
+            return False
+        return any(_identity_or_none(private) == identity for private in self.private)
 
     def __repr__(self) -> str:
         return f"DataRoots({', '.join(map(str, self.folders))})"
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino
+
+
+def _identity_or_none(path: Path) -> tuple[int, int] | None:
+    try:
+        return _identity(path)
+    except OSError:
+        return None
 
 
 def check_folders(folders: Iterable[str | Path] | None) -> DataRoots:

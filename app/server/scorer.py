@@ -1,7 +1,8 @@
 """The scorer of a `capscope serve` process, shared by the REST API and the web
 UI: built on first use with every metric that can be had here, under the one
 token rule the server was started with, one call at a time (a Scorer's caches
-are not thread-safe).
+are not thread-safe), taken in turns user by user (`ScoreGate`), so that one
+user's flood of requests neither starves the others nor grows without bound.
 
 Metrics whose weights are missing are left out with the reason, so that the
 page can say why PAC-S or HICE-S is not offered and the API can answer 503."""
@@ -11,10 +12,13 @@ import functools
 import inspect
 import logging
 import threading
-from typing import Callable, Sequence
+import time
+from collections import OrderedDict, deque
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
-from capscope.metrics.errors import ModelUnavailable
+from capscope.metrics.errors import CapscopeError, ModelUnavailable
 from capscope.metrics.registry import metric_names
 from capscope.metrics.threads import few_threads
 
@@ -50,6 +54,105 @@ def first_line(err: BaseException) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
+class ScoringBusy(CapscopeError):
+    """Refused at once: this user already has `per_user` scorings waiting or
+    running, or the server has `max_waiting` waiting (REST: 429)."""
+
+
+class ScoringTimeout(CapscopeError):
+    """Waited `wait_s` for the scorer without getting it (REST: 503)."""
+
+
+class ScoreGate:
+    """The scorer, one call at a time, handed out in turns by user: when the
+    scorer frees, the waiting user served least recently goes next (each
+    user's own calls in their order). A user may have `per_user` calls waiting
+    or running, the server `max_waiting` waiting in all; a call waits at most
+    `wait_s`. So a user who floods the server gets refusals, and another user's
+    call waits for at most the call running now."""
+
+    def __init__(self, per_user: int = 3, max_waiting: int = 32, wait_s: float = 60.0):
+        if per_user < 1 or max_waiting < 1 or wait_s <= 0:
+            raise ValueError("per_user and max_waiting must be at least 1, wait_s positive")
+        self.per_user, self.max_waiting, self.wait_s = per_user, max_waiting, wait_s
+        self._cond = threading.Condition()
+        self._busy = False
+        self._queues: OrderedDict[str, deque] = OrderedDict()  # user -> their waiting tickets, next user first
+        self._pending: dict[str, int] = {}
+
+    def waiting(self) -> int:
+        with self._cond:
+            return sum(len(q) for q in self._queues.values())
+
+    def admissible(self, user: str) -> None:
+        """Raise ScoringBusy now if `user` would be refused (before costly work such as decoding an image)."""
+        with self._cond:
+            self._check_admission(user)
+
+    def _check_admission(self, user: str) -> None:
+        if self._pending.get(user, 0) >= self.per_user:
+            raise ScoringBusy(f"you already have {self.per_user} scorings waiting or running; "
+                              "wait for them to finish")
+        if sum(len(q) for q in self._queues.values()) >= self.max_waiting:
+            raise ScoringBusy(f"the server has {self.max_waiting} scorings waiting; try again shortly")
+
+    @contextmanager
+    def turn(self, user: str | None) -> Iterator[None]:
+        """Hold the scorer for the block, once it is `user`'s turn."""
+        user = user or ""
+        ticket = object()
+        with self._cond:
+            self._check_admission(user)
+            self._queues.setdefault(user, deque()).append(ticket)
+            self._pending[user] = self._pending.get(user, 0) + 1
+            try:
+                self._wait_for(ticket, user)
+            except BaseException:
+                self._leave(user, ticket)
+                raise
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._done(user)
+                self._cond.notify_all()
+
+    def _wait_for(self, ticket, user: str) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while self._busy or self._next() is not ticket:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ScoringTimeout(f"the scorer stayed busy for {self.wait_s:.0f} s; try again later")
+            self._cond.wait(remaining)
+        self._busy = True
+        queue = self._queues.pop(user)
+        queue.popleft()
+        if queue:
+            self._queues[user] = queue  # to the back: the other users' calls go first
+
+    def _next(self):
+        for queue in self._queues.values():
+            return queue[0]
+        return None
+
+    def _leave(self, user: str, ticket) -> None:
+        queue = self._queues.get(user)
+        if queue is not None and ticket in queue:
+            queue.remove(ticket)
+            if not queue:
+                del self._queues[user]
+        self._done(user)
+        self._cond.notify_all()
+
+    def _done(self, user: str) -> None:
+        left = self._pending.get(user, 1) - 1
+        if left:
+            self._pending[user] = left
+        else:
+            self._pending.pop(user, None)
+
+
 class Models:
     """The server's one scorer, shared by the REST API and the web UI, so both
     give the same verdicts under one token rule and CLIP is loaded once.
@@ -59,10 +162,12 @@ class Models:
     `factory(metrics)` builds a scorer with `.metrics`, `.unavailable`
     (name -> why, optional) and `.score(image, caption, references=,
     regions=, tokens=, only=)`; the default builds capscope's Scorer under
-    `token_rule` at `precision`."""
+    `token_rule` at `precision`. Calls take the scorer in turns by user
+    (`gate`, a ScoreGate: pass `user=` the caller's name)."""
 
     def __init__(self, factory: Callable[[list[str]], object] | None = None,
-                 metrics: Sequence[str] | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32"):
+                 metrics: Sequence[str] | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
+                 gate: ScoreGate | None = None):
         if token_rule not in TOKEN_RULES:
             raise ValueError(f"unknown token rule {token_rule!r}; choose from {', '.join(TOKEN_RULES)}")
         check_precision(precision)
@@ -74,7 +179,7 @@ class Models:
         self.version: str | None = None  # its tag, as its predictions name it
         self._scorer = None
         self._build_lock = threading.Lock()
-        self._score_lock = threading.Lock()
+        self.gate = gate or ScoreGate()
 
     @property
     def wanted(self) -> list[str]:
@@ -159,27 +264,29 @@ class Models:
         return list(metrics)
 
     def score(self, image, caption: str, references=None, regions=None, tokens=None,
-              metrics: list[str] | None = None) -> dict:
-        """One pair scored by every loaded metric, or by `metrics` only."""
+              metrics: list[str] | None = None, user: str | None = None) -> dict:
+        """One pair scored by every loaded metric, or by `metrics` only, in `user`'s turn."""
         scorer = self.scorer
         only = self._loaded(metrics)
-        return self.score_on(scorer, image, caption, references, regions, tokens, only)
+        return self.score_on(scorer, image, caption, references, regions, tokens, only, user=user)
 
     def score_on(self, scorer, image, caption: str, references=None, regions=None, tokens=None,
-                 only: list[str] | None = None) -> dict:
-        """One pair scored by this very `scorer` (one taken before a swap), one call at a time."""
-        with self._score_lock, few_threads():
+                 only: list[str] | None = None, user: str | None = None) -> dict:
+        """One pair scored by this very `scorer` (one taken before a swap), in `user`'s turn."""
+        with self.gate.turn(user), few_threads():
             return scorer.score(image, caption, references=references or None, regions=regions, tokens=tokens,
                                 only=only)
 
-    def score_rows_on(self, scorer, rows: list[dict], only: list[str] | None = None) -> list[dict]:
+    def score_rows_on(self, scorer, rows: list[dict], only: list[str] | None = None,
+                      user: str | None = "re-scoring") -> list[dict]:
         """Input rows scored as one batch by this very `scorer`: one output row
         each, in order, a row that cannot be scored with its error (re-scoring
-        after an activation; the lock is held for the batch, so keep it small)."""
-        with self._score_lock, few_threads(len(rows)):
+        after an activation; the scorer is held for the batch, so keep it small)."""
+        with self.gate.turn(user), few_threads(len(rows)):
             return scorer.score_batch(rows, only=only)
 
-    def region_matches(self, image, row: dict, region: int, metric: str) -> list[tuple[str, float]]:
+    def region_matches(self, image, row: dict, region: int, metric: str,
+                       user: str | None = None) -> list[tuple[str, float]]:
         """Caption words and phrases ranked by CLIP cosine with one region's
         crop (the evidence InfoCLIP uses), best first."""
         import torch
@@ -194,7 +301,7 @@ class Models:
         candidates = list(dict.fromkeys(candidates))
         if not candidates or not 0 <= region < len(regions):
             return []
-        with self._score_lock, few_threads():
+        with self.gate.turn(user), few_threads():
             feats = backbone.image_features([image], [regions])[0].region_feats[region]
             texts = backbone.encode_texts(candidates)
         cos = torch.nn.functional.cosine_similarity(texts, feats[None, :], dim=-1).tolist()

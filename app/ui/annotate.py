@@ -78,7 +78,7 @@ class Suggestions:
         key = self._key(item["item_id"])
         if key in self._cache:
             return self._cache[key]
-        found = self._stored(user, item) or (self._computed(item) if compute else None)
+        found = self._stored(user, item) or (self._computed(item, user.name) if compute else None)
         if found is not None:
             self._cache[key] = found
         return found
@@ -95,13 +95,14 @@ class Suggestions:
         scale = stored[metric].get("word_scale") or 1.0
         return (*_decided(item, stored[metric], metric, token_rule, scale), stored[metric].get("model_version"))
 
-    def _computed(self, item: dict):
+    def _computed(self, item: dict, user: str | None = None):
         if self.models is None:
             return None
         try:
             image, regions = _image(self.store_path(item)), [{"box": r["box"]} for r in item["regions"]]
             scorer, version = self.models.current()   # the scorer and its version tag as one pair
-            row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"])
+            row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"],
+                                       user=user)
         except Exception as err:  # a missing model must not break annotation
             log.warning("pre-labels unavailable for item %s: %s", item["item_id"], err)
             return None

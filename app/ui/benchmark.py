@@ -24,6 +24,7 @@ from capscope.bench.human import BENCHMARKS, Loaded, load
 from capscope.db import Store, data_dir
 from capscope.metrics.constants import BETA
 from capscope.metrics.errors import CapscopeError
+from capscope.metrics.paths import safe_name
 from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.server.data_roots import DataRoots
 from capscope.server.scorer import Models
@@ -186,7 +187,7 @@ def figure_file(result: dict, points: dict) -> str | None:
         return None
     from capscope.bench.plot import correlation_plot
 
-    path = scratch_folder("correlate-") / f"{result['benchmark']}.png"
+    path = scratch_folder("correlate-") / f"{safe_name(result['benchmark'])}.png"
     correlation_plot(result, points, path)
     return str(path)
 
@@ -200,8 +201,7 @@ def tab_roots(data_roots: DataRoots | None) -> DataRoots:
     """The folders the tab reads: the server's data roots and the demo world's
     folder, which holds only files the server wrote itself (so that "Use the
     demo world's judgements" works whatever --data-root says)."""
-    roots = data_roots or DataRoots()
-    return DataRoots([*roots.folders, demo_folder()])
+    return (data_roots or DataRoots()).extended([demo_folder()])
 
 
 def demo_judgements(folder: Path | None = None) -> str:

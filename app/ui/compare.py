@@ -21,7 +21,7 @@ from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.images import ImageError, read_image
 from capscope.server.data_roots import DataRoots
-from capscope.ui.shared import scratch_folder
+from capscope.ui.shared import MODEL_QUEUE, scratch_copy, scratch_folder
 
 MAX_LISTED = 50   # captions listed for one clicked word
 WORD_HEADERS = ["model", "metric", "word", "judged", "wrong", "rate"]
@@ -160,7 +160,9 @@ def open_in_inspect(sources: list[dict], model: str, image: str, roots: DataRoot
     if not found:
         raise CapscopeError(f"no captioner has a caption of {image}")
     try:
-        picture = read_image(roots.check(image, "file"))
+        checked = roots.check(image, "file")
+        read_image(checked)  # readable, within the limits: else one line here, not a broken Inspect
+        picture = scratch_copy(checked)
     except (ImageError, OSError) as err:
         raise CapscopeError(f"{image}: {err}") from None
     regions = [{"box": r["box"]} for r in found[0][1].get("regions") or []] or None
@@ -245,5 +247,4 @@ def link_to_inspect(c: dict, inspect: dict, tabs, guard) -> None:
         [tabs, inspect["image"], inspect["caption_a"], inspect["caption_b"], inspect["regions"], inspect["example"],
          c["message"]], api_visibility="private")
     for fn, inputs, outputs in inspect["scorers"]:
-        opened = opened.then(fn, inputs, outputs, api_visibility="private", concurrency_id="model",
-                             concurrency_limit=1)
+        opened = opened.then(fn, inputs, outputs, api_visibility="private", **MODEL_QUEUE)

@@ -2,20 +2,28 @@
 
 Plain functions turn a scorer row (docs/formats.md §2) into what the components
 show; `build_inspect` wires them. Scoring goes through `Models`, whose scorer
-caches the image side, so an edited caption costs only its text."""
+caches the image side, so an edited caption costs only its text, in the
+signed-in user's turn. The image travels as a file: Gradio hands the handlers
+the uploaded (or picked) file itself, which capscope decodes under its own
+limits, so every path into Inspect scores the file's own pixels, never a
+re-encoded copy."""
 from __future__ import annotations
 
+import functools
 import html
 import math
+import os
 
 import gradio as gr
 from PIL import Image
 
 from capscope.metrics.constants import BETA
+from capscope.metrics.errors import CapscopeError
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.server.scorer import Models
 from capscope.pictures import draw as ui_draw
+from capscope.ui.shared import MODEL_QUEUE, scratch_copy
 
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
                "bundled demo model, which knows coloured shapes on plain backgrounds, not photos. "
@@ -183,39 +191,75 @@ def parse_references(text: str | None) -> list[str] | None:
 
 # ---------------------------------------------------------------- handlers' logic
 
+def inspect_image(value):
+    """The image a handler was given (a file path from the Image component, or
+    an image already decoded) as RGB pixels, read under capscope's limits;
+    None for no image. ImageError (one line) for a file that cannot be read."""
+    if value is None or not isinstance(value, (str, os.PathLike)):
+        return None if value is None else read_image(value)
+    stat = os.stat(value)
+    return _decoded(str(value), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _decoded(path: str, _mtime_ns: int, _size: int):
+    """A file decoded once for the several handlers one upload fires (keyed by its time and size too)."""
+    return read_image(path, name=os.path.basename(path))
+
+
+def readable_image(value):
+    """`inspect_image`, or None for a file that cannot be read (the scorer's row then says why)."""
+    try:
+        return inspect_image(value)
+    except (CapscopeError, OSError):
+        return None
+
+
+def user_of(request) -> str | None:
+    """The signed-in user a Gradio request comes from (scoring turns are taken per user)."""
+    return getattr(request, "username", None)
+
+
 def score_caption(models: Models, image, caption: str, references: str, regions: list | None,
-                  metrics: list[str] | None = None) -> dict | None:
+                  metrics: list[str] | None = None, user: str | None = None) -> dict | None:
     """A scorer row (by `metrics`, default every loaded one), or a row-shaped
     error; None when there is nothing to score."""
     if image is None or not (caption or "").strip():
         return None
     try:
-        return models.score(image, caption, parse_references(references), regions=regions, metrics=metrics)
-    except Exception as err:  # a bad caption, or no model at all: said on the page, the app stays up
-        return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": str(err).splitlines()[0]}
+        image = inspect_image(image)
+        return models.score(image, caption, parse_references(references), regions=regions, metrics=metrics,
+                            user=user)
+    except Exception as err:  # a bad image or caption, a busy server, no model: said on the page, the app stays up
+        return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": first_line(err)}
+
+
+def first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def score_rest(models: Models, image, caption: str, references: str, regions: list | None,
-               first: dict | None) -> dict | None:
+               first: dict | None, user: str | None = None) -> dict | None:
     """The whole row, given `first`: the same pair already scored by some of the
     metrics (a keystroke's words-first row), which are not computed again."""
     done = set(((first or {}).get("metrics") or {}))
     if not done or first.get("caption") != caption:
-        return score_caption(models, image, caption, references, regions)
+        return score_caption(models, image, caption, references, regions, user=user)
     rest = [m for m in models.available if m not in done]
     if not rest:
         return first
-    row = score_caption(models, image, caption, references, regions, rest)
+    row = score_caption(models, image, caption, references, regions, rest, user=user)
     if row is None or (row.get("error") and not row.get("metrics")):
         return row
     return {**row, "metrics": {**first["metrics"], **row["metrics"]}}
 
 
-def words_first(models: Models, image, caption: str, references: str, regions: list | None, metric: str):
+def words_first(models: Models, image, caption: str, references: str, regions: list | None, metric: str,
+                user: str | None = None):
     """A keystroke's first answer: the row by the shown metric alone (a fifth of
     the time of every metric) and its shaded words."""
     shown = metric if metric in models.available else None
-    row = score_caption(models, image, caption, references, regions, [shown] if shown else None)
+    row = score_caption(models, image, caption, references, regions, [shown] if shown else None, user=user)
     return row, shaded_tokens(row, shown_metric(row, metric))
 
 
@@ -230,12 +274,13 @@ def shown_metric(row: dict | None, metric: str | None) -> str | None:
 def caption_view(image, row: dict | None, metric: str) -> tuple:
     """(overlay, shaded tokens, summary, phrases) for one caption column."""
     metric = shown_metric(row, metric)
-    return overlay(image, row, metric), shaded_tokens(row, metric), summary_markdown(row, metric), \
+    return overlay(readable_image(image), row, metric), shaded_tokens(row, metric), summary_markdown(row, metric), \
         phrases_markdown(row)
 
 
-def click_report(models: Models, image, row: dict | None, metric: str, point) -> tuple:
+def click_report(models: Models, image, row: dict | None, metric: str, point, user: str | None = None) -> tuple:
     """(overlay with the region selected, report) for a click at `point` = [x, y]."""
+    image = readable_image(image)
     if image is None or not row:
         return gr.skip(), region_report(None, metric, None, [])
     metric = shown_metric(row, metric)
@@ -244,7 +289,10 @@ def click_report(models: Models, image, row: dict | None, metric: str, point) ->
         return overlay(image, row, metric), "No region under that point."
     matching = metric if metric in row["metrics"] and hasattr(models.scorer.metrics.get(metric), "backbone") \
         else next(iter(row["metrics"]), metric)
-    matches = models.region_matches(image, row, region, matching) if row["metrics"] else []
+    try:
+        matches = models.region_matches(image, row, region, matching, user=user) if row["metrics"] else []
+    except CapscopeError as err:  # the scorer is busy for this user
+        return overlay(image, row, metric, region), f"**Region {region + 1}:** {html.escape(first_line(err))}"
     return overlay(image, row, metric, region), region_report(row, metric, region, matches)
 
 
@@ -267,13 +315,33 @@ def banner(models: Models) -> tuple:
 
 # ---------------------------------------------------------------- layout
 
+def hands_over_the_file(image: gr.Image) -> gr.Image:
+    """`image` with its handlers given the uploaded file's path unopened.
+    Gradio's Image opens the file with Pillow first, so a file that is not an
+    image, or a pixel bomb, failed there as a raw Gradio error; capscope's
+    `read_image` reads it instead, under capscope's limits, with one line for
+    what is wrong. (Only uploaded files reach here: app/server/guards.py.) Set
+    on the instance: a subclass would make Gradio write a .pyi stub beside
+    this module at import."""
+
+    def preprocess(payload) -> str | None:
+        if payload is None:
+            return None
+        if not payload.path:
+            raise gr.Error("Upload the image as a file.", print_exception=False)
+        return str(payload.path)
+
+    image.preprocess = preprocess
+    return image
+
+
 def build_inspect(models: Models, examples: list[dict]) -> dict:
     """The Inspect tab's components and listeners (inside an open Blocks)."""
     c: dict = {}
     with gr.Row():
         with gr.Column(scale=2):
-            c["image"] = gr.Image(type="pil", label="Image", sources=["upload", "clipboard"], height=260,
-                                  elem_id="cs-image")
+            c["image"] = hands_over_the_file(gr.Image(type="filepath", image_mode=None, label="Image", height=260,
+                                                      sources=["upload", "clipboard"], elem_id="cs-image"))
             c["example"] = gr.Dropdown(
                 choices=[(f"{e['id']}: {e['caption'][:60]}", i) for i, e in enumerate(examples)],
                 label="…or pick a demo scene (clean and polluted caption)", value=None)
@@ -322,13 +390,13 @@ def debounced_click(button_id: str, pause_ms: int = TYPING_PAUSE_MS) -> str:
 
 
 def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
-    model_queue = {"concurrency_id": "model", "concurrency_limit": 1}
+    model_queue = MODEL_QUEUE
 
     def make_scorer(side: str):
         other = "b" if side == "a" else "a"
 
-        def score_side(image, caption, references, metric, regions, other_row):
-            row = score_caption(models, image, caption, references, regions)
+        def score_side(image, caption, references, metric, regions, other_row, request: gr.Request):
+            row = score_caption(models, image, caption, references, regions, user=user_of(request))
             pair = (row, other_row) if side == "a" else (other_row, row)
             return (row, *caption_view(image, row, metric), scores_rows(*pair))
 
@@ -340,8 +408,8 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
     def make_rest(side: str):
         other = "b" if side == "a" else "a"
 
-        def rest_side(image, caption, references, metric, regions, other_row, first):
-            row = score_rest(models, image, caption, references, regions, first)
+        def rest_side(image, caption, references, metric, regions, other_row, first, request: gr.Request):
+            row = score_rest(models, image, caption, references, regions, first, user=user_of(request))
             pair = (row, other_row) if side == "a" else (other_row, row)
             metric = shown_metric(row, metric)
             return row, overlay(image, row, metric), summary_markdown(row, metric), phrases_markdown(row), \
@@ -353,13 +421,13 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
                                    c["table"]]
 
     def make_words_first(side: str):
-        def first_side(image, caption, references, metric, regions):
-            return words_first(models, image, caption, references, regions, metric)
+        def first_side(image, caption, references, metric, regions, request: gr.Request):
+            return words_first(models, image, caption, references, regions, metric, user=user_of(request))
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
         return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]
 
-    c["image"].change(lambda image: image, c["image"], c["image_now"], queue=False, api_visibility="private")
+    c["image"].change(readable_image, c["image"], c["image_now"], queue=False, api_visibility="private")
     for side in ("a", "b"):
         # A keystroke shades the words by the shown metric alone, outside Gradio's queue (so that it
         # waits behind no other user's whole re-score); the other metrics, the region overlay and
@@ -375,8 +443,8 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         c["score"].click(fn, inputs, outputs, api_name=f"score_{side}", **model_queue)
         c["references"].submit(fn, inputs, outputs, api_visibility="private", **model_queue)
 
-        def on_click(image, row, metric, evt: gr.SelectData):
-            return click_report(models, image, row, metric, evt.index)
+        def on_click(image, row, metric, evt: gr.SelectData, request: gr.Request):
+            return click_report(models, image, row, metric, evt.index, user=user_of(request))
 
         c[f"overlay_{side}"].select(on_click, [c["image"], c[f"row_{side}"], c["metric"]],
                                     [c[f"overlay_{side}"], c[f"region_{side}"]], trigger_mode="multiple",
@@ -392,8 +460,7 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         if index is None or not 0 <= index < len(examples):
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         example = examples[index]
-        image = read_image(example["path"])
-        return image, example["caption"], example.get("twin_caption", ""), example["regions"]
+        return scratch_copy(example["path"]), example["caption"], example.get("twin_caption", ""), example["regions"]
 
     c["scorers"] = [make_scorer(side) for side in ("a", "b")]  # for other tabs that fill Inspect
     picked = c["example"].change(pick_example, c["example"], [c["image"], c["caption_a"], c["caption_b"], c["regions"]],

@@ -10,7 +10,8 @@ inference in the "model" queue, so a label save never waits behind scoring.
 
 On first run (a database without datasets) the demo dataset is generated into
 the data folder and imported, and an `admin` user is created when there is
-none (password from CAPSCOPE_ADMIN_PASSWORD, else a random one, logged once).
+none (password from CAPSCOPE_ADMIN_PASSWORD, else a random one written to
+`admin-password.txt` in the data folder, readable by its owner only).
 """
 from __future__ import annotations
 
@@ -21,14 +22,18 @@ from importlib import resources
 from pathlib import Path
 
 import gradio as gr
+from PIL import Image
 
 from capscope.annotation import browse, importer
 from capscope.annotation.errors import Invalid
-from capscope.annotation.users import add_user, authenticate, get_user, list_users
+from capscope.annotation.users import add_user, get_user, list_users
 from capscope.db import Store, data_dir
+from capscope.metrics import limits
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.jsonl import read_json_lines
+from capscope.server.api import MAX_UPLOAD_FILE_BYTES
 from capscope.server.data_roots import DataRoots
+from capscope.server.signin import ClientAddress, ui_auth
 from capscope.server.scorer import TOKEN_RULE_NOTES, Models
 from capscope.server.training import Activations, TrainingJobs, models_folder
 from capscope.ui.admin import build_admin, build_model_versions
@@ -37,13 +42,16 @@ from capscope.ui.benchmark import build_benchmark
 from capscope.ui.compare import build_compare, link_to_inspect
 from capscope.ui.explore import build_explore
 from capscope.ui.inspect import banner, build_inspect
-from capscope.ui.shared import DatasetScores, admin_only
+from capscope.ui.sessions import expire_sessions, session_hours as lifetime_hours
+from capscope.ui.shared import MODEL_QUEUE, DatasetScores, admin_only
 
 log = logging.getLogger(__name__)
 
 DEMO_DATASET = "demo"
+QUEUE_MAX_SIZE = 64  # events waiting in Gradio's queue, all users together; more are refused with "queue full"
 DEMO_SCENES = 24
 MAX_EXAMPLES = 12
+ADMIN_PASSWORD_FILE = "admin-password.txt"
 
 
 def static_text(name: str) -> str:
@@ -69,18 +77,33 @@ def seed_demo(store: Store, folder: Path | None = None, scenes: int = DEMO_SCENE
 
 
 def ensure_admin(store: Store) -> str | None:
-    """Create `admin` when there is no user at all; returns the password it set."""
-    if list_users(store):
+    """Create `admin` when there is no user at all; returns the password it set. A random
+    password goes to a file only the server's owner can read, never to the log (logs are
+    kept, shipped and shared)."""
+    if list_users(store, include_disabled=True):
         return None
-    password = os.environ.get("CAPSCOPE_ADMIN_PASSWORD") or secrets.token_urlsafe(9)
+    chosen = os.environ.get("CAPSCOPE_ADMIN_PASSWORD")
+    password = chosen or secrets.token_urlsafe(18)
     try:
         add_user(store, "admin", password, "admin")
     except Invalid as err:
         raise CapscopeError(f"CAPSCOPE_ADMIN_PASSWORD: {err}") from None
-    if not os.environ.get("CAPSCOPE_ADMIN_PASSWORD"):
-        log.warning("first run: created user 'admin' with password %s (change it: capscope users add admin "
-                    "--replace)", password)
+    if not chosen:
+        path = write_admin_password(data_dir() / ADMIN_PASSWORD_FILE, password)
+        log.warning("first run: created user 'admin'; its password is in %s (read it, delete the file, and "
+                    "change the password: capscope users add admin --role admin --replace)", path)
     return password
+
+
+def write_admin_password(path: Path, password: str) -> Path:
+    """Write the password to a new file with mode 0600. O_EXCL: never through a link someone
+    planted; a stale file from an earlier first run is removed first (the link, not its target)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(password + "\n")
+    return path
 
 
 def demo_examples(folder: Path | None, limit: int = MAX_EXAMPLES) -> list[dict]:
@@ -160,7 +183,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
                   queue=False)
         demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
-                  concurrency_id="model", concurrency_limit=1)
+                  **MODEL_QUEUE)
         for part in (explore, bench, admin, model_versions, compare):
             for fn, inputs, outputs in part["load"]:
                 demo.load(fn, inputs, outputs, api_visibility="private")
@@ -168,10 +191,12 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
 
 
 def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_scenes: int = DEMO_SCENES,
-             path: str = "/"):
+             path: str = "/", session_hours: float | None = None):
     """Mount the UI on the API app (one port). Uses the app's store and its one
     scorer (`app.state.models`, which the REST API scores with too); seeds the
-    demo dataset on first run unless CAPSCOPE_NO_SEED is set."""
+    demo dataset on first run unless CAPSCOPE_NO_SEED is set. A sign-in lasts
+    `session_hours` (default CAPSCOPE_SESSION_HOURS, else 12) or until the user's
+    password changes or they are disabled; failed sign-ins back off as the REST API's do."""
     store = store or app.state.store
     if seed is None:
         seed = not os.environ.get("CAPSCOPE_NO_SEED")
@@ -185,11 +210,17 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
     demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None),
                     getattr(app.state, "data_roots", None), getattr(app.state, "training", None),
                     getattr(app.state, "activations", None))
-    demo.queue(default_concurrency_limit=1)
+    demo.queue(default_concurrency_limit=1, max_size=QUEUE_MAX_SIZE)
 
-    def login(name: str, password: str) -> bool:
-        return authenticate(store, name, password) is not None
-
-    return gr.mount_gradio_app(app, demo, path=path, auth=login, auth_message="capscope: sign in with your "
-                               "annotator or admin account", ssr_mode=False, css=static_text("ui.css"),
-                               head=static_text("hotkeys.js"))
+    lifetime_s = lifetime_hours(session_hours) * 3600
+    app = gr.mount_gradio_app(app, demo, path=path, auth=ui_auth(app, store), auth_message="capscope: sign in "
+                              "with your annotator or admin account", ssr_mode=False, css=static_text("ui.css"),
+                              head=static_text("hotkeys.js"), max_file_size=MAX_UPLOAD_FILE_BYTES,
+                              blocked_paths=[str(f) for f in store.private_files()])
+    # Gradio checks that a file an event names was uploaded only once its Blocks "has launched", which
+    # mount_gradio_app never marks: without this, any signed-in user could have a server file copied out
+    demo.has_launched = True
+    Image.MAX_IMAGE_PIXELS = limits.MAX_IMAGE_PIXELS  # whatever decodes an image in this process, Gradio included
+    expire_sessions(app, store, lifetime_s)
+    app.add_middleware(ClientAddress)
+    return app

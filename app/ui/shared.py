@@ -50,6 +50,22 @@ def scratch_folder(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
+def scratch_copy(path: str | Path) -> str:
+    """A copy of a server file (already checked to lie inside the data roots)
+    in a scratch folder, byte for byte, for an Image component to show and hand
+    back: Gradio then serves and re-reads the copy, never the data folder
+    itself, and no pixel is re-encoded on the way."""
+    source = Path(path)
+    target = scratch_folder("image-") / source.name
+    shutil.copyfile(source, target)
+    return str(target)
+
+
+# Handlers that score wait in the scorer's own turns (ScoreGate: fair by user, bounded), not in Gradio's
+# queue: up to this many may be inside at once, so one user's queued events cannot hold the others back
+MODEL_QUEUE = {"concurrency_id": "model", "concurrency_limit": 8}
+
+
 class DatasetScores:
     """Model rows for dataset items (scored on the items' own tokens and
     regions), kept in memory and stored as predictions in the database."""

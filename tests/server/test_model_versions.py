@@ -24,8 +24,9 @@ from capscope.annotation import model_versions as mv
 from capscope.annotation.users import add_user
 from capscope.db import Prediction, Store
 
-ADMIN, ANN = ("boss", "boss-pw"), ("ann", "ann-pw")
+ADMIN, ANN = ("boss", "boss-password-1"), ("ann", "ann-password-1")
 DATASET = "world"
+SCRIPT = {"X-Requested-With": "capscope-tests"}  # a body-less POST says it comes from a script, not a form
 
 
 def factory(metrics, infometic_checkpoint=None):
@@ -153,7 +154,7 @@ def test_a_cancelled_job_leaves_nothing(world, trained):
     response = client.post("/api/models/train", json={"dataset": DATASET, "init": "demo", "steps": 100000},
                            auth=ADMIN)
     job_id = response.json()["job"]["id"]
-    assert client.post(f"/api/models/jobs/{job_id}/cancel", auth=ADMIN).status_code == 200
+    assert client.post(f"/api/models/jobs/{job_id}/cancel", auth=ADMIN, headers=SCRIPT).status_code == 200
     job = client.app.state.training.wait(job_id, timeout=300)
     assert job["status"] == "cancelled" and job["version_id"] is None
     assert [v.id for v in versions(world)] == before and checkpoint_files(world) == files
@@ -266,7 +267,7 @@ def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
     activate_version(store, None)
     set_queue_order(store, DATASET, "uncertainty")
     client = serve(world)
-    response = client.post(f"/api/models/{trained['version_id']}/activate", auth=ADMIN)
+    response = client.post(f"/api/models/{trained['version_id']}/activate", auth=ADMIN, headers=SCRIPT)
     assert response.status_code == 200, response.text
     tag = response.json()["model_version"]
     assert tag.startswith(f"v{trained['version_id']}:") and response.json()["rescoring"]["dataset"] == DATASET
@@ -316,7 +317,7 @@ def test_going_back_to_the_default_model(world, trained):
     assert client.post(f"/api/models/{trained['version_id']}/activate", json={"rescore": False},
                        auth=ADMIN).status_code == 200
     try:
-        response = client.post("/api/models/default/activate", auth=ADMIN)
+        response = client.post("/api/models/default/activate", auth=ADMIN, headers=SCRIPT)
         assert response.status_code == 200, response.text
         result = response.json()
         assert result["active"] is None and result["model_version"] == DEFAULT_TAG
@@ -373,7 +374,7 @@ def test_admin_only(world, method, url):
 ])
 def test_bad_input_is_4xx_with_a_reason(world, method, url, body, status, says):
     client = serve(world)
-    response = client.request(method, url, auth=ADMIN, **({"json": body} if body is not None else {}))
+    response = client.request(method, url, auth=ADMIN, **({"json": body} if body is not None else {"headers": SCRIPT}))
     assert response.status_code == status, response.text
     detail = response.json()["detail"]
     assert says is None or says in json.dumps(detail)

@@ -5,8 +5,10 @@ Inspect is filled with when one of them is clicked."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from capscope.metrics.errors import CapscopeError
 from capscope.server.data_roots import DataRoots
@@ -110,6 +112,8 @@ def test_store_captioners_are_compared_by_their_model_field(store_with_captioner
     found = open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder]), store)
     assert (found["name_a"], found["caption_a"]) == ("swapper", "a blue square")
     assert (found["name_b"], found["caption_b"]) == ("honest", "a red square")
-    assert found["image"].size == (64, 48) and found["regions"] == [{"box": [4.0, 4.0, 30.0, 30.0]}]
+    original = DataRoots([folder]).check(listed[0][2])
+    assert Path(found["image"]).read_bytes() == original.read_bytes()  # the file itself: no re-encoded pixels
+    assert Image.open(found["image"]).size == (64, 48) and found["regions"] == [{"box": [4.0, 4.0, 30.0, 30.0]}]
     with pytest.raises(CapscopeError, match="outside the server's data roots"):
         open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder / "elsewhere"]), store)

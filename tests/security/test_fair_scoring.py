@@ -1,0 +1,190 @@
+"""One annotator flooding the scorer cannot starve another. On eb11b64, 47
+parallel POST /api/score from one annotator took another's PUT /labels from
+0.05 s to 2.6 s, and 20 queued Inspect scores from one took another's from
+0.17 s to 10 s: the scorer was one lock in arrival order and Gradio's model
+queue one slot in arrival order, with no cap on either."""
+from __future__ import annotations
+
+import base64
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from conftest import ANN, BOB, basic, file_data, fn_index, gradio_config, gradio_event, ui_login, uploaded
+from capscope.server.scorer import ScoreGate, ScoringBusy, ScoringTimeout
+
+FLOOD = 47
+
+
+def scene_png(team) -> bytes:
+    return next((team.data / "demo-data" / "images").glob("*.png")).read_bytes()
+
+
+def score_body(png: bytes) -> dict:
+    return {"image": base64.b64encode(png).decode(), "caption": "a small red circle and a large blue square."}
+
+
+def timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20)[-1]
+
+
+FLOOD_SCRIPT = """
+import collections, json, sys, threading, time
+import httpx
+url, user, password, threads, seconds, body_file = sys.argv[1:7]
+body = open(body_file, "rb").read()
+codes, stop = collections.Counter(), time.monotonic() + float(seconds)
+client = httpx.Client(base_url=url, auth=(user, password), timeout=120,
+                      limits=httpx.Limits(max_connections=int(threads) + 5))
+def loop():
+    while time.monotonic() < stop:
+        codes[client.post("/api/score", content=body, headers={"Content-Type": "application/json"}).status_code] += 1
+workers = [threading.Thread(target=loop) for _ in range(int(threads))]
+[w.start() for w in workers]
+[w.join() for w in workers]
+print(json.dumps(codes))
+"""
+
+
+class Flood:
+    """`FLOOD` threads of one user in a process of their own (as another
+    annotator's machine would be), each sending its next request as soon as
+    the last is answered, for `seconds`."""
+
+    def __init__(self, team, user, body: dict, seconds: float, folder):
+        body_file = folder / "flood.json"
+        body_file.write_text(json.dumps(body))
+        self.command = [sys.executable, "-c", FLOOD_SCRIPT, team.url, *user, str(FLOOD), str(seconds), str(body_file)]
+
+    def __enter__(self):
+        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True)
+        time.sleep(2.0)  # the flood is on
+        return self
+
+    def __exit__(self, *exc):
+        out, _ = self.process.communicate(timeout=180)
+        self.codes = {int(k): v for k, v in json.loads(out).items()}
+
+
+def test_a_rest_flood_leaves_the_others_their_saves_and_scores(team, tmp_path):
+    png = scene_png(team)
+    bob = httpx.Client(base_url=team.url, timeout=60, headers=basic(BOB))
+    item = bob.get("/api/items/next").json()["item_id"]
+    save = lambda i: bob.put(f"/api/items/{item}/labels", json={"incorrect_tokens": [i % 3], "status": "draft"})  # noqa: E731
+    score = lambda: bob.post("/api/score", json=score_body(png))  # noqa: E731
+    assert score().status_code == 200  # the model is loaded before anything is timed
+    idle_score = statistics.median(timed(score) for _ in range(5))
+    idle_saves = [timed(lambda: save(i)) for i in range(20)]
+
+    with Flood(team, ANN, score_body(png), seconds=12, folder=tmp_path) as flood:
+        busy_saves = [timed(lambda: save(i)) for i in range(20)]
+        busy_scores = [timed(lambda: assert_ok(score())) for _ in range(5)]
+    assert set(flood.codes) == {200, 429}, flood.codes
+    report = (f"idle: score {idle_score * 1000:.0f} ms, save p95 {p95(idle_saves) * 1000:.0f} ms; flooded by "
+              f"{FLOOD} threads: score median {statistics.median(busy_scores) * 1000:.0f} ms, save p95 "
+              f"{p95(busy_saves) * 1000:.0f} ms; the flooder got {flood.codes[200]} answers and "
+              f"{flood.codes[429]} refusals")
+    print(report)
+    assert p95(busy_saves) < 0.100, report
+    assert statistics.median(busy_scores) <= 2 * idle_score + 0.02, report
+
+
+def assert_ok(answer):
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_queue_flood_in_the_ui_leaves_the_others_their_scores(team):
+    """20 Inspect scores queued by one annotator; another's Inspect score waits for one of them at most."""
+    ann, bob = ui_login(team, ANN), ui_login(team, BOB)
+    config = gradio_config(bob)
+    index = fn_index(config, "score_a")
+    image = file_data(uploaded(bob, "scene.png", scene_png(team)))
+    event = lambda client: gradio_event(client, index, [image, "a small red circle.", "", "infometic", None, None])  # noqa: E731
+    assert event(bob)["success"]
+    idle = statistics.median(timed(lambda: event(bob)) for _ in range(3))
+    with ThreadPoolExecutor(20) as pool:
+        flood = [pool.submit(event, ann) for _ in range(20)]
+        time.sleep(0.5)
+        busy = [timed(lambda: assert_success(event(bob))) for _ in range(3)]
+        outcomes = [f.result() for f in flood]
+    refused = sum(1 for o in outcomes if "scorings waiting or running" in o["output"]["data"][3])
+    report = (f"idle Inspect score {idle * 1000:.0f} ms; with 20 queued by another {statistics.median(busy) * 1000:.0f}"
+              f" ms; {refused} of the 20 refused")
+    print(report)
+    assert refused > 0, report
+    assert statistics.median(busy) <= 2 * idle + 0.05, report
+    ann.close()
+
+
+def assert_success(message):
+    assert message.get("success"), message
+
+
+# ---------------------------------------------------------------- the gate itself
+
+def test_the_gate_takes_users_in_turns():
+    gate, order, started = ScoreGate(per_user=5, max_waiting=10, wait_s=10), [], threading.Event()
+
+    def hold():
+        with gate.turn("ann"):
+            started.set()
+            time.sleep(0.3)
+
+    def call(user, label):
+        with gate.turn(user):
+            order.append(label)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    started.wait()
+    threads = [threading.Thread(target=call, args=("ann", f"ann{i}")) for i in range(3)]
+    threads.append(threading.Thread(target=call, args=("bob", "bob")))
+    for thread in threads:
+        thread.start()
+        time.sleep(0.02)
+    for thread in [holder, *threads]:
+        thread.join()
+    assert order[:2] == ["ann0", "bob"]  # bob came last but waits for one of ann's calls only
+    assert order[2:] == ["ann1", "ann2"]
+
+
+def test_the_gate_refuses_past_its_caps_and_times_out():
+    gate, release = ScoreGate(per_user=2, max_waiting=2, wait_s=0.2), threading.Event()
+
+    def hold():
+        with gate.turn("ann"):
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.05)
+    waiter = threading.Thread(target=lambda: pytest.raises(ScoringTimeout, _turn, gate, "ann"))
+    waiter.start()
+    time.sleep(0.05)
+    with pytest.raises(ScoringBusy, match="2 scorings"):
+        _turn(gate, "ann")  # ann: one running, one waiting
+    with pytest.raises(ScoringTimeout):
+        _turn(gate, "bob")  # waits 0.2 s behind ann's call
+    waiter.join()
+    release.set()
+    holder.join()
+    assert gate.waiting() == 0
+    _turn(gate, "bob")  # free again
+
+
+def _turn(gate, user):
+    with gate.turn(user):
+        pass
