@@ -59,7 +59,8 @@ class DataRoots:
             raise OutsideDataRoots(f"{what} {path} is outside the server's data roots ({', '.join(map(str, roots))}); "
                                    "put it inside one, or start the server with --data-root DIR")
         if self.is_private(resolved):
-            raise OutsideDataRoots(f"{what} {path} is one of the server's own files (its database); "
+            raise OutsideDataRoots(f"{what} {path} is one of the server's own files (its database or its first "
+                                   "admin's password); "
                                    "no user may read it through the server")
         return resolved
 

@@ -190,6 +190,16 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
     return demo
 
 
+def private_files(app, store: Store) -> list[Path]:
+    """What no user may read through the server: the database's files and the
+    first admin's password file, refused by the data roots and by Gradio too."""
+    files = [*store.private_files(), (data_dir() / ADMIN_PASSWORD_FILE).resolve()]
+    roots = getattr(app.state, "data_roots", None)
+    if roots is not None:
+        roots.protect(files)
+    return files
+
+
 def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_scenes: int = DEMO_SCENES,
              path: str = "/", session_hours: float | None = None):
     """Mount the UI on the API app (one port). Uses the app's store and its one
@@ -216,7 +226,7 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
     app = gr.mount_gradio_app(app, demo, path=path, auth=ui_auth(app, store), auth_message="capscope: sign in "
                               "with your annotator or admin account", ssr_mode=False, css=static_text("ui.css"),
                               head=static_text("hotkeys.js"), max_file_size=MAX_UPLOAD_FILE_BYTES,
-                              blocked_paths=[str(f) for f in store.private_files()])
+                              blocked_paths=[str(f) for f in private_files(app, store)])
     # Gradio checks that a file an event names was uploaded only once its Blocks "has launched", which
     # mount_gradio_app never marks: without this, any signed-in user could have a server file copied out
     demo.has_launched = True

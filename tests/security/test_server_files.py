@@ -176,3 +176,11 @@ def team_http_next(team, user) -> int:
     answer = team_http(team).get("/api/items/next", headers=basic(user))
     assert answer.status_code == 200, answer.text
     return answer.json()["item_id"]
+
+
+def test_the_first_admin_password_file_is_refused_too(team):
+    from capscope.server.data_roots import OutsideDataRoots
+
+    password_file = team.data / "admin-password.txt"
+    with pytest.raises(OutsideDataRoots, match="server's own files"):
+        team.server.config.app.state.data_roots.check(password_file)
