@@ -28,9 +28,9 @@ def register(sub) -> None:
     serve.add_argument("--cors-origin", action="append", default=[], dest="cors_origins", metavar="ORIGIN",
                        help="another site whose pages may call this server with its users' credentials "
                             "(e.g. https://labels.example.org); repeatable; default none")
-    serve.add_argument("--score-waiting", type=int, default=3, metavar="N",
+    serve.add_argument("--score-waiting", type=int, default=8, metavar="N",
                        help="scorings a user may have waiting or running at once; more are refused (REST: 429) "
-                            "(default 3)")
+                            "(default 8; a user with several pages open types in each)")
     serve.add_argument("--score-timeout", type=float, default=60.0, metavar="S",
                        help="a scoring that waits this long for the scorer is refused (REST: 503) (default 60)")
     add_db_option(serve)

@@ -71,7 +71,7 @@ class ScoreGate:
     `wait_s`. So a user who floods the server gets refusals, and another user's
     call waits for at most the call running now."""
 
-    def __init__(self, per_user: int = 3, max_waiting: int = 32, wait_s: float = 60.0):
+    def __init__(self, per_user: int = 8, max_waiting: int = 32, wait_s: float = 60.0):
         if per_user < 1 or max_waiting < 1 or wait_s <= 0:
             raise ValueError("per_user and max_waiting must be at least 1, wait_s positive")
         self.per_user, self.max_waiting, self.wait_s = per_user, max_waiting, wait_s

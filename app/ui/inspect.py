@@ -21,7 +21,7 @@ from capscope.metrics.constants import BETA
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_names, metric_title
-from capscope.server.scorer import Models
+from capscope.server.scorer import Models, ScoringBusy
 from capscope.pictures import draw as ui_draw
 from capscope.ui.shared import MODEL_QUEUE, scratch_copy
 
@@ -257,8 +257,14 @@ def score_rest(models: Models, image, caption: str, references: str, regions: li
 def words_first(models: Models, image, caption: str, references: str, regions: list | None, metric: str,
                 user: str | None = None):
     """A keystroke's first answer: the row by the shown metric alone (a fifth of
-    the time of every metric) and its shaded words."""
+    the time of every metric) and its shaded words. When the user already has
+    their share of scorings waiting, the words keep their shading: the scoring
+    once typing pauses says why, if it is still so."""
     shown = metric if metric in models.available else None
+    try:
+        models.gate.admissible(user or "")
+    except ScoringBusy:
+        return gr.skip(), gr.skip()
     row = score_caption(models, image, caption, references, regions, [shown] if shown else None, user=user)
     return row, shaded_tokens(row, shown_metric(row, metric))
 

@@ -61,9 +61,10 @@ def scratch_copy(path: str | Path) -> str:
     return str(target)
 
 
-# Handlers that score wait in the scorer's own turns (ScoreGate: fair by user, bounded), not in Gradio's
-# queue: up to this many may be inside at once, so one user's queued events cannot hold the others back
-MODEL_QUEUE = {"concurrency_id": "model", "concurrency_limit": 8}
+# Handlers that score wait in the scorer's own turns (ScoreGate: fair by user, at most 8 a user), not in
+# Gradio's queue: twice that many may be inside at once, so that one user's queued events are refused by
+# the gate, one line each, instead of holding the other users' events back in Gradio's queue
+MODEL_QUEUE = {"concurrency_id": "model", "concurrency_limit": 16}
 
 
 class DatasetScores:
