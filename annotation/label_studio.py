@@ -9,6 +9,8 @@ Words are `labels` spans on the caption at character offsets; regions are
 `brushlabels` result in Label Studio's own RLE (`brush_rle`)."""
 from __future__ import annotations
 
+import json
+
 import math
 import re
 import secrets
@@ -74,23 +76,25 @@ def image_url(path: str, image_root: str | None = "/", url_prefix: str | None = 
 
 
 def tasks(store: Store, dataset: str | None = None, *, with_labels: bool = False, image_root: str | None = "/",
-          url_prefix: str | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> Iterator[dict]:
-    """Every item as a Label Studio task, in id order, a chunk at a time."""
+          url_prefix: str | None = None, token_rule: str = DEFAULT_TOKEN_RULE, masks: bool = False) -> Iterator[dict]:
+    """Every item as a Label Studio task, in id order, a chunk at a time.
+    Regions are boxes; with `masks`, a masked region is a brush stroke too
+    (Label Studio's RLE is most of an export's size)."""
     chunk: list[ItemData] = []
     for item in iter_items(store, dataset):
         chunk.append(item)
         if len(chunk) == CHUNK:
-            yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule)
+            yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule, masks)
             chunk = []
     if chunk:
-        yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule)
+        yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule, masks)
 
 
-def _tasks_of(store, items, with_labels, image_root, url_prefix, token_rule) -> list[dict]:
+def _tasks_of(store, items, with_labels, image_root, url_prefix, token_rule, masks) -> list[dict]:
     with store.read() as session:
         newest = newest_predictions(session, [item.caption_id for item in items])
-        predictions = {item.caption_id: [_prediction(item, p, token_rule) for p in newest.get(item.caption_id, {}).values()]
-                       for item in items}
+        predictions = {item.caption_id: [_prediction(item, p, token_rule, masks)
+                                         for p in newest.get(item.caption_id, {}).values()] for item in items}
     out = []
     for item in items:
         try:
@@ -101,37 +105,55 @@ def _tasks_of(store, items, with_labels, image_root, url_prefix, token_rule) -> 
                          "capscope_dataset": item.dataset},
                 "predictions": predictions[item.caption_id]}
         if with_labels:
-            task["annotations"] = [_annotation(item, j) for j in item.judgements]
+            task["annotations"] = [_annotation(item, j, masks) for j in item.judgements]
         out.append(task)
     return out
 
 
-def _prediction(item: ItemData, prediction, token_rule: str) -> dict:
+def _prediction(item: ItemData, prediction, token_rule: str, masks: bool) -> dict:
     verdicts = stored_verdicts(prediction.metric, prediction.token_scores, prediction.region_scores, item.tokens,
                                token_rule, prediction.word_scale or 1.0)
     spec = SPECS.get(prediction.metric)
     score = (prediction.scores or {}).get(spec.primary_key) if spec else None
     wrong = {i for i, c in enumerate(verdicts["token_correct"]) if c is False}
     mentioned = {i for i, m in enumerate(verdicts["region_mentioned"]) if m}
-    result = _result(item, wrong, mentioned, verdicts["token_scores"], verdicts["region_scores"])
-    return {"model_version": f"capscope {prediction.metric} {prediction.model_version}"[:200],
+    judges_regions = bool(spec and spec.region_decision)  # CLIP-S, PAC-S, CLIP4DM say nothing about regions
+    result = _result(item, wrong, mentioned, verdicts["token_scores"], verdicts["region_scores"],
+                     regions=judges_regions, masks=masks)
+    return {"model_version": f"capscope {prediction.metric} {version_label(prediction.model_version)}"[:200],
             "score": float(score) if isinstance(score, (int, float)) else None, "result": result}
 
 
-def _annotation(item: ItemData, judgement) -> dict:
-    return {"result": _result(item, judgement.incorrect_tokens, judgement.mentioned_regions),
+def version_label(version: str) -> str:
+    """A stored prediction's model version as people read it: a version tag
+    (`v3:5f2a...`, `default-model`) as it is; the description a scored row
+    carries (its `model` object, stored as JSON) as its CLIP, and "demo" when
+    the demo model scored."""
+    try:
+        model = json.loads(version)
+    except ValueError:
+        return version
+    if not isinstance(model, dict):
+        return version
+    name = str(model.get("clip") or "model")
+    return f"{name} demo" if model.get("demo") else name
+
+
+def _annotation(item: ItemData, judgement, masks: bool) -> dict:
+    return {"result": _result(item, judgement.incorrect_tokens, judgement.mentioned_regions, masks=masks),
             "lead_time": (judgement.time_spent_ms or 0) / 1000,
             "meta": {"capscope_annotator": judgement.user}}
 
 
-def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=None, region_scores=None) -> list[dict]:
+def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=None, region_scores=None, *,
+            regions: bool = True, masks: bool = False) -> list[dict]:
     out = []
     for i in sorted(wrong):
         token = item.tokens[i]
         entry = {"id": f"w{i}", "from_name": WORDS, "to_name": CAPTION, "type": "labels",
                  "value": {"start": token["start"], "end": token["end"], "text": token["text"], "labels": [WRONG]}}
         out.append(_scored(entry, token_scores, i))
-    for i, region in enumerate(item.regions):
+    for i, region in enumerate(item.regions if regions else ()):
         label = MENTIONED if i in mentioned else LEFT_OUT
         x0, y0, x1, y1 = region["box"]
         box = {"x": 100 * x0 / item.width, "y": 100 * y0 / item.height, "width": 100 * (x1 - x0) / item.width,
@@ -139,7 +161,7 @@ def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=N
         size = {"original_width": item.width, "original_height": item.height, "image_rotation": 0}
         out.append(_scored({"id": f"r{i}", "from_name": REGIONS, "to_name": IMAGE, "type": "rectanglelabels",
                             **size, "value": box}, region_scores, i))
-        if region.get("mask"):
+        if masks and region.get("mask"):
             rle = brush_rle(rle_to_mask(region["mask"]))
             out.append(_scored({"id": f"m{i}", "from_name": MASKS, "to_name": IMAGE, "type": "brushlabels", **size,
                                 "value": {"format": "rle", "rle": rle, "brushlabels": [label]}}, region_scores, i))

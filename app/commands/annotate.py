@@ -35,7 +35,9 @@ def register(sub) -> None:
                      help="with a COCO results --captions file: the captioning model's name (default: the file's name)")
     imp.add_argument("--dataset", default=None, help="default: default (with --label-studio: each task's own)")
     imp.add_argument("--annotators-per-item", type=int, default=3, metavar="N")
-    imp.add_argument("--regions", default="classic", help="region proposer for images without regions, or none")
+    imp.add_argument("--regions", default="classic",
+                     help="region proposer for images without regions, or given (only the file's regions; none "
+                          "means the same) (default: classic)")
     imp.add_argument("--max-regions", type=int, default=20)
     imp.add_argument("--batch-size", type=int, default=16, help="rows per transaction")
     imp.add_argument("--no-progress", action="store_true")
@@ -54,6 +56,8 @@ def register(sub) -> None:
     exp.add_argument("--image-root", default="/",
                      help="label-studio: images are served from Label Studio's local files, relative to this "
                           "folder (its LOCAL_FILES_DOCUMENT_ROOT; default /)")
+    exp.add_argument("--masks", action="store_true",
+                     help="label-studio: a masked region is a brush stroke too, not only its box (larger files)")
     exp.add_argument("--image-url-prefix", default=None,
                      help="label-studio: images are at this URL prefix + their path relative to --image-root")
     exp.add_argument("--dataset", default=None)
@@ -135,13 +139,18 @@ def export_label_studio(args) -> int:
     from capscope.annotation import label_studio
 
     if args.format == "label-studio-config":
-        print(label_studio.labeling_config(), end="")
+        config = label_studio.labeling_config()
+        if args.out in (None, "-"):
+            print(config, end="")
+        else:
+            Path(args.out).write_text(config, encoding="utf-8")
+            print(f"labeling config -> {args.out}")
         return 0
     if args.out is None:
         raise CapscopeError("--format label-studio needs --out FILE.json")
     store = open_store(args)
     tasks = label_studio.tasks(store, args.dataset, with_labels=args.with_labels, image_root=args.image_root,
-                               url_prefix=args.image_url_prefix)
+                               url_prefix=args.image_url_prefix, masks=args.masks)
     with (contextlib.nullcontext(sys.stdout) if args.out == "-" else open(args.out, "w", encoding="utf-8")) as out:
         count = _write_json_array(tasks, out)
     if args.out != "-":
@@ -167,8 +176,9 @@ def run_import(args) -> int:
     if args.label_studio:
         return import_label_studio(store, args)
     dataset = args.dataset or "default"
+    regions = "none" if args.regions == "given" else args.regions  # `score --regions given` says the same
     options = importer.ImportOptions(dataset=dataset, annotators_per_item=args.annotators_per_item,
-                                     regions=args.regions, max_regions=args.max_regions,
+                                     regions=regions, max_regions=args.max_regions,
                                      batch_size=max(1, args.batch_size), progress=not args.no_progress)
     if args.captions:
         if args.images is None:

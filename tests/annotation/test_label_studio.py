@@ -141,3 +141,41 @@ def test_brush_strokes_become_the_regions_they_cover(store, tmp_path):
         {"label-studio-3": {0}, "label-studio-4": {1}, "label-studio-5": set()}
     (line,) = report.not_mapped
     assert line.count("a brush stroke overlaps no stored region") == 2
+
+
+def test_predictions_say_only_what_their_metric_judges(store):
+    """CLIP4DM judges words, not regions: its predictions hold no region verdict; a row's model
+    description becomes a readable version; masks are brush strokes only when asked for."""
+    from capscope.metrics.regions import mask_to_rle
+
+    store, _ = store
+    items = list(iter_items(store))
+    model = {"clip": "capscope-demo-clip", "regions": "given", "text": "blank", "demo": True}
+    rows = [(k, {"id": item.external_id, "error": None, "model": model, "metrics": {"clip4dm": {
+        "scores": {"clip_s": 0.5, "f_clip_s": 0.6, "negative_attribution": 0.1},
+        "token_scores": [0.001 if t["semantic"] else None for t in item.tokens], "region_scores": [],
+        "region_mentioned": []}}}) for k, item in enumerate(items)]
+    import_prediction_rows(store, rows)
+    task = next(ls.tasks(store, "default", image_root="/"))
+    clip4dm = next(p for p in task["predictions"] if p["model_version"].startswith("capscope clip4dm"))
+    assert clip4dm["model_version"] == "capscope clip4dm capscope-demo-clip demo"
+    assert {r["type"] for r in clip4dm["result"]} == {"labels"}
+    infometic = next(p for p in task["predictions"] if p["model_version"].startswith("capscope infometic"))
+    assert "rectanglelabels" in {r["type"] for r in infometic["result"]}
+
+    with store.write() as session:  # give the first region a mask
+        from capscope.db.models import Region
+
+        region = session.query(Region).order_by(Region.id).first()
+        mask = np.zeros((items[0].height, items[0].width), dtype=bool)
+        mask[4:30, 4:30] = True
+        region.mask_rle = mask_to_rle(mask)
+    kinds = lambda masks: {r["type"] for p in next(ls.tasks(store, "default", image_root="/", masks=masks))[  # noqa: E731
+        "predictions"] for r in p["result"]}
+    assert "brushlabels" not in kinds(False) and "brushlabels" in kinds(True)
+
+
+def test_the_labeling_config_goes_where_out_says(tmp_path, capsys):
+    out = tmp_path / "config.xml"
+    assert main(["export", "--format", "label-studio-config", "--out", str(out)]) == 0
+    assert out.read_text().startswith("<View>") and ls.labeling_config() == out.read_text()

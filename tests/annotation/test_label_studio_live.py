@@ -93,7 +93,7 @@ def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tm
                  "--dataset", "ls"]) == 0
     tasks_file = tmp_path / "tasks.json"
     assert main(["export", "--db", db, "--format", "label-studio", "--dataset", "ls", "--out", str(tasks_file),
-                 "--image-root", str(root)]) == 0
+                 "--image-root", str(root), "--masks"]) == 0
     capsys.readouterr()
     assert main(["export", "--format", "label-studio-config"]) == 0
     config = capsys.readouterr().out
