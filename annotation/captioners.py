@@ -13,7 +13,7 @@ from sqlalchemy.orm import selectinload
 from capscope.db import Caption, Dataset, Image, Prediction, Store
 from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
-from capscope.metrics.words import decide_words
+from capscope.metrics.words import decide_regions, decide_words
 
 CHUNK = 500  # captions read per query: memory stays flat however many there are
 
@@ -74,7 +74,8 @@ def stored_verdicts(metric: str, token_scores, region_scores, tokens: list[dict]
     """A stored prediction's scores with their verdicts, decided as the
     server's scorer decides: by the token rule for the metrics that follow it
     (at the version's word scale), else at the metric's own threshold; a
-    region is mentioned above the threshold."""
+    region is mentioned above the same rule's region threshold (the metric's
+    own threshold for metrics that do not follow the rule)."""
     spec = SPECS.get(metric)
     threshold = spec.threshold if spec is not None and spec.threshold is not None else BETA
     scores, regions = list(token_scores or []), list(region_scores or [])
@@ -85,5 +86,9 @@ def stored_verdicts(metric: str, token_scores, region_scores, tokens: list[dict]
         correct = decide_words(token_rule, threshold, semantic, scores, word_scale)
     else:
         correct = [(s > threshold) if (sem and s is not None) else None for sem, s in zip(semantic, scores)]
+    if spec is not None and spec.follows_token_rule and None not in regions:
+        mentioned: list = decide_regions(token_rule, threshold, regions)
+    else:
+        mentioned = [None if s is None else s > threshold for s in regions]
     return {"token_scores": scores, "token_correct": correct, "region_scores": regions,
-            "region_mentioned": [None if s is None else s > threshold for s in regions]}
+            "region_mentioned": mentioned}

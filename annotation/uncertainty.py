@@ -19,7 +19,7 @@ import math
 from typing import Sequence
 
 from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
-from capscope.metrics.words import word_threshold
+from capscope.metrics.words import region_threshold, word_threshold
 from capscope.metrics.registry import SPECS
 
 SHARPNESS = 2.0
@@ -45,13 +45,14 @@ def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic:
                       word_scale: float = 1.0) -> float | None:
     """Mean verdict entropy over the semantic words with a score (every scored
     word when `semantic` is unknown), against the word threshold times the
-    model's `word_scale`, and the regions with a score, against beta."""
+    model's `word_scale`, and the regions with a score, against the same rule's region threshold."""
     words = scored_words(token_scores, semantic)
     regions = [s for s in region_scores if _finite(s)]
     if not words and not regions:
         return None
     threshold = word_threshold(token_rule, beta, len(words), word_scale)
-    values = [verdict_entropy(s, threshold) for s in words] + [verdict_entropy(s, beta) for s in regions]
+    region_cut = region_threshold(token_rule, beta, len(regions))
+    values = [verdict_entropy(s, threshold) for s in words] + [verdict_entropy(s, region_cut) for s in regions]
     return sum(values) / len(values)
 
 

@@ -13,7 +13,7 @@ from .pairs import PreparedPair
 from .result import MetricResult, PieceScore
 from .text import Piece, bpe_pieces, model_ids
 from .threads import few_threads
-from .words import decide_words, word_scores
+from .words import decide_regions, decide_words, word_scores
 
 
 class ClipScoreMetric:
@@ -108,7 +108,7 @@ class InfoFamilyMetric:
             token_correct=decide_words(self.token_rule, self.beta, [t.semantic for t in tokens], word,
                                        self.word_scale),
             region_scores=region_scores,
-            region_mentioned=[s > self.beta for s in region_scores],
+            region_mentioned=decide_regions(self.token_rule, self.beta, region_scores),
             null_score=null_score,
             pieces=[PieceScore(p.text, p.token, s) for p, s in zip(pieces, piece_scores)],
         )

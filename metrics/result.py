@@ -141,6 +141,7 @@ class ModelInfo:
     prompt: str = ""
     beta: float | None = None
     token_rule: str = ""
+    region_rule: str = ""  # how regions were judged: the token rule's name (words.region_threshold)
     long_captions: str = ""  # how captions longer than a model reads were read (windows.LONG_CAPTIONS)
     checkpoints: dict[str, dict] = field(default_factory=dict)  # role -> {"file", "sha256"}
     metric_options: dict[str, dict] = field(default_factory=dict)  # metric -> its own settings (clip4dm's epsilon, layers)
@@ -233,4 +234,4 @@ def reproducibility(*, dtype: str, precision: str, device: str, prompt: str, bet
                     long_captions: str = "") -> dict:
     """The `ModelInfo` fields beyond the first four, as keyword arguments."""
     return {**library_versions(), "dtype": dtype, "precision": precision, "device": device, "prompt": prompt, "beta": beta,
-            "token_rule": token_rule, "long_captions": long_captions, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}
+            "token_rule": token_rule, "region_rule": token_rule, "long_captions": long_captions, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}

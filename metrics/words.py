@@ -1,7 +1,8 @@
-"""Word verdicts from word scores, the one rule every package uses (the
+"""Word and region verdicts from scores, the one rule every package uses (the
 metrics, Annotate's suggestions, the queue's uncertainty, fine-tuning, the
 evaluation): a word's score is the sum of its BPE pieces' shares, and a
-semantic word is correct above the token rule's threshold."""
+semantic word is correct above the token rule's threshold; a region is
+mentioned above the same rule's threshold for regions."""
 from __future__ import annotations
 
 from .text import Piece, Token
@@ -32,6 +33,25 @@ def word_threshold(token_rule: str, beta: float, n_seen: int, scale: float = 1.0
     if token_rule == "paper" or n_seen == 0:
         return beta * scale
     return min(beta, beta * 5 / n_seen) * scale
+
+
+def region_threshold(rule: str, beta: float, n_regions: int) -> float:
+    """The share a region must exceed to be mentioned, given how many regions
+    share the model's softmax (InfoMetIC's region scores, with the null token,
+    sum to one). `paper`: β = 0.1 (InfoMetIC sec. 3.3). `relative` (the same
+    rule as words'): half the share a region would get if attention were uniform
+    over the n regions (β·5/n), never above β. The paper's β was set for the
+    detector's handful of kept regions; at 15 regions a caption naming every
+    object left each of them under 0.1, so every region read "left out"."""
+    if rule == "paper" or n_regions == 0:
+        return beta
+    return min(beta, beta * 5 / n_regions)
+
+
+def decide_regions(rule: str, beta: float, scores: list[float]) -> list[bool]:
+    """region_mentioned from region scores, by `rule` (the row's token rule names it too)."""
+    threshold = region_threshold(rule, beta, len(scores))
+    return [s > threshold for s in scores]
 
 
 def word_scores(tokens: list[Token], pieces: list[Piece], piece_scores: list[float]) -> list[float | None]:

@@ -123,3 +123,16 @@ def test_clip_box_clamps_and_rejects():
         clip_box([10, 10, 10, 50], 200, 100)
     with pytest.raises(ValueError):
         clip_box("abc", 200, 100)
+
+
+def test_the_region_rule_by_hand():
+    """`paper`: beta at any count; `relative`: beta * 5 / n regions, never above beta."""
+    from capscope.metrics.words import decide_regions, region_threshold
+
+    assert region_threshold("paper", 0.1, 40) == 0.1
+    assert region_threshold("relative", 0.1, 4) == 0.1 and region_threshold("relative", 0.1, 5) == 0.1
+    assert region_threshold("relative", 0.1, 15) == pytest.approx(1 / 30)
+    assert region_threshold("relative", 0.1, 40) == pytest.approx(0.0125)
+    shares = [0.06] * 4 + [0.01] * 11  # 4 named shapes among 15 regions (the null token takes the rest)
+    assert decide_regions("paper", 0.1, shares) == [False] * 15
+    assert decide_regions("relative", 0.1, shares) == [True] * 4 + [False] * 11
