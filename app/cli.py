@@ -52,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# what a user does after Ctrl-C, for the commands that pick up where they stopped
+RESUME_HINTS = {
+    "score": "; the rows written so far are kept: run the same command again to score the rest",
+    "diagnose": "; the scored rows so far are kept: run the same command again to go on",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -63,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except CapscopeError as err:  # every layer's user errors (ModelUnavailable, AnnotationError, ...)
         print(f"capscope {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"capscope {args.command}: interrupted{RESUME_HINTS.get(args.command, '')}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -94,7 +94,8 @@ def coco_pairs(results: Path, annotations: CocoCaptions, images: Path, absolute:
     "-2", "-3", ... for an image's later captions), the image its file under
     `images` (its absolute path, or with `absolute=False` the file name as the
     annotations give it), the references its annotated captions. An image the
-    annotations do not name becomes a row without an image (its error says so)."""
+    annotations do not name becomes a row without an image whose `problem` says
+    so (the scored row's error)."""
     seen: dict[int, int] = {}
     for entry in coco_results(results):
         image_id = _image_id(entry["image_id"])
@@ -103,6 +104,8 @@ def coco_pairs(results: Path, annotations: CocoCaptions, images: Path, absolute:
         name = annotations.files.get(image_id)
         path = (str((images / name).resolve()) if absolute else name) if name else None
         pair = {"id": pair_id, "image_id": image_id, "caption": entry["caption"], "image": path}
+        if name is None:
+            pair["problem"] = f"image_id {image_id} is not among the images of the annotations file"
         refs = annotations.references.get(image_id)
         if refs:
             pair["references"] = refs[:MAX_REFERENCES]

@@ -216,6 +216,8 @@ def prepare_item(item, scratch: Scratch) -> tuple[dict | None, str | None, str |
     number, row, err = item
     if err is None and not _has_id(row):
         err = f"line {number}: row has no string \"id\""
+    if err is None and isinstance(row.get("problem"), str) and not row.get("image"):
+        err = row["problem"]  # said by the reader that wrote the row (an image_id the annotations lack)
     if err:
         return None, err, None
     try:

@@ -12,13 +12,16 @@ from capscope.metrics.registry import SPECS, metric_title
 
 from .error_types import TYPES
 
+PICTURE_SIDE = 600  # worst-caption pictures: shown 300 px wide
+
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
+img{max-width:100%;height:auto}.scroll{overflow-x:auto}details{margin:.5em 0 1.5em}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.ci{color:#777;font-size:.85em}
 .caption{line-height:1.9;max-width:60em}.w{padding:1px 2px;border-radius:3px}.wrong{background:#f4a3a3;font-weight:600}
 .right{background:#d6ecd6}.card{display:flex;gap:1em;margin:1em 0;align-items:flex-start}.card img{width:300px}
-.note{color:#555}
+.note{color:#555}.banner{background:#fff4d6;border:1px solid #e0b84c;border-radius:6px;padding:.6em 1em}
 """
 
 
@@ -29,13 +32,15 @@ def write_report(summary: dict, out: Path, worst: dict[tuple[str, str], list[dic
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     parts = [f"<!doctype html><meta charset='utf-8'><title>capscope diagnose</title><style>{STYLE}</style>",
-             "<h1>What do these captioners get wrong?</h1>", _overview(summary)]
+             "<h1>What do these captioners get wrong?</h1>", _provenance(summary), _overview(summary),
+             _failed(summary)]
     score_plot = figures / "scores.png"
     if plot_scores(summary, score_plot):
         parts.append(_img(score_plot, "Each metric's main score per model, with its 95% interval over images"))
     type_plot = figures / "error_types.png"
     if plot_error_types(summary, type_plot):
-        parts.append(_img(type_plot, "Wrong-word rate by kind of word, per model and metric"))
+        parts.append(_img(type_plot, "Wrong-word rate by kind of word, per model and metric; the number on a "
+                                     "bar is how many words of that kind were judged (a rate on few words is noise)"))
     for metric in summary["metrics"]:
         parts.append(_metric_section(summary, metric))
     parts.append(_comparisons(summary))
@@ -57,7 +62,34 @@ def _ci(ci) -> str:
 def _table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{h}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"
+
+
+def _provenance(summary: dict) -> str:
+    """Who scored: capscope's version and each scorer the rows name, with a banner when it was the demo model."""
+    made = summary.get("provenance") or {}
+    scorers = made.get("scorers") or []
+    banner = ("<p class='banner'>⚠ <b>The demo model scored these captions.</b> It knows coloured shapes on plain "
+              "backgrounds, not photos: these figures say nothing about a captioner on real images. Score with "
+              "released weights (<code>capscope models download</code>) for a report to share.</p>"
+              if made.get("demo") else "")
+    described = "; ".join(_scorer_text(s) for s in scorers) or "not recorded in the rows"
+    warned = "".join(f"<p class='banner'>⚠ {html.escape(w['text'])}</p>" for w in summary.get("warnings") or ())
+    return (banner + warned + f"<p class='note'>capscope {html.escape(str(made.get('capscope', '?')))}. "
+            f"Scored by: {described}.</p>")
+
+
+def _scorer_text(scorer: dict) -> str:
+    parts = [f"{html.escape(str(k))} {html.escape(str(v))}" for k, v in scorer.items() if k != "demo"]
+    return ("demo model: " if scorer.get("demo") else "") + ", ".join(parts)
+
+
+def _failed(summary: dict) -> str:
+    rows = [[html.escape(name), html.escape(str(f.get("id"))), html.escape(f["error"])]
+            for name, model in summary["models"].items() for f in model.get("failed") or ()]
+    if not rows:
+        return ""
+    return "<h2>Rows that could not be scored</h2>" + _table(["model", "id", "why"], rows)
 
 
 def _overview(summary: dict) -> str:
@@ -71,6 +103,8 @@ def _overview(summary: dict) -> str:
 
 def _metric_section(summary: dict, metric: str) -> str:
     parts = [f"<h2>{metric_title(metric)}</h2>"]
+    parts += [f"<p class='banner'>⚠ {html.escape(w['text'])}</p>" for w in summary.get("warnings") or ()
+              if w["metric"] == metric]
     models = {n: m["metrics"][metric] for n, m in summary["models"].items() if metric in m["metrics"]}
     keys = sorted({k for m in models.values() for k in m["scores"]})
     parts.append(_table(["model", *keys], [[html.escape(n), *[
@@ -103,14 +137,49 @@ def _metric_section(summary: dict, metric: str) -> str:
 
 
 def _comparisons(summary: dict) -> str:
+    compared = summary["comparisons"]
+    if not compared:
+        return ""
     rows = [[html.escape(c["a"]), html.escape(c["b"]), metric_title(c["metric"]), c["key"], str(c["n_images"]),
              f"{c['mean_difference']:+.4f}" + _ci(c["ci95"]), str(c["a_wins"]), str(c["b_wins"]), str(c["ties"])]
-            for c in summary["comparisons"]]
-    if not rows:
-        return ""
-    return ("<h2>Is one better than the other?</h2><p class='note'>On the images both captioned: the mean "
-            "difference a − b, with its paired bootstrap interval, and the images each wins.</p>"
-            + _table(["a", "b", "metric", "score", "images", "a − b", "a wins", "b wins", "ties"], rows))
+            for c in compared]
+    note = (f"<p class='note'>{len(compared)} comparisons, each at 95%: even with no real difference about "
+            f"{len(compared) * 0.05:.1f} of them would leave zero out by chance. Trust a difference that the "
+            "main scores of several metrics show together, not one interval among many (with Bonferroni's "
+            f"correction each interval would need {100 - 5 / len(compared):.2f}%).</p>")
+    return ("<h2>Is one better than the other?</h2><p class='note'>On the images both captioned: each metric's "
+            "main score, the mean difference a − b with its paired bootstrap interval, and whether it leaves "
+            "zero out.</p>" + _headlines(summary) + note
+            + "<details><summary>Every score of every metric</summary>"
+            + _table(["a", "b", "metric", "score", "images", "a − b", "a wins", "b wins", "ties"], rows)
+            + "</details>")
+
+
+def _headlines(summary: dict) -> str:
+    """Per pair of models: each metric's primary score compared, and whether the metrics agree on who is better."""
+    pairs: dict[tuple[str, str], list[dict]] = {}
+    for c in summary["comparisons"]:
+        if c["metric"] in SPECS and c["key"] == SPECS[c["metric"]].primary_key:
+            pairs.setdefault((c["a"], c["b"]), []).append(c)
+    parts = []
+    for (a, b), found in pairs.items():
+        verdicts = {_better(c) for c in found}
+        agree = ("the metrics agree: " + (html.escape(a) if verdicts == {"a"} else html.escape(b)) + " is better"
+                 if verdicts in ({"a"}, {"b"}) else "the metrics do not agree" if {"a", "b"} <= verdicts
+                 else "no metric finds a difference" if verdicts == {None} else "only some metrics find a difference")
+        items = "".join(f"<li>{metric_title(c['metric'])} {c['key']}: a − b {c['mean_difference']:+.4f}"
+                        f"{_ci(c['ci95'])}, {html.escape({'a': a, 'b': b}.get(_better(c), 'no difference'))}"
+                        f"{' better' if _better(c) else ''} ({c['n_images']} images)</li>" for c in found)
+        parts.append(f"<h3>{html.escape(a)} against {html.escape(b)}: {agree}</h3><ul>{items}</ul>")
+    return "".join(parts)
+
+
+def _better(comparison: dict) -> str | None:
+    """"a" or "b" when the interval of a − b leaves zero out, else None."""
+    low, high = comparison["ci95"]
+    if low is None:
+        return None
+    return "a" if low > 0 else "b" if high < 0 else None
 
 
 def _ngrams(ngrams: dict[str, dict]) -> str:
@@ -128,7 +197,10 @@ def _ngrams(ngrams: dict[str, dict]) -> str:
 def _worst_section(worst, figures: Path, image_loader) -> str:
     from capscope.pictures import draw
 
-    parts = ["<h2>Worst captions</h2>"]
+    parts = ["<h2>Worst captions</h2><p class='note'>Regions are outlined around their boxes, coloured by the "
+             "metric's region score (blue low, yellow, red high); a dashed magenta outline marks a region the metric "
+             "finds the caption leaves out; a grey one, a metric that judges no regions. Words: red judged wrong, "
+             "green judged right, plain not judged (hover for the score).</p>"]
     for (model, metric), rows in worst.items():
         if not rows:
             continue
@@ -142,10 +214,10 @@ def _worst_section(worst, figures: Path, image_loader) -> str:
                 boxes = [r["box"] for r in row["regions"]]
                 overlay = draw.score_overlay(image, boxes, result.get("region_scores") or None,
                                              result.get("region_mentioned") or None)
-                path = figures / f"worst-{_safe(model)}-{_safe(metric)}-{k + 1}.png"
-                overlay.thumbnail((600, 600))
-                overlay.save(path, compress_level=1)  # on a noisy 600 px picture zlib level 6 took 3x as long for 16% fewer bytes
-                picture = f"<img src='data:image/png;base64,{_b64(path)}' alt='regions'>"
+                path = figures / f"worst-{_safe(model)}-{_safe(metric)}-{k + 1}.jpg"
+                overlay.thumbnail((PICTURE_SIDE, PICTURE_SIDE))  # the size the page shows (twice, for sharp screens)
+                overlay.save(path, quality=85)  # a 600 px PNG was ~450 KB; this is ~30 KB
+                picture = f"<img src='data:image/jpeg;base64,{_b64(path)}' alt='regions'>"
             score = result["scores"].get(primary)
             parts.append(f"<div class='card'>{picture}<div><p><b>{html.escape(str(row['id']))}</b> "
                          f"{primary} {_num(score)}</p><p class='caption'>{shaded_caption(row, result)}</p></div></div>")
@@ -230,7 +302,8 @@ def plot_error_types(summary: dict, path: Path) -> bool:
         for i, name in enumerate(models):
             types = summary["models"][name]["metrics"].get(metric, {}).get("error_types", {})
             rates = [types.get(t, {}).get("wrong_rate") or 0.0 for t in TYPES]
-            ax.bar(np.arange(len(TYPES)) + i * width, rates, width, label=name)
+            bars = ax.bar(np.arange(len(TYPES)) + i * width, rates, width, label=name)
+            ax.bar_label(bars, labels=[str(types.get(t, {}).get("judged", 0)) for t in TYPES], fontsize=6)
         ax.set_xticks(np.arange(len(TYPES)) + width * (len(models) - 1) / 2, TYPES, rotation=30, fontsize=8)
         ax.set_title(metric_title(metric), fontsize=9)
         ax.set_ylabel("wrong rate", fontsize=8)

@@ -64,11 +64,28 @@ class MetricSummary:
 
 
 @dataclass(frozen=True)
+class FailedRow:
+    id: str | None
+    error: str
+
+
+@dataclass(frozen=True)
 class ModelSummary:
     n_captions: int
     n_images: int
     n_errors: int
     metrics: dict[str, MetricSummary]
+    failed: tuple[FailedRow, ...] = ()  # the first MAX_FAILED_LISTED rows that could not be scored
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What scored the rows: capscope's version, whether the demo model did
+    (any row), and each distinct `model` description the rows carry (CLIP,
+    regions, text pipeline, token rule, precision, checkpoint ...)."""
+    capscope: str
+    demo: bool
+    scorers: tuple[dict, ...]
 
 
 @dataclass(frozen=True)
@@ -124,6 +141,8 @@ class DiagnosisSummary:
     comparisons: tuple[Comparison, ...]
     word_differences: tuple[WordDifferences, ...]
     ngram_scores: dict[str, NgramScores]
+    provenance: Provenance | None = None
+    warnings: tuple[dict, ...] = ()   # {"metric", "test", "statistic", "n", "text"}: verdicts that look like chance
 
     def comparison(self, a: str, b: str, metric: str, key: str) -> Comparison | None:
         return next((c for c in self.comparisons if (c.a, c.b, c.metric, c.key) == (a, b, metric, key)), None)
@@ -138,6 +157,8 @@ class DiagnosisSummary:
                                                    tuple(WordDifference(**w) for w in d["words"]))
                                    for d in data["word_differences"]),
             ngram_scores={name: NgramScores(**n) for name, n in (data.get("ngram_scores") or {}).items()},
+            provenance=_provenance(data.get("provenance")),
+            warnings=tuple(data.get("warnings") or ()),
         )
 
     def to_dict(self) -> dict:
@@ -146,7 +167,14 @@ class DiagnosisSummary:
 
 def _model(data: dict) -> ModelSummary:
     return ModelSummary(data["n_captions"], data["n_images"], data["n_errors"],
-                        {metric: _metric(m) for metric, m in data["metrics"].items()})
+                        {metric: _metric(m) for metric, m in data["metrics"].items()},
+                        tuple(FailedRow(**f) for f in data.get("failed") or ()))
+
+
+def _provenance(data: dict | None) -> Provenance | None:
+    if not data:
+        return None
+    return Provenance(data["capscope"], data["demo"], tuple(data["scorers"]))
 
 
 def _metric(data: dict) -> MetricSummary:

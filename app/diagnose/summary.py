@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from capscope.metrics.registry import SPECS
+from capscope import __version__
+from capscope.metrics.registry import SPECS, metric_title
 from capscope.metrics.stats import bootstrap_interval
 
 from .error_types import TYPES, caption_types
@@ -24,6 +26,9 @@ TOP_WORDS = 15        # words listed per model and metric
 WORST = 6             # worst captions kept per model and metric
 MIN_JUDGED = 5        # a word compared between models was judged at least this often by each
 DRAWS = 1000          # bootstrap draws
+MAX_FAILED_LISTED = 100  # rows that could not be scored, listed with their reasons per model
+CHANCE_RHO = 0.1      # a metric agreeing less than this with the others, image by image, may be at chance
+MIN_PAIRS_FOR_CHANCE = 10
 
 
 @dataclass
@@ -191,15 +196,21 @@ class Diagnosis:
         self.asked = metrics
         self.nlp, self.type_source = nlp, type_source
         self.images: dict[str, int] = {}          # image key -> index, shared by all models
-        self.models: dict[str, dict] = {}         # name -> {"captions", "images", "errors", "tallies"}
+        self.models: dict[str, dict] = {}         # name -> {"captions", "images", "errors", "failed", "tallies"}
+        self.scorers: dict[str, dict] = {}        # each distinct `model` description of the rows, by its JSON
 
     def add_rows(self, name: str, rows) -> None:
-        model = self.models.setdefault(name, {"captions": 0, "errors": 0, "images": set(), "tallies": {}})
+        model = self.models.setdefault(name, {"captions": 0, "errors": 0, "images": set(), "failed": [],
+                                              "tallies": {}})
         for row in rows:
             model["captions"] += 1
             if row.get("error") and not row.get("metrics"):
                 model["errors"] += 1
+                if len(model["failed"]) < MAX_FAILED_LISTED:
+                    model["failed"].append({"id": _text_or_none(row.get("id")), "error": str(row["error"])})
                 continue
+            if isinstance(row.get("model"), dict):
+                self.scorers.setdefault(json.dumps(row["model"], sort_keys=True), row["model"])
             image = self.images.setdefault(image_key(row), len(self.images))
             model["images"].add(image)
             types = None
@@ -218,12 +229,14 @@ class Diagnosis:
     def summary(self, seed: int = 0, draws: int = DRAWS) -> dict:
         metrics = self.metrics()
         out = {"metrics": metrics, "type_source": self.type_source, "models": {}, "comparisons": [],
-               "word_differences": []}
+               "word_differences": [], "provenance": self.provenance()}
         for name, model in self.models.items():
             out["models"][name] = {
                 "n_captions": model["captions"], "n_images": len(model["images"]), "n_errors": model["errors"],
                 "metrics": {m: model["tallies"][m].summary(seed, draws) for m in metrics if m in model["tallies"]},
+                "failed": model["failed"],
             }
+        out["warnings"] = chance_warnings(self.models, metrics, out["models"])
         for a, b in itertools.combinations(self.models, 2):
             for metric in metrics:
                 ta, tb = self.models[a]["tallies"].get(metric), self.models[b]["tallies"].get(metric)
@@ -237,9 +250,73 @@ class Diagnosis:
                                                 "words": word_rate_differences(ta, tb)})
         return out
 
+    def provenance(self) -> dict:
+        """What scored the rows (`result.Provenance`): a shared report must say when the demo model did."""
+        scorers = list(self.scorers.values())
+        return {"capscope": __version__, "demo": any(bool(s.get("demo")) for s in scorers), "scorers": scorers}
+
     def worst(self, name: str, metric: str) -> list[dict]:
         tally = self.models[name]["tallies"].get(metric)
         return tally.worst() if tally else []
+
+
+def chance_warnings(models: dict[str, dict], metrics: list[str], summaries: dict[str, dict]) -> list[dict]:
+    """A warning for each word-level metric whose verdicts look no better than
+    chance here: its per-image wrong rates agree with the other word-level
+    metrics' at Spearman rho < CHANCE_RHO (over every captioner-image pair),
+    and it tells no two captioners apart (their wrong-rate intervals overlap)
+    while another metric does. Both must hold: with two metrics the agreement
+    alone cannot say which one is at chance."""
+    from scipy.stats import spearmanr
+
+    word_metrics = [m for m in metrics if any(_words_judged(summaries, n, m) for n in summaries)]
+    separating = {m: _separates(summaries, m) for m in word_metrics}
+    warnings = []
+    for metric in word_metrics:
+        others = [m for m in word_metrics if m != metric]
+        if not others or separating[metric] or not any(separating[o] for o in others):
+            continue
+        own, rest = [], []
+        for model in models.values():
+            rates = {m: _image_rates(model["tallies"].get(m)) for m in word_metrics}
+            for image, rate in rates[metric].items():
+                theirs = [rates[o][image] for o in others if image in rates[o]]
+                if theirs:
+                    own.append(rate)
+                    rest.append(float(np.mean(theirs)))
+        if len(own) < MIN_PAIRS_FOR_CHANCE or np.ptp(own) == 0 or np.ptp(rest) == 0:
+            rho = 0.0 if len(own) >= MIN_PAIRS_FOR_CHANCE else None
+        else:
+            rho = float(spearmanr(own, rest).statistic)
+        if rho is not None and rho < CHANCE_RHO:
+            warnings.append({
+                "metric": metric, "test": "spearman-with-other-metrics", "statistic": round(rho, 4), "n": len(own),
+                "text": f"{metric_title(metric)}'s word verdicts look no better than chance on these captions: "
+                        f"image by image they agree with {', '.join(metric_title(o) for o in others)} at Spearman "
+                        f"rho = {rho:.2f} over {len(own)} captioner-image pairs, and they tell no two captioners "
+                        "apart while the others do. Read its wrong words with care."})
+    return warnings
+
+
+def _words_judged(summaries: dict[str, dict], model: str, metric: str) -> int:
+    return ((summaries[model]["metrics"].get(metric) or {}).get("words") or {}).get("judged") or 0
+
+
+def _separates(summaries: dict[str, dict], metric: str) -> bool:
+    """Whether two captioners' wrong-rate intervals under `metric` do not overlap."""
+    intervals = [tuple(s["metrics"][metric]["words"]["ci95"]) for s in summaries.values() if metric in s["metrics"]]
+    intervals = [ci for ci in intervals if ci and ci[0] is not None]
+    return any(a[1] < b[0] or b[1] < a[0] for a, b in itertools.combinations(intervals, 2))
+
+
+def _image_rates(tally: MetricTally | None) -> dict[int, float]:
+    if tally is None:
+        return {}
+    return {image: wrong / judged for image, (judged, wrong) in tally.words.items() if judged}
+
+
+def _text_or_none(value) -> str | None:
+    return None if value is None else str(value)
 
 
 def image_key(row: dict) -> str:

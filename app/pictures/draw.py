@@ -75,20 +75,16 @@ def _label(draw, xy, text: str, colour, scale: int) -> None:
 
 def score_overlay(image: Image.Image, boxes: list, scores: list[float] | None, mentioned: list[bool] | None,
                   selected: int | None = None) -> Image.Image:
-    """Region outlines heat-coloured by score; unmentioned regions dashed magenta
-    and lightly filled so that they stand out; every region numbered from 1."""
+    """Region outlines heat-coloured by score, unmentioned regions dashed
+    magenta, every region numbered from 1. Outlines only, drawn just outside
+    each box: the picture keeps its own colours (a tint over a whole-image
+    region made a yellow shape read orange) and a shape's rim stays visible."""
     canvas, scale = enlarged(image)
-    shade = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
-    shade_draw = ImageDraw.Draw(shade)
-    heats = normalised(scores or [])
-    for i, box in enumerate(boxes):
-        if mentioned is not None and i < len(mentioned) and not mentioned[i]:
-            shade_draw.rectangle([v * scale for v in box], fill=UNMENTIONED + (40,))
-    canvas = Image.alpha_composite(canvas.convert("RGBA"), shade).convert("RGB")
     draw = ImageDraw.Draw(canvas)
     width = 2 + scale
+    heats = normalised(scores or [])
     for i, box in enumerate(boxes):
-        rect = [v * scale for v in box]
+        rect = outside(box, scale, width, canvas.size)
         is_unmentioned = mentioned is not None and i < len(mentioned) and not mentioned[i]
         colour = UNMENTIONED if is_unmentioned else heat(heats[i]) if i < len(heats) else (80, 80, 80)
         if is_unmentioned:
@@ -100,6 +96,13 @@ def score_overlay(image: Image.Image, boxes: list, scores: list[float] | None, m
                            outline=(0, 0, 0), width=2)
         _label(draw, (rect[0] + 2, rect[1] + 1), str(i + 1), colour, scale)
     return canvas
+
+
+def outside(box, scale: int, width: int, size: tuple[int, int]) -> list[float]:
+    """`box` in display pixels, grown by the outline's width so the outline lies
+    around the region, not on its edge (kept inside the picture)."""
+    x0, y0, x1, y1 = (v * scale for v in box)
+    return [max(0, x0 - width), max(0, y0 - width), min(size[0] - 1, x1 + width), min(size[1] - 1, y1 + width)]
 
 
 def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested: set[int] | None = None) -> Image.Image:

@@ -134,6 +134,34 @@ def test_diagnose_recovers_what_each_captioner_gets_wrong(coco_files, diagnosed)
     assert summary.to_dict() == json.loads((out / "summary.json").read_text())
 
 
+def test_the_report_says_what_scored(diagnosed):
+    """The demo model scored these rows: summary.json says so, and index.html opens with a banner."""
+    from capscope import __version__
+    from capscope.diagnose import DiagnosisSummary
+
+    out, _ = diagnosed
+    summary = json.loads((out / "summary.json").read_text())
+    made = summary["provenance"]
+    assert made["capscope"] == __version__ and made["demo"] is True
+    assert made["scorers"] and all(s["demo"] for s in made["scorers"])
+    assert DiagnosisSummary.from_dict(summary).provenance.demo
+    page = (out / "index.html").read_text()
+    assert page.index("The demo model scored these captions") < page.index("<table>")
+
+
+def test_rows_that_could_not_be_scored_are_listed_with_their_reasons(tmp_path):
+    from capscope.diagnose.report import write_report
+    from capscope.diagnose.summary import Diagnosis
+
+    diagnosis = Diagnosis(["clip-s"], None, "word lists")
+    diagnosis.add_rows("m", [{"id": "7", "caption": "a cat", "error": "image not found: cat.png", "metrics": {}}])
+    summary = diagnosis.summary(draws=10)
+    assert summary["models"]["m"]["failed"] == [{"id": "7", "error": "image not found: cat.png"}]
+    assert summary["provenance"]["demo"] is False
+    page = write_report(summary, tmp_path, {}, {}, lambda path: None).read_text()
+    assert "Rows that could not be scored" in page and "image not found: cat.png" in page
+
+
 def test_diagnose_writes_a_report_and_scores_nothing_twice(diagnosed, capsys):
     out, args = diagnosed
     summary = json.loads((out / "summary.json").read_text())
@@ -192,6 +220,33 @@ def test_score_reads_coco_results_too(coco_files, tmp_path):
     assert main(["score", "--input", str(coco_files / "nearly-clean.json"), "--output", str(out)]) == 2
 
 
+def test_an_image_id_the_annotations_lack_says_so(coco_files, tmp_path):
+    coco_files, _ = coco_files
+    results = json.loads((coco_files / "nearly-clean.json").read_text())[:2]
+    results[1]["image_id"] = 987654
+    (given := tmp_path / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "scored.jsonl"
+    assert main(["score", "--input", str(given), "--annotations", str(coco_files / "captions.json"),
+                 "--images", str(coco_files / "images"), "--output", str(out), "--metric", "clip-s",
+                 "--device", "cpu", "--demo"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["error"] is None
+    assert rows[1]["error"] == "image_id 987654 is not among the images of the annotations file"
+
+
+def test_ctrl_c_ends_score_with_one_line_and_the_resume_hint(monkeypatch, capsys):
+    from capscope.commands import score as score_command
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(score_command, "run_score", interrupted)  # the parser is built anew by main
+    assert main(["score", "--input", "x.jsonl", "--output", "y.jsonl"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and "run the same command again" in err
+    assert "Traceback" not in err
+
+
 def test_api_gives_a_diagnosis_inside_the_data_roots_only(tmp_path):
     from fastapi.testclient import TestClient
 
@@ -239,3 +294,29 @@ def test_import_reads_coco_results_with_the_model_named(coco_files, tmp_path, ca
         captions = session.scalars(select(Caption)).all()
         assert len(captions) == 24 and {c.model for c in captions} == {"captioner-b"}
         assert sorted(c.external_id for c in captions)[:2] == ["1", "10"]
+
+
+def test_a_metric_at_chance_is_flagged_and_a_working_one_is_not():
+    """InfoMetIC finds the sloppy captioner's wrong words; a metric that calls half of every captioner's
+    words wrong at random agrees with it no better than chance and tells no one apart: it is flagged."""
+    import random
+
+    from capscope.diagnose.summary import Diagnosis
+
+    rng = random.Random(0)
+    diagnosis = Diagnosis(["infometic", "clip4dm"], None, "word lists")
+    for model, wrong_share in (("clean", 0.0), ("sloppy", 0.5)):
+        rows = []
+        for image in range(30):
+            caption = "a red circle and a blue square on grass"
+            tokens = [{"text": w, "start": 0, "end": 0, "semantic": True} for w in caption.split()]
+            truth = [rng.random() < wrong_share for _ in tokens]
+            rows.append({"id": f"{model}{image}", "image": f"{image}.png", "caption": caption, "tokens": tokens,
+                         "metrics": {"infometic": {"scores": {"overall": 1.0}, "token_correct": [not t for t in truth]},
+                                     "clip4dm": {"scores": {"f_clip_s": 0.5},
+                                                 "token_correct": [rng.random() < 0.5 for _ in tokens]}}})
+        diagnosis.add_rows(model, rows)
+    warnings = diagnosis.summary(draws=200)["warnings"]
+    assert [w["metric"] for w in warnings] == ["clip4dm"]
+    assert warnings[0]["test"] == "spearman-with-other-metrics" and warnings[0]["n"] == 60
+    assert abs(warnings[0]["statistic"]) < 0.1 and "CLIP4DM" in warnings[0]["text"]
