@@ -18,8 +18,9 @@ def register(sub) -> None:
                             "(beta scaled by the number of semantic words; default)")
     add_precision_option(serve)
     serve.add_argument("--data-root", action="append", type=Path, dest="data_roots", metavar="DIR",
-                       help="a folder whose files the web UI may read when a user names them (the Benchmark tab's "
-                            "judgement files and their images); repeatable; default: the data folder")
+                       help="a folder whose files admins may name to the server (Benchmark's judgement files and "
+                            "their images, Compare's scored files, /api/diagnose folders); repeatable; default: the "
+                            "data folder")
     serve.add_argument("--rescore-limit", type=int, default=None, metavar="N",
                        help="after a model version is activated, its dataset's first N queued items are scored "
                             "again with it (default 500; 0: every queued item)")

@@ -368,6 +368,18 @@ def agreement_tables(store: Store, dataset: str | None) -> tuple[str, list[list]
     return summary, annotators, pairs
 
 
+ANNOTATOR_HEADERS = ["annotator", "judgements", "mean s", "incorrect-token rate", "mentioned-region rate",
+                     "token agreement", "token κ", "region κ"]
+PAIR_HEADERS = ["a", "b", "token units", "token κ", "region units", "region κ"]
+
+
+def agreement_frames(store: Store, dataset: str | None) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """`agreement_tables` as the page shows them: tables that keep their headers when they are empty
+    (Gradio numbers the columns 1, 2, 3 of an empty list)."""
+    summary, annotators, pairs = agreement_tables(store, dataset)
+    return summary, pd.DataFrame(annotators, columns=ANNOTATOR_HEADERS), pd.DataFrame(pairs, columns=PAIR_HEADERS)
+
+
 def build_benchmark(store: Store, scores: DatasetScores, data_roots: DataRoots | None = None) -> dict:
     c: dict = {}
     gr.Markdown("Each metric against the gold labels (the `capscope evaluate` figures, on the items' own tokens "
@@ -385,11 +397,8 @@ def build_benchmark(store: Store, scores: DatasetScores, data_roots: DataRoots |
     gr.Markdown("### Agreement")
     c["agreement_button"] = gr.Button("Refresh agreement", size="sm")
     c["agreement"] = gr.Markdown()
-    c["annotators"] = gr.Dataframe(headers=["annotator", "judgements", "mean s", "incorrect-token rate",
-                                            "mentioned-region rate", "token agreement", "token κ", "region κ"],
-                                   interactive=False, label="Per annotator")
-    c["pairs"] = gr.Dataframe(headers=["a", "b", "token units", "token κ", "region units", "region κ"],
-                              interactive=False, label="Annotator pairs (Cohen's κ)")
+    c["annotators"] = gr.Dataframe(headers=ANNOTATOR_HEADERS, interactive=False, label="Per annotator")
+    c["pairs"] = gr.Dataframe(headers=PAIR_HEADERS, interactive=False, label="Annotator pairs (Cohen's κ)")
     build_export(store, c, c["dataset"])
 
     def run(dataset, limit, progress=gr.Progress()):
@@ -399,7 +408,7 @@ def build_benchmark(store: Store, scores: DatasetScores, data_roots: DataRoots |
     # its own queue: it takes the model one item at a time, so inspect calls get in between
     c["run"].click(admin_only(store, run), [c["dataset"], c["limit"]], [c["figures"], c["plot"]], api_name="evaluate",
                    concurrency_id="bulk", concurrency_limit=1)
-    c["agreement_button"].click(admin_only(store, lambda d: agreement_tables(store, d)), c["dataset"],
+    c["agreement_button"].click(admin_only(store, lambda d: agreement_frames(store, d)), c["dataset"],
                                 [c["agreement"], c["annotators"], c["pairs"]], api_name="agreement")
     c["load"] = [(admin_only(store, lambda: gr.update(choices=dataset_choices(store)), 1), None, c["dataset"]),
                  *people["load"]]

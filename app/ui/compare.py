@@ -192,9 +192,9 @@ def build_compare(guard, data_roots: DataRoots | None = None, store: Store | Non
     c["run"] = gr.Button("Compare", elem_id="cs-compare-run")
     c["message"] = gr.Markdown(elem_id="cs-compare-message")
     c["overview"] = gr.Dataframe(headers=["model", "captions", "images", "not scored"], interactive=False)
-    with gr.Row():
-        c["scores_plot"] = gr.Image(label="Main scores, 95% intervals", interactive=False, buttons=[])
-        c["kinds_plot"] = gr.Image(label="Wrong rate by kind of word", interactive=False, buttons=[])
+    # one plot a row: each holds a subplot per metric, unreadable at half the page's width
+    c["scores_plot"] = gr.Image(label="Main scores, 95% intervals", interactive=False, buttons=[])
+    c["kinds_plot"] = gr.Image(label="Wrong rate by kind of word", interactive=False, buttons=[])
     c["comparisons"] = gr.Dataframe(headers=["a", "b", "metric", "score", "images", "a − b", "95% interval",
                                              "a wins", "b wins", "ties"], interactive=False)
     c["words"] = gr.Dataframe(headers=WORD_HEADERS, interactive=False, elem_id="cs-compare-words")

@@ -243,6 +243,21 @@ def test_browser_annotate_clicks_survive_reload(chromium, served):
     page.close()
 
 
+def cli_overall(served, path, caption: str, regions) -> float:
+    """InfoMetIC's overall for the pair as `capscope score` and POST /api/score give it (the same scorer)."""
+    from capscope.metrics.images import read_image
+
+    row = served.models.score(read_image(path), caption, regions=regions, metrics=["infometic"])
+    return row["metrics"]["infometic"]["scores"]["overall"]
+
+
+def shown_score(page, title: str, key: str, side: str) -> float:
+    """A number of Inspect's "Global scores" table: the row (metric title, score key), caption A's or B's column."""
+    cells = [c.strip() for c in page.locator(".cs-scores [data-testid^=cell-]").all_inner_texts()]
+    at = next(i for i in range(len(cells) - 1) if cells[i] == title and cells[i + 1] == key)
+    return float(cells[at + (2 if side == "a" else 3)])
+
+
 def _area(box):
     return (box[2] - box[0]) * (box[3] - box[1])
 
@@ -288,6 +303,9 @@ def test_browser_inspect_shades_tokens_and_regions_and_rescores_fast(chromium, s
                            timeout=20_000)
     assert "Region 1" in page.inner_text("#cs-match-a")
     shot(page, "inspect.png")
+    # the picked scene is scored on its file's own pixels: the numbers the command line gives
+    expected = cli_overall(served, example["path"], example["caption"], example["regions"])
+    assert shown_score(page, "InfoMetIC", "overall", "a") == pytest.approx(expected, abs=1e-4)
 
     table = "document.querySelector('.cs-scores').innerText"
     before = page.evaluate(table)
@@ -475,5 +493,8 @@ def test_browser_admin_compares_captioners_and_opens_a_caption_in_inspect(chromi
     for side in ("a", "b"):  # both captions scored on the clicked caption's image
         page.wait_for_function(f"[...document.querySelectorAll('#cs-tokens-{side} .token')].length >= 2", timeout=60_000)
     assert page.evaluate("document.querySelector('#cs-image img')?.naturalWidth") == 224
+    page.wait_for_function("document.querySelector('.cs-scores').innerText.includes('overall')", timeout=30_000)
+    expected = cli_overall(served, b_png, "three blue cats", None)
+    assert shown_score(page, "InfoMetIC", "overall", "a") == pytest.approx(expected, abs=1e-4)
     shot(page, "admin-compare-inspect.png")
     page.close()
