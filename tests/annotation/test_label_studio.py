@@ -153,7 +153,7 @@ def test_predictions_say_only_what_their_metric_judges(store):
     model = {"clip": "capscope-demo-clip", "regions": "given", "text": "blank", "demo": True}
     rows = [(k, {"id": item.external_id, "error": None, "model": model, "metrics": {"clip4dm": {
         "scores": {"clip_s": 0.5, "f_clip_s": 0.6, "negative_attribution": 0.1},
-        "token_scores": [0.001 if t["semantic"] else None for t in item.tokens], "region_scores": [],
+        "token_scores": [-0.001 if t["semantic"] else None for t in item.tokens], "region_scores": [],
         "region_mentioned": []}}}) for k, item in enumerate(items)]
     import_prediction_rows(store, rows)
     task = next(ls.tasks(store, "default", image_root="/"))

@@ -303,8 +303,10 @@ def test_a_metric_at_chance_is_flagged_and_a_working_one_is_not():
 
     from capscope.diagnose.summary import Diagnosis
 
+    from capscope.metrics.text import load_spacy
+
     rng = random.Random(0)
-    diagnosis = Diagnosis(["infometic", "clip4dm"], None, "word lists")
+    diagnosis = Diagnosis(["infometic", "clip4dm"], load_spacy(), "word lists")
     for model, wrong_share in (("clean", 0.0), ("sloppy", 0.5)):
         rows = []
         for image in range(30):
@@ -312,6 +314,7 @@ def test_a_metric_at_chance_is_flagged_and_a_working_one_is_not():
             tokens = [{"text": w, "start": 0, "end": 0, "semantic": True} for w in caption.split()]
             truth = [rng.random() < wrong_share for _ in tokens]
             rows.append({"id": f"{model}{image}", "image": f"{image}.png", "caption": caption, "tokens": tokens,
+                         "regions": [],
                          "metrics": {"infometic": {"scores": {"overall": 1.0}, "token_correct": [not t for t in truth]},
                                      "clip4dm": {"scores": {"f_clip_s": 0.5},
                                                  "token_correct": [rng.random() < 0.5 for _ in tokens]}}})
