@@ -79,8 +79,16 @@ def _provenance(summary: dict) -> str:
             f"Scored by: {described}.</p>")
 
 
+SHOWN_MODEL_FIELDS = ("clip", "regions", "text", "precision", "device", "token_rule", "region_rule", "long_captions",
+                      "torch", "open_clip")
+
+
 def _scorer_text(scorer: dict) -> str:
-    parts = [f"{html.escape(str(k))} {html.escape(str(v))}" for k, v in scorer.items() if k != "demo"]
+    """A row's `model` description in one line: its main fields, and each checkpoint by file and digest."""
+    parts = [f"{field} {html.escape(str(scorer[field]))}" for field in SHOWN_MODEL_FIELDS if scorer.get(field)]
+    parts += [f"{html.escape(str(role))} checkpoint {html.escape(str(entry.get('file')))} "
+              f"(sha256 {html.escape(str(entry.get('sha256', ''))[:12])})"
+              for role, entry in (scorer.get("checkpoints") or {}).items() if isinstance(entry, dict)]
     return ("demo model: " if scorer.get("demo") else "") + ", ".join(parts)
 
 
