@@ -42,7 +42,8 @@ from capscope.metrics.jsonl import JsonTextError, loads_limited
 from capscope.metrics import limits
 from capscope.metrics.text import check_caption, check_references
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
-from capscope.server.guards import BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, script_or_json
+from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
+                                    script_or_json)
 from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models, ScoreGate, ScoringBusy, ScoringTimeout
 from capscope.server.signin import guard_for
 from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
@@ -58,6 +59,7 @@ ItemId = Annotated[int, Path(ge=1, le=2**62)]
 ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
 MAX_INDICES = 10_000
 GIL_SWITCH_INTERVAL_S = 0.001
+WORKER_THREADS = 100  # synchronous handlers at once: room for the scorings waiting their turn and everything else
 DEFAULT_API_METRICS = ("infometic",)  # POST /api/score without `metrics`
 
 
@@ -268,13 +270,17 @@ def _add_guards(app: FastAPI, cors_origins: tuple[str, ...]) -> None:
     """The checks of app/server/guards.py, outermost last (Starlette wraps each added middleware around the others)."""
     app.state.cors_origins = tuple(cors_origins)
     app.add_middleware(RequestGuard, origins=app.state.cors_origins)
-    app.add_middleware(InFlightCap, paths=frozenset({"/api/score"}), per_caller=app.state.models.gate.per_user)
+    # a caller's scorings past the scorer's cap are refused here, before their bodies are read (REST calls,
+    # and the web UI's events that skip Gradio's queue: Inspect's scorings and keystrokes)
+    app.add_middleware(InFlightCap, paths=frozenset({"/api/score", "/gradio_api/run/predict"}),
+                       per_caller=app.state.models.gate.per_user, state=app.state)
     app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES},
                        by_prefix={"/gradio_api/upload": MAX_UPLOAD_REQUEST_BYTES})
     app.add_middleware(CORSMiddleware, allow_origins=list(app.state.cors_origins),
                        allow_credentials=bool(cors_origins), allow_methods=["GET", "POST", "PUT"],
                        allow_headers=["Authorization", "Content-Type", "X-Requested-With"])
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(ThreadBudget, threads=WORKER_THREADS)
 
 
 def validation_details(err: RequestValidationError) -> list[dict]:

@@ -199,22 +199,24 @@ class RequestGuard:
 
 
 class InFlightCap:
-    """At most `per_caller` requests in flight to each of `paths` per caller
-    (the credentials they present), refused with 429 before their bodies are
-    read, after `refusal_delay_s`: one caller's flood of scoring requests costs
-    the server next to nothing beyond the scorings the caller is allowed
-    (ScoreGate decides those), and a client that retries at once is slowed
-    to a refusal per delay per connection instead of a busy loop."""
+    """At most `per_caller` requests in flight to each of `paths` per caller,
+    refused with 429 before their bodies are read, after `refusal_delay_s`:
+    one caller's flood costs the server next to nothing beyond the scorings the
+    caller is allowed (ScoreGate decides those), and a client that retries at
+    once is slowed to a refusal per delay per connection instead of a busy
+    loop. The caller: the REST credentials presented, else the user of the web
+    UI's session (`state.session_user(token)`, set once the UI is mounted),
+    else the session cookie itself."""
 
-    def __init__(self, app, paths: frozenset[str], per_caller: int, refusal_delay_s: float = 0.5):
-        self.app, self.paths, self.per_caller = app, paths, per_caller
+    def __init__(self, app, paths: frozenset[str], per_caller: int, state=None, refusal_delay_s: float = 0.5):
+        self.app, self.paths, self.per_caller, self.state = app, paths, per_caller, state
         self.refusal_delay_s = refusal_delay_s
-        self.in_flight: dict[bytes, int] = {}
+        self.in_flight: dict[str, int] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.paths:
             return await self.app(scope, receive, send)
-        caller = hashlib.sha256(Headers(scope=scope).get("authorization", "").encode()).digest()
+        caller = self.caller(Headers(scope=scope))
         if self.in_flight.get(caller, 0) >= self.per_caller:
             await asyncio.sleep(self.refusal_delay_s)
             response = JSONResponse({"detail": f"you already have {self.per_caller} requests of this kind in flight; "
@@ -229,6 +231,42 @@ class InFlightCap:
                 self.in_flight[caller] = left
             else:
                 del self.in_flight[caller]
+
+    def caller(self, headers: Headers) -> str:
+        credentials = headers.get("authorization")
+        if credentials:
+            return "basic:" + hashlib.sha256(credentials.encode()).hexdigest()
+        token = session_token(headers.get("cookie", ""))
+        user = getattr(self.state, "session_user", None)
+        name = user(token) if user is not None and token else None
+        return f"user:{name}" if name else "session:" + hashlib.sha256((token or "").encode()).hexdigest()
+
+
+def session_token(cookies: str) -> str | None:
+    """The web UI's session token from a Cookie header (Gradio's access-token cookies)."""
+    for part in cookies.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name.startswith("access-token") and value:
+            return value
+    return None
+
+
+class ThreadBudget:
+    """Sets the worker threads that synchronous handlers run in (anyio's
+    default limiter, 40) once the event loop runs: scorings waiting for their
+    turn hold a thread each (ScoreGate lets 32 wait), and a label save must
+    still find one."""
+
+    def __init__(self, app, threads: int):
+        self.app, self.threads, self.done = app, threads, False
+
+    async def __call__(self, scope, receive, send):
+        if not self.done:
+            import anyio.to_thread
+
+            anyio.to_thread.current_default_thread_limiter().total_tokens = self.threads
+            self.done = True
+        return await self.app(scope, receive, send)
 
 
 def script_or_json(method: str, headers) -> bool:

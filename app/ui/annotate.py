@@ -28,6 +28,7 @@ from capscope.metrics.images import read_image
 from capscope.metrics.lru import LRUCache
 from capscope.metrics.registry import metric_names
 from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
+from capscope.ui.shared import SCORING_EVENTS
 from capscope.pictures import draw as ui_draw
 
 log = logging.getLogger(__name__)
@@ -480,7 +481,7 @@ class AnnotateHandlers:
 # what every handler returns, in this order
 OUTPUTS = ("item_id", "header", "image", "gallery", "tokens", "saved", "progress", "suggested")
 DB_QUEUE = {"concurrency_id": "db", "concurrency_limit": 4, "show_progress": "hidden"}
-MODEL_QUEUE = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
+MODEL_EVENTS = {**SCORING_EVENTS, "api_visibility": "private"}
 CLICKS = {"trigger_mode": "multiple", "api_visibility": "private", **DB_QUEUE}
 
 
@@ -500,9 +501,9 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     c["flag"].click(handlers.flag, [*state, c["flag_kind"], c["flag_comment"]], outputs, api_name="flag", **DB_QUEUE)
     for name in ("submit", "skip", "next", "previous"):
         c[name].click(getattr(handlers, name), state, outputs, api_name=name, **DB_QUEUE) \
-            .then(handlers.suggest, state, outputs, **MODEL_QUEUE)
+            .then(handlers.suggest, state, outputs, **MODEL_EVENTS)
     # suggestions may need the model: they queue with inference, so label saves never wait behind them
-    c["prelabels"].change(handlers.reload, state, outputs, show_progress="minimal", **MODEL_QUEUE)
+    c["prelabels"].change(handlers.reload, state, outputs, show_progress="minimal", **MODEL_EVENTS)
     c["guidelines_button"].click(lambda: gr.Accordion(open=True), None, c["guidelines"], api_visibility="private",
                                  queue=False)
     c["open"] = (handlers.next, state, outputs)

@@ -21,7 +21,7 @@ from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.errors import CapscopeError
 from capscope.metrics.images import ImageError, read_image
 from capscope.server.data_roots import DataRoots
-from capscope.ui.shared import MODEL_QUEUE, scratch_copy, scratch_folder
+from capscope.ui.shared import SCORING_EVENTS, scratch_copy, scratch_folder
 
 MAX_LISTED = 50   # captions listed for one clicked word
 WORD_HEADERS = ["model", "metric", "word", "judged", "wrong", "rate"]
@@ -247,4 +247,4 @@ def link_to_inspect(c: dict, inspect: dict, tabs, guard) -> None:
         [tabs, inspect["image"], inspect["caption_a"], inspect["caption_b"], inspect["regions"], inspect["example"],
          c["message"]], api_visibility="private")
     for fn, inputs, outputs in inspect["scorers"]:
-        opened = opened.then(fn, inputs, outputs, api_visibility="private", **MODEL_QUEUE)
+        opened = opened.then(fn, inputs, outputs, api_visibility="private", **SCORING_EVENTS)

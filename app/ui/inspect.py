@@ -23,7 +23,7 @@ from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.server.scorer import Models, ScoringBusy
 from capscope.pictures import draw as ui_draw
-from capscope.ui.shared import MODEL_QUEUE, scratch_copy
+from capscope.ui.shared import SCORING_EVENTS, scratch_copy
 
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
                "bundled demo model, which knows coloured shapes on plain backgrounds, not photos. "
@@ -396,7 +396,7 @@ def debounced_click(button_id: str, pause_ms: int = TYPING_PAUSE_MS) -> str:
 
 
 def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
-    model_queue = MODEL_QUEUE
+    model_queue = SCORING_EVENTS  # the scorer's own turns, not Gradio's queue
 
     def make_scorer(side: str):
         other = "b" if side == "a" else "a"

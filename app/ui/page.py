@@ -42,8 +42,9 @@ from capscope.ui.benchmark import build_benchmark
 from capscope.ui.compare import build_compare, link_to_inspect
 from capscope.ui.explore import build_explore
 from capscope.ui.inspect import banner, build_inspect
+from capscope.ui.queue_cap import cap_per_user
 from capscope.ui.sessions import expire_sessions, session_hours as lifetime_hours
-from capscope.ui.shared import MODEL_QUEUE, DatasetScores, admin_only
+from capscope.ui.shared import SCORING_EVENTS, DatasetScores, admin_only
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
                   queue=False)
         demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
-                  **MODEL_QUEUE)
+                  **SCORING_EVENTS)
         for part in (explore, bench, admin, model_versions, compare):
             for fn, inputs, outputs in part["load"]:
                 demo.load(fn, inputs, outputs, api_visibility="private")
@@ -221,6 +222,7 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
                     getattr(app.state, "data_roots", None), getattr(app.state, "training", None),
                     getattr(app.state, "activations", None))
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_MAX_SIZE)
+    cap_per_user(demo)
 
     lifetime_s = lifetime_hours(session_hours) * 3600
     app = gr.mount_gradio_app(app, demo, path=path, auth=ui_auth(app, store), auth_message="capscope: sign in "
@@ -231,6 +233,7 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
     # mount_gradio_app never marks: without this, any signed-in user could have a server file copied out
     demo.has_launched = True
     Image.MAX_IMAGE_PIXELS = limits.MAX_IMAGE_PIXELS  # whatever decodes an image in this process, Gradio included
-    expire_sessions(app, store, lifetime_s)
+    sessions = expire_sessions(app, store, lifetime_s)
+    app.state.session_user = sessions.get  # who a UI request comes from, for the caps on scoring (guards.InFlightCap)
     app.add_middleware(ClientAddress)
     return app

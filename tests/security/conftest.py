@@ -105,9 +105,16 @@ def file_inputs(config: dict) -> list[tuple[int, list[str]]]:
 
 
 def gradio_event(client: httpx.Client, index: int, data: list, timeout: float = 120) -> dict:
-    """Send one event through Gradio's queue and wait for its end: the final
-    message (`output` or an error), or {"status", "detail"} when the request
-    itself was refused."""
+    """Send one event as the page does (through Gradio's queue, or straight to
+    /gradio_api/run/predict for an event that skips it) and wait for its end:
+    {"success", "output"} or the queue's final message, or {"status", "detail"}
+    when the request itself was refused."""
+    if not queued(client, index):
+        answer = client.post("/gradio_api/run/predict", json={"data": data, "fn_index": index,
+                                                              "session_hash": secrets.token_hex(8)}, timeout=timeout)
+        if answer.status_code != 200:
+            return {"status": answer.status_code, "detail": answer.json().get("detail") or answer.json().get("error")}
+        return {"success": True, "output": answer.json()}
     session = secrets.token_hex(8)
     answer = client.post("/gradio_api/queue/join", json={"data": data, "fn_index": index, "session_hash": session,
                                                          "event_data": None, "trigger_id": None})
@@ -120,6 +127,12 @@ def gradio_event(client: httpx.Client, index: int, data: list, timeout: float = 
                 if message.get("msg") in ("process_completed", "unexpected_error"):
                     return message
     raise AssertionError("the event never completed")
+
+
+def queued(client: httpx.Client, index: int) -> bool:
+    config = getattr(client, "gradio_config", None) or gradio_config(client)
+    client.gradio_config = config
+    return config["dependencies"][index].get("queue") is not False
 
 
 def file_data(path: str) -> dict:
