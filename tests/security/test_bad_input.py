@@ -27,7 +27,7 @@ from capscope.metrics.jsonl import JsonlError, JsonTextError, json_depth, json_l
 from capscope.metrics.loading import demo_model_path, read_checkpoint
 from capscope.metrics.paths import UnsafePath, inside, name_problem, safe_name
 
-from conftest import ADMIN, basic
+from security_support import ADMIN, basic
 
 DEEP_ARRAY = "[" * 50_000 + "]" * 50_000
 DEEP_OBJECT = '{"a":' * 50_000 + "1" + "}" * 50_000

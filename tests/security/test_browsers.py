@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import ADMIN, ANN, basic
+from security_support import ADMIN, ANN, basic
 
 EVIL = "http://evil.example"
 

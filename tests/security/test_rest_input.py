@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from conftest import ADMIN, ANN, basic
+from security_support import ADMIN, ANN, basic
 
 ANYONE = {"GET /api/health"}
 ADMIN_ONLY = {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import ADMIN, ANN, BOB, basic, file_data, file_inputs, fn_index, gradio_config, gradio_event, \
+from security_support import ADMIN, ANN, BOB, basic, file_data, file_inputs, fn_index, gradio_config, gradio_event, \
     ui_login, uploaded
 
 SECRET = b"capscope-test-secret-7f3a"

@@ -26,7 +26,7 @@ from capscope.cli import build_parser, main
 from capscope.db import Store, User
 from capscope.server.signin import SignInGuard, guard_for
 from capscope.ui.sessions import Sessions, session_hours
-from security.conftest import BOB, basic, ui_login
+from security_support import BOB, basic, ui_login
 
 PASSWORD = "correct-horse-12"
 

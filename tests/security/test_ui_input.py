@@ -14,7 +14,7 @@ import psutil
 from PIL import Image
 
 from capscope.metrics import limits
-from conftest import ANN, file_data, fn_index, gradio_config, gradio_event, ui_login, uploaded
+from security_support import ANN, file_data, fn_index, gradio_config, gradio_event, ui_login, uploaded
 
 
 def png_bomb(side: int = 12_000) -> bytes:
