@@ -97,7 +97,7 @@ def _parse(raw: bytes) -> tuple[dict | None, str | None]:
     if len(raw) > limits.MAX_LINE_BYTES:
         return None, f"line is {len(raw)} bytes (limit {limits.MAX_LINE_BYTES})"
     try:
-        obj = loads_limited(raw.decode("utf-8"))
+        obj = loads_limited(raw.decode("utf-8").rstrip("\r\n"))  # a line's error at its column, not "line 2"
     except UnicodeDecodeError as err:
         return None, f"not UTF-8 (byte {err.start})"
     except JsonTextError as err:

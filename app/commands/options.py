@@ -36,6 +36,18 @@ def add_model_options(parser: argparse.ArgumentParser, long_captions: str = "win
     add_demo_option(parser)
 
 
+SCORING_ONLY = ("pacs_checkpoint", "alpha_clip_checkpoint", "beta", "token_rule", "long_captions", "clip4dm_epsilon",
+                "clip4dm_layers")
+
+
+def hide_scoring_options(parser: argparse.ArgumentParser) -> None:
+    """Leave the options that only judge captions out of `--help` of a command that judges none
+    (`features`); they stay accepted, as scripts written before may pass them."""
+    for action in parser._actions:
+        if action.dest in SCORING_ONLY:
+            action.help = argparse.SUPPRESS
+
+
 def add_demo_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--demo", action="store_true",
                         help="score with capscope's demo model as a whole (coloured shapes, not photos); without it a "
@@ -44,9 +56,10 @@ def add_demo_option(parser: argparse.ArgumentParser) -> None:
 
 def add_token_rule_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-rule", default=DEFAULT_TOKEN_RULE, choices=TOKEN_RULES,
-                        help="how infometic and infoclip judge words: relative: share > min(beta, beta*5/n) for n "
-                             "semantic words, which holds at every caption and window length; paper: share > beta, "
-                             "which flags every word of a caption with more than ten semantic words")
+                        help="how infometic and infoclip judge words and regions: relative: share > "
+                             "min(beta, beta*5/n) for n semantic words (n regions), which holds at every caption "
+                             "length and region count; paper: share > beta, which flags every word of a caption "
+                             "with more than ten semantic words and leaves out every region among fifteen")
 
 
 def add_long_captions_option(parser: argparse.ArgumentParser, default: str = "windows") -> None:

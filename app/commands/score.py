@@ -6,7 +6,8 @@ from pathlib import Path
 
 from capscope.batch import inputs, pipeline
 from capscope.batch.pipeline import ScorerOptions
-from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
+from capscope.commands.options import (METRICS, add_engine_options, add_model_options, add_region_options,
+                                       engine_cluster, hide_scoring_options)
 from capscope.metrics.errors import CapscopeError
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ def register(sub) -> None:
     features.add_argument("--out", required=True, type=Path)
     add_region_options(features)
     add_model_options(features)
+    hide_scoring_options(features)
     add_engine_options(features)
     features.set_defaults(func=run_features)
 

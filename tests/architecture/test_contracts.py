@@ -72,9 +72,19 @@ def test_every_help_shows_its_defaults():
             if isinstance(action, argparse._SubParsersAction):
                 for name, child in action.choices.items():
                     walk(child, f"{prefix} {name}".strip())
-            elif action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
+            elif action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []) \
+                    and action.help != argparse.SUPPRESS:
                 if "default" not in (action.help or "").lower():
                     hidden.append(f"{prefix} {action.option_strings[0]}")
 
     walk(build_parser(), "")
     assert hidden == []
+
+
+def test_features_help_offers_no_option_that_judges_captions():
+    """`capscope features` writes image features: the scoring-only options stay accepted but are not offered."""
+    parser = build_parser()
+    features = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["features"]
+    shown = features.format_help()
+    assert "--token-rule" not in shown and "--clip4dm-epsilon" not in shown and "--clip-model" in shown
+    assert features.parse_args(["--input", "x", "--out", "y", "--token-rule", "paper"]).token_rule == "paper"
