@@ -465,9 +465,16 @@ def test_no_module_uses_a_private_name_of_another():
             if isinstance(node, ast.ImportFrom):
                 found += [f"{path}:{node.lineno} import {a.name}" for a in node.names if _private(a.name)]
             elif isinstance(node, ast.Attribute) and _private(node.attr):
-                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) \
+                        and node.attr not in THIRD_PARTY_PRIVATE.get(str(path), ()):
                     found.append(f"{path}:{node.lineno} {ast.unparse(node)}")
     assert found == []
+
+
+# another library's private names a module must use, each with its reason
+THIRD_PARTY_PRIVATE = {
+    "app/ui/queue_cap.py": {"_queue"},  # Gradio's queue, which no public name reaches, capped per user
+}
 
 
 def _private(name: str) -> bool:
