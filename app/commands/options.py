@@ -40,12 +40,19 @@ SCORING_ONLY = ("pacs_checkpoint", "alpha_clip_checkpoint", "beta", "token_rule"
                 "clip4dm_layers")
 
 
-def hide_scoring_options(parser: argparse.ArgumentParser) -> None:
-    """Leave the options that only judge captions out of `--help` of a command that judges none
-    (`features`); they stay accepted, as scripts written before may pass them."""
-    for action in parser._actions:
-        if action.dest in SCORING_ONLY:
-            action.help = argparse.SUPPRESS
+class ScoringOptionsHidden:
+    """`parser` for the add_*_option helpers, with the options that only judge
+    captions left out of `--help` (`features` judges none); they stay
+    accepted, as scripts written before may pass them."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.parser = parser
+
+    def add_argument(self, *flags: str, **kwargs):
+        dest = kwargs.get("dest") or flags[0].lstrip("-").replace("-", "_")
+        if dest in SCORING_ONLY:
+            kwargs["help"] = argparse.SUPPRESS
+        return self.parser.add_argument(*flags, **kwargs)
 
 
 def add_demo_option(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from capscope.batch import inputs, pipeline
 from capscope.batch.pipeline import ScorerOptions
 from capscope.commands.options import (METRICS, add_engine_options, add_model_options, add_region_options,
-                                       engine_cluster, hide_scoring_options)
+                                       engine_cluster, ScoringOptionsHidden)
 from capscope.metrics.errors import CapscopeError
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,7 @@ def register(sub) -> None:
     features.add_argument("--input", required=True, type=Path)
     features.add_argument("--out", required=True, type=Path)
     add_region_options(features)
-    add_model_options(features)
-    hide_scoring_options(features)
+    add_model_options(ScoringOptionsHidden(features))
     add_engine_options(features)
     features.set_defaults(func=run_features)
 
