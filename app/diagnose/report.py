@@ -36,7 +36,8 @@ def write_report(summary: dict, out: Path, worst: dict[tuple[str, str], list[dic
              _failed(summary)]
     score_plot = figures / "scores.png"
     if plot_scores(summary, score_plot):
-        parts.append(_img(score_plot, "Each metric's main score per model, with its 95% interval over images"))
+        parts.append(_img(score_plot, "Each metric's main score per model, with its 95% interval over images and "
+                                      "the number of images it rests on"))
     type_plot = figures / "error_types.png"
     if plot_error_types(summary, type_plot):
         parts.append(_img(type_plot, "Wrong-word rate by kind of word, per model and metric; the number on a "
@@ -283,6 +284,8 @@ def plot_scores(summary: dict, path: Path) -> bool:
             low, high = entry["ci95"]
             err = [[entry["mean"] - low], [high - entry["mean"]]] if low is not None else None
             ax.errorbar([i], [entry["mean"]], yerr=err, fmt="o", capsize=4)
+            ax.annotate(f"{summary['models'][name]['n_images']} images", (i, entry["mean"]), fontsize=6,
+                        xytext=(6, 0), textcoords="offset points", va="center")
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{metric_title(metric)} {key}", fontsize=9)
     fig.tight_layout()

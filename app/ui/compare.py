@@ -103,9 +103,18 @@ def compare(text: str, roots: DataRoots, draws: int = 1000, picked: list[str] | 
              for name, m in summary["models"].items() for metric, s in m["metrics"].items()
              for w in s["top_wrong_words"]]
     message = (f"{len(sources)} captioners, metrics {', '.join(summary['metrics']) or 'none'}; kinds of words by "
-               f"{summary['type_source']}. " + kinds_line(summary))
+               f"{summary['type_source']}. " + kinds_line(summary) + cautions(summary))
     return (message, overview, compared, words, str(scores_png) if plot_scores(summary, scores_png) else None,
             str(kinds_png) if plot_error_types(summary, kinds_png) else None, sources)
+
+
+def cautions(summary: dict) -> str:
+    """What the report says first, said here too: the demo model scored, a metric whose verdicts look like chance."""
+    lines = []
+    if (summary.get("provenance") or {}).get("demo"):
+        lines.append("⚠ **The demo model scored these captions**: it knows coloured shapes, not photos.")
+    lines += [f"⚠ {warning['text']}" for warning in summary.get("warnings") or ()]
+    return "".join(f"\n\n{line}" for line in lines)
 
 
 def kinds_line(summary: dict) -> str:

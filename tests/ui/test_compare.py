@@ -117,3 +117,11 @@ def test_store_captioners_are_compared_by_their_model_field(store_with_captioner
     assert Image.open(found["image"]).size == (64, 48) and found["regions"] == [{"box": [4.0, 4.0, 30.0, 30.0]}]
     with pytest.raises(CapscopeError, match="outside the server's data roots"):
         open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder / "elsewhere"]), store)
+
+
+def test_compare_says_what_the_report_says_first():
+    from capscope.ui.compare import cautions
+
+    said = cautions({"provenance": {"demo": True}, "warnings": [{"metric": "clip4dm", "text": "CLIP4DM looks at chance."}]})
+    assert "demo model scored" in said and "CLIP4DM looks at chance." in said
+    assert cautions({"provenance": {"demo": False}, "warnings": []}) == ""
