@@ -152,7 +152,7 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
         c["high"] = gr.Textbox(label="Score at most (Enter)", placeholder="no bound")
     c["total"] = gr.Markdown(elem_id="cs-explore-total")
     c["table"] = gr.Dataframe(headers=TABLE_COLUMNS, interactive=False, wrap=True, elem_id="cs-explore-table",
-                              column_widths=["4%", "12%", "7%", "28%", "8%", "6%", "7%", "9%", "9%", "5%", "5%"],
+                              column_widths=["4%", "12%", "7%", "26%", "8%", "6%", "7%", "11%", "9%", "5%", "5%"],
                               max_height=420)
     gr.Markdown("Select a row to compare the model with the gold labels.")
     c["note"] = gr.Markdown(elem_id="cs-explore-note")
