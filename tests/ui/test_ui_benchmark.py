@@ -339,3 +339,14 @@ def test_the_demo_worlds_folder_is_readable_whatever_the_roots(tmp_path, monkeyp
     for path in (tmp_path / "data" / "capscope.db", tmp_path / "data" / "demo-data" / ".." / "imports"):
         with pytest.raises(OutsideDataRoots):
             roots.check(path)
+
+
+def test_empty_agreement_tables_keep_their_headers(tmp_path):
+    """Gradio numbers the columns of an empty list 1, 2, 3: the tables go out as frames with their headers."""
+    from capscope.db import Store
+    from capscope.ui.benchmark import ANNOTATOR_HEADERS, PAIR_HEADERS, agreement_frames
+
+    summary, annotators, pairs = agreement_frames(Store(f"sqlite:///{tmp_path / 'empty.db'}"), None)
+    assert list(annotators.columns) == ANNOTATOR_HEADERS and annotators.empty
+    assert list(pairs.columns) == PAIR_HEADERS and pairs.empty
+    assert summary.startswith("0 items with judgements")
