@@ -40,7 +40,7 @@ def loads_limited(text: str, max_depth: int = limits.MAX_JSON_DEPTH):
     """`json.loads(text)` with arrays and objects nested at most `max_depth`
     deep; JsonTextError, in one line, for malformed, too deep or otherwise
     unreadable JSON (a number of more digits than Python converts included)."""
-    if text.count("[") + text.count("{") > max_depth and json_depth(text) > max_depth:
+    if too_deep(text, max_depth):
         raise JsonTextError(f"JSON nested more than {max_depth} levels deep")
     try:
         return json.loads(text)
@@ -51,6 +51,11 @@ def loads_limited(text: str, max_depth: int = limits.MAX_JSON_DEPTH):
         raise JsonTextError(f"JSON nested more than {max_depth} levels deep") from None
     except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise JsonTextError(f"unreadable JSON: a number has more than {sys.get_int_max_str_digits()} digits") from None
+
+
+def too_deep(text: str, max_depth: int = limits.MAX_JSON_DEPTH) -> bool:
+    """Whether arrays and objects nest deeper than `max_depth` (counted only when there are that many brackets)."""
+    return text.count("[") + text.count("{") > max_depth and json_depth(text) > max_depth
 
 
 def json_depth(text: str) -> int:

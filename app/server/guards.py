@@ -31,6 +31,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
+from capscope.metrics.jsonl import too_deep
 from capscope.metrics.limits import MAX_JSON_DEPTH
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -175,14 +176,13 @@ class RequestGuard:
         if not needs_files and not _ESCAPED_SURROGATE.search(body):
             return None
         try:
-            data = json.loads(body)
-        except RecursionError:
-            return 422, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
-        except ValueError:
-            return None  # not JSON: the app answers that itself
-        for value, depth in walk(data):
-            if depth > MAX_JSON_DEPTH:
+            text = body.decode("utf-8")
+            if too_deep(text):
                 return 422, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            data = json.loads(text)
+        except ValueError:
+            return None  # not UTF-8 JSON: the app answers that itself
+        for value in walk(data):
             if isinstance(value, str) and not encodable(value):
                 return 422, "a text holds a lone surrogate (not valid Unicode)"
             if needs_files and is_file_data(value) and not self.uploaded(value.get("path")):
@@ -296,16 +296,16 @@ def encodable(text: str) -> bool:
 
 
 def walk(data):
-    """Every value inside parsed JSON with its depth, without recursion."""
-    stack = [(data, 1)]
+    """Every value (and key) inside parsed JSON, without recursion."""
+    stack = [data]
     while stack:
-        value, depth = stack.pop()
-        yield value, depth
+        value = stack.pop()
+        yield value
         if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-            stack.extend((k, depth + 1) for k in value)
+            stack.extend(value.values())
+            stack.extend(value)
         elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
+            stack.extend(value)
 
 
 async def read_body(receive) -> bytes:

@@ -132,9 +132,8 @@ class ScoreGate:
             self._queues[user] = queue  # to the back: the other users' calls go first
 
     def _next(self):
-        for queue in self._queues.values():
-            return queue[0]
-        return None
+        """The ticket whose turn is next: the first of the user served least recently."""
+        return next((queue[0] for queue in self._queues.values()), None)
 
     def _leave(self, user: str, ticket) -> None:
         queue = self._queues.get(user)

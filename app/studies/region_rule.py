@@ -25,8 +25,6 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from capscope.bench.gold import f1
 from capscope.demo.scenes import distractor_box, make_caption, make_scene, scene_rng
 from capscope.metrics.constants import BETA

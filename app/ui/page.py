@@ -4,9 +4,10 @@
     app = mount_ui(app)            # this module: the pages at /, same users
 
 Tabs: Inspect (score an image and captions), Annotate (the queue), and for
-admins Explore, Benchmark and Admin. Login is Gradio's login page checked
-against the store's users. Database handlers run in the "db" queue and model
-inference in the "model" queue, so a label save never waits behind scoring.
+admins Explore, Benchmark, Admin and Compare. Login is Gradio's login page
+checked against the store's users. Database handlers run in Gradio's "db"
+queue; scoring skips Gradio's queue and takes the scorer's turns by user
+(`shared.SCORING_EVENTS`), so a label save never waits behind scoring.
 
 On first run (a database without datasets) the demo dataset is generated into
 the data folder and imported, and an `admin` user is created when there is
@@ -191,9 +192,10 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
     return demo
 
 
-def private_files(app, store: Store) -> list[Path]:
-    """What no user may read through the server: the database's files and the
-    first admin's password file, refused by the data roots and by Gradio too."""
+def protect_private_files(app, store: Store) -> list[Path]:
+    """What no user may read through the server, the database's files and the
+    first admin's password file: refused by the app's data roots from now on,
+    and returned for Gradio's blocked paths."""
     files = [*store.private_files(), (data_dir() / ADMIN_PASSWORD_FILE).resolve()]
     roots = getattr(app.state, "data_roots", None)
     if roots is not None:
@@ -228,7 +230,7 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
     app = gr.mount_gradio_app(app, demo, path=path, auth=ui_auth(app, store), auth_message="capscope: sign in "
                               "with your annotator or admin account", ssr_mode=False, css=static_text("ui.css"),
                               head=static_text("hotkeys.js"), max_file_size=MAX_UPLOAD_FILE_BYTES,
-                              blocked_paths=[str(f) for f in private_files(app, store)])
+                              blocked_paths=[str(f) for f in protect_private_files(app, store)])
     # Gradio checks that a file an event names was uploaded only once its Blocks "has launched", which
     # mount_gradio_app never marks: without this, any signed-in user could have a server file copied out
     demo.has_launched = True
