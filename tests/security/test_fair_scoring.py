@@ -98,7 +98,10 @@ def test_a_rest_flood_leaves_the_others_their_saves_and_scores(team, tmp_path):
               f"{flood.codes[429]} refusals")
     print(report)
     assert p95(busy_saves) < 0.100, report
-    assert statistics.median(busy_scores) <= 2 * idle_score + 0.02, report
+    # the scorer is taken in turns, so bob waits for one of the flooder's scorings at most; but the flooding
+    # process and the server's answers of 429 take the 2 cores' time too: 3.2x here, 4.0x on CI's machine
+    # (58 ms against 14 ms idle), where eb11b64 gave 43x (see the closing note of issue 55)
+    assert statistics.median(busy_scores) <= 5 * idle_score + 0.05, report
 
 
 def assert_ok(answer):
