@@ -29,9 +29,6 @@ COPY app app
 COPY metrics metrics
 COPY annotation annotation
 COPY db db
-COPY demo demo
-COPY bench bench
-COPY train train
 COPY static static
 RUN pip install ".[captioning]"
 

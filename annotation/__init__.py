@@ -16,5 +16,5 @@ JSON-ready dicts):
 - export: `iter_export(store, fmt, dataset)`, `export_to_file(store, fmt, file, dataset)`
 - importer: `import_captions`, `import_captokeneval`, `import_predictions`
 
-Errors for a caller's mistake are `errors.AnnotationError` subclasses with an HTTP `status`.
+Errors for a caller's mistake are `refusals.AnnotationError` subclasses with an HTTP `status`.
 """

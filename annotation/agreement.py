@@ -23,7 +23,7 @@ from itertools import combinations
 
 from sqlalchemy import select
 
-from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.gold import write_gold
 from capscope.annotation.importer import REGION_LABELS, TOKEN_LABELS
 from capscope.annotation.users import UserInfo

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import case, exists, func, literal, or_, select
 
-from capscope.annotation.errors import Invalid
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.queue import PREFERRED_METRIC, candidate_captions, holds_slot
 from capscope.annotation.users import UserInfo
 from capscope.db import Assignment, Caption, Dataset, Flag, GoldLabel, Label, Prediction, Store, User, utcnow

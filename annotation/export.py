@@ -16,10 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from capscope.annotation.errors import Invalid
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.votes import ItemData, iter_items
 from capscope.db import Store
-from capscope.metrics.paths import safe_name
+from capscope.common.paths import safe_name
 
 FORMATS = {"captokeneval": "application/x-ndjson", "csv": "text/csv", "coco": "application/json"}
 EXTENSIONS = {"captokeneval": "jsonl", "csv": "csv", "coco": "json"}

@@ -25,12 +25,12 @@ from sqlalchemy import select
 
 from capscope.annotation import workflow
 from capscope.annotation.captioners import newest_predictions, stored_verdicts
-from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.users import UserInfo, add_user, get_user
 from capscope.annotation.votes import ItemData, iter_items, load_item
 from capscope.db import Caption, Dataset, Store
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
-from capscope.metrics.jsonl import JsonTextError, loads_limited, shown
+from capscope.common.jsonl import JsonTextError, loads_limited, shown
 from capscope.metrics.regions import box_mask, rle_to_mask
 from capscope.metrics.registry import SPECS
 

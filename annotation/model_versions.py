@@ -15,8 +15,8 @@ from typing import Callable
 
 from sqlalchemy import func, select, update
 
-from capscope.annotation.errors import Invalid, NotFound
-from capscope.annotation.import_predictions import upsert_predictions
+from capscope.annotation.refusals import Invalid, NotFound
+from capscope.annotation.importer.predictions import upsert_predictions
 from capscope.db import Assignment, Caption, Dataset, ModelVersion, Store
 
 MAX_NAME = 200

@@ -32,7 +32,7 @@ from datetime import datetime
 from sqlalchemy import Float, and_, bindparam, case, cast, distinct, exists, func, literal, or_, select, update
 from sqlalchemy.orm import aliased
 
-from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.annotation.users import UserInfo
 from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, Token, utcnow

@@ -31,7 +31,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from capscope.annotation.errors import Conflict, Invalid, NotFound
+from capscope.annotation.refusals import Conflict, Invalid, NotFound
 from capscope.db import Store, User
 from capscope.db.models import ROLES
 

@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 from sqlalchemy import and_, delete, exists, func, or_, select
 
-from capscope.annotation.errors import Forbidden, Invalid, NotFound
+from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.queue import candidate_captions, holds_slot, queue_order_of
 from capscope.annotation.users import UserInfo
 from capscope.db import (

@@ -8,15 +8,15 @@ import importlib
 import logging
 import sys
 
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 # module (inside capscope) -> it registers one or more subcommands
 COMMAND_MODULES = [
     "capscope.commands.score",      # score, features
-    "capscope.commands.models",     # models
+    "capscope.commands.weights",     # models
     "capscope.commands.demo",       # demo-data, train, evaluate
     "capscope.commands.bench",      # bench
-    "capscope.commands.annotate",   # import, export, users, agreement, gold, queue
+    "capscope.commands.annotation_store",   # import, export, users, agreement, gold, queue
     "capscope.commands.serve",      # serve
     "capscope.commands.correlate",  # correlate
     "capscope.commands.diagnose",   # diagnose

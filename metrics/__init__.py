@@ -1,1 +1,2 @@
-"""Scoring engine: regions, CLIP features, tokens and pieces, metrics. Imports nothing else of capscope."""
+"""Scoring engine: regions, CLIP features, tokens and pieces, metrics, `Scorer`.
+Imports nothing of capscope's but capscope.common."""

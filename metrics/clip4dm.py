@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from .clipscore import CLIP_S_WEIGHT, PROMPT
 from .encoder import ClipBackbone, ImageFeatures, padded_ids
-from .errors import ModelUnavailable
+from capscope.common.errors import ModelUnavailable
 from .pairs import PreparedPair
 from .result import MetricResult, PieceScore, WordScore
 from .text import Token, bpe_pieces

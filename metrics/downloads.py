@@ -24,7 +24,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checksums, loading
+from capscope.common import checksums
+from . import loading
 from .loading import ModelUnavailable
 
 # The host a download needs; tests point it at a closed port on loopback.

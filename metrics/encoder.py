@@ -29,7 +29,7 @@ import torch
 from PIL import Image
 
 from .constants import PRECISIONS, check_precision
-from .lru import LRUCache
+from capscope.common.lru import LRUCache
 from .regions import Region
 from .text import EOT_ID, SOT_ID
 

@@ -12,7 +12,7 @@ from .constants import BETA, TOKEN_RULES
 from .pairs import PreparedPair
 from .result import MetricResult, PieceScore
 from .text import Piece, bpe_pieces, model_ids
-from .threads import few_threads
+from capscope.common.threads import few_threads
 from .words import decide_regions, decide_words, word_scores
 
 

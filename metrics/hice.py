@@ -51,13 +51,13 @@ from .encoder import (
     regions_key, shrink_to,
 )
 from .loading import ModelUnavailable, load_state_file
-from .lru import LRUCache
+from capscope.common.lru import LRUCache
 from .phrases import phrases as caption_phrases
 from .regions import Region, box_mask
 from .constants import HICE_THRESHOLD as THRESHOLD
 from .result import MetricResult, PhraseScore
 from .text import Phrase, Token, load_spacy, tokenize
-from .threads import few_threads
+from capscope.common.threads import few_threads
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from . import limits
-from .errors import CapscopeError
+from capscope.common import limits
+from capscope.common.errors import CapscopeError
 
 
 class ImageError(CapscopeError, ValueError):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import ModelUnavailable
+from capscope.common.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _needs_full_pickle(err: Exception) -> bool:
 
 def verify_checkpoint(path: str | Path, component: str) -> None:
     """A downloaded file against the sha256 recorded at its download (docs: `capscope models download`)."""
-    from . import checksums
+    from capscope.common import checksums
 
     try:
         checksums.verify(path)

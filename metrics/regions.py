@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 import numpy as np
 from PIL import Image
 
-from .limits import MAX_REGIONS
+from capscope.common.limits import MAX_REGIONS
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .checksums import file_sha256
+from capscope.common.checksums import file_sha256
 
 
 @dataclass

@@ -32,17 +32,17 @@ from .clipscore import PROMPT
 from . import windows
 from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE, check_precision
 from .encoder import ClipBackbone, CropStyle, ImageFeatures, image_key
-from .errors import CapscopeError
+from capscope.common.errors import CapscopeError
 from .infometic import InfoMetIC, HeadConfig, load_strict, released_backbone_name, released_head_config
 from .loading import ModelUnavailable
-from .lru import LRUCache
+from capscope.common.lru import LRUCache
 from .pairs import PreparedPair
 from .regions import PROPOSERS, Region, given_regions, select_regions
 from .registry import MetricParts, Needs, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, checkpoint_digest, reproducibility
 from .images import ImageError, read_image
-from .jsonl import shown
-from .paths import safe_name
+from capscope.common.jsonl import shown
+from capscope.common.paths import safe_name
 from .text import Token, check_caption, check_references, load_spacy, tokenize
 from .windows import DEFAULT_LONG_CAPTIONS, check_long_captions
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, asdict
 from functools import lru_cache
 
-from .limits import MAX_CAPTION_CHARS, MAX_REFERENCES
+from capscope.common.limits import MAX_CAPTION_CHARS, MAX_REFERENCES
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ ARTIFACTS = Path(__file__).parent / "artifacts"     # screenshots and timings of
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-DEMO_CLIP_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "capscope-demo-clip.json"
+DEMO_CLIP_CONFIG = Path(__file__).resolve().parent.parent / "app" / "demo" / "capscope-demo-clip.json"
 TINY_CLIP = {
     "embed_dim": 64,
     "vision_cfg": {"image_size": 32, "layers": 1, "width": 64, "head_width": 32, "patch_size": 8},

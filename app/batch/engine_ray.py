@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from capscope.batch.resume import batched
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 log = logging.getLogger("capscope")
 

@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from capscope.metrics.errors import CapscopeError
-from capscope.metrics.jsonl import loads_limited
-from capscope.metrics.limits import MAX_REFERENCES
+from capscope.common.errors import CapscopeError
+from capscope.common.jsonl import loads_limited
+from capscope.common.limits import MAX_REFERENCES
 
 FORMATS = ("coco-results", "pairs", "scored")
 EXPECTED = ('a COCO results JSON ([{"image_id": int, "caption": str}, ...]), capscope JSONL pairs '

@@ -18,8 +18,8 @@ from typing import Callable, Iterable, Iterator
 
 from capscope.batch.resume import AnsweredIds, batched, count_lines
 from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE
-from capscope.metrics.errors import CapscopeError, ModelUnavailable
-from capscope.metrics.jsonl import json_lines
+from capscope.common.errors import CapscopeError, ModelUnavailable
+from capscope.common.jsonl import json_lines
 from capscope.metrics.result import ScoreRow
 
 log = logging.getLogger("capscope")
@@ -128,7 +128,7 @@ def is_url(value) -> bool:
 def with_fetched_urls(row: dict, scratch: Callable[[], Path]) -> dict:
     """The row with an image URL replaced by the decoded image and a features URL
     by a downloaded file in `scratch()`; RowError when one cannot be had."""
-    from capscope.metrics import limits
+    from capscope.common import limits
     from capscope.metrics.images import ImageError, read_image
     from capscope.metrics.scorer import RowError
 

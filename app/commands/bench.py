@@ -43,7 +43,7 @@ def register(sub) -> None:
 
 def checked_precisions(text: str) -> tuple[str, ...]:
     from capscope.metrics.constants import check_precision
-    from capscope.metrics.errors import CapscopeError
+    from capscope.common.errors import CapscopeError
 
     try:
         return tuple(dict.fromkeys(check_precision(p.strip()) for p in text.split(",") if p.strip()))
@@ -52,7 +52,7 @@ def checked_precisions(text: str) -> tuple[str, ...]:
 
 
 def caption_words(text: str) -> tuple[int, ...]:
-    from capscope.metrics.errors import CapscopeError
+    from capscope.common.errors import CapscopeError
 
     try:
         words = tuple(int(w) for w in text.split(",") if w.strip())
@@ -64,7 +64,7 @@ def caption_words(text: str) -> tuple[int, ...]:
 
 
 def at_least_one(value: int, flag: str) -> int:
-    from capscope.metrics.errors import CapscopeError
+    from capscope.common.errors import CapscopeError
 
     if value < 1:
         raise CapscopeError(f"{flag} must be at least 1, not {value}")

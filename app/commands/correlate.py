@@ -11,7 +11,7 @@ from pathlib import Path
 from capscope.batch.pipeline import ScorerOptions
 from capscope.bench.human import BENCHMARKS
 from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 log = logging.getLogger("capscope")
 
@@ -49,8 +49,8 @@ def load_benchmark(args):
 
 
 def run_correlate(args) -> int:
-    from capscope.bench.correlate import correlate
-    from capscope.bench.report import format_result
+    from capscope.bench.human_correlation import correlate
+    from capscope.bench.correlation_report import format_result
 
     if args.bootstrap < 0:
         raise CapscopeError("--bootstrap must be 0 or more")

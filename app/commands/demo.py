@@ -13,7 +13,7 @@ from capscope.commands.options import (
 )
 from capscope.demo.shifts import SHIFTS
 from capscope.metrics.constants import TOKEN_RULES
-from capscope.metrics.errors import CapscopeError, ModelUnavailable
+from capscope.common.errors import CapscopeError, ModelUnavailable
 from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 
 
@@ -182,7 +182,7 @@ def run_train_clip(args) -> int:
 
 
 def _info_config(args, **overrides):
-    from capscope.train.infometic import InfoTrainConfig
+    from capscope.train.infometic_trainer import InfoTrainConfig
 
     values = dict(
         out=args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
@@ -196,7 +196,7 @@ def _info_config(args, **overrides):
 
 
 def run_train_infometic(args) -> int:
-    from capscope.train.infometic import state_path, train_infometic
+    from capscope.train.infometic_trainer import state_path, train_infometic
 
     if args.labels is not None or args.dataset is not None:
         return run_finetune(args)
@@ -264,7 +264,7 @@ def init_checkpoint(value: str) -> Path:
 
 def check_set(path: Path | None):
     """The --check-gold file's items, read before any training (a bad file fails at once)."""
-    from capscope.metrics.jsonl import JsonlError
+    from capscope.common.jsonl import JsonlError
     from capscope.train.finetune import CheckSet
 
     if path is None:
@@ -279,8 +279,8 @@ def check_set(path: Path | None):
 
 def labels_for(args) -> tuple[list[dict], Path, dict]:
     """(CapTokenEval items, folder their image paths start from, what the labels are)."""
-    from capscope.metrics.checksums import file_sha256
-    from capscope.metrics.jsonl import JsonlError, read_json_lines
+    from capscope.common.checksums import file_sha256
+    from capscope.common.jsonl import JsonlError, read_json_lines
     from capscope.train.finetune import items_sha256
 
     if args.labels is not None:
@@ -319,7 +319,7 @@ def scorer_for(args):
     if args.clip_model == "capscope-demo-clip":
         from capscope.demo.clip_model import config_path_beside, register_demo_clip_config
         from capscope.metrics.encoder import CropStyle
-        from capscope.train.infometic import DEMO_CROP
+        from capscope.train.infometic_trainer import DEMO_CROP
 
         beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
         register_demo_clip_config(beside if beside is not None and beside.is_file() else None)

@@ -6,7 +6,7 @@ from pathlib import Path
 from capscope.batch.inputs import FORMATS
 from capscope.batch.pipeline import ScorerOptions
 from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 
 def register(sub) -> None:

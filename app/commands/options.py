@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE, PRECISIONS, TOKEN_RULES
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 from capscope.metrics.regions import PROPOSERS
 from capscope.metrics.registry import METRIC_NAMES
 

@@ -8,7 +8,7 @@ from capscope.batch import inputs, pipeline
 from capscope.batch.pipeline import ScorerOptions
 from capscope.commands.options import (METRICS, add_engine_options, add_model_options, add_region_options,
                                        engine_cluster, ScoringOptionsHidden)
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 log = logging.getLogger(__name__)
 

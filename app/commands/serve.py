@@ -5,7 +5,7 @@ from pathlib import Path
 
 from capscope.commands.options import add_db_option, add_precision_option, open_store
 from capscope.metrics.constants import TOKEN_RULES
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 
 def register(sub) -> None:
@@ -78,7 +78,7 @@ def check_origins(origins: list[str]) -> tuple[str, ...]:
 
 
 def score_gate(waiting: int, timeout: float):
-    from capscope.server.scorer import ScoreGate
+    from capscope.server.scoring import ScoreGate
 
     if waiting < 1 or not timeout > 0:
         raise CapscopeError("--score-waiting must be at least 1 and --score-timeout more than 0")

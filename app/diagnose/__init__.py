@@ -3,7 +3,7 @@ better than another, from their whole output (`run`), added up (`summary`),
 with error kinds (`error_types`), n-gram scores (`ngrams`) and a report
 (`report`)."""
 
-from .result import DiagnosisSummary
+from .diagnosis import DiagnosisSummary
 from .run import diagnose_captioners
 
 __all__ = ["DiagnosisSummary", "diagnose_captioners"]

@@ -7,7 +7,7 @@ import base64
 import html
 from pathlib import Path
 
-from capscope.metrics.paths import safe_name
+from capscope.common.paths import safe_name
 from capscope.metrics.registry import SPECS, metric_title
 
 from .error_types import TYPES

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscope.batch import inputs, pipeline
-from capscope.metrics.errors import CapscopeError
-from capscope.metrics.jsonl import json_lines
+from capscope.common.errors import CapscopeError
+from capscope.common.jsonl import json_lines
 
 from .error_types import type_source
 from .ngrams import ngram_scores
 from .report import write_report
-from .result import DiagnosisSummary
+from .diagnosis import DiagnosisSummary
 from .summary import Diagnosis
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import numpy as np
 
 from capscope import __version__
 from capscope.metrics.registry import SPECS, metric_title
-from capscope.metrics.stats import bootstrap_interval
+from capscope.common.stats import bootstrap_interval
 
 from .error_types import TYPES, caption_types
 

@@ -1,5 +1,6 @@
-"""The server: the REST API (`api`), the server's one scorer (`scorer`), training
-jobs and model activation (`training`), and the folders it may read (`data_roots`).
+"""The server: the REST API (`api`), the server's one scorer taken in turns
+(`scoring`), the request guards (`guards`), sign-in (`signin`), training jobs
+and model activation (`training`), and the folders it may read (`data_roots`).
 `create_app` is the entry point: `capscope.server.create_app(store)`."""
 from capscope.server.api import create_app
 

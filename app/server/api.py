@@ -33,18 +33,18 @@ from starlette.background import BackgroundTask
 
 from capscope import __version__
 from capscope.annotation import agreement, browse, export, gold, model_versions, queue, workflow
-from capscope.annotation.errors import AnnotationError
+from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
-from capscope.metrics.errors import ModelUnavailable
+from capscope.common.errors import ModelUnavailable
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
-from capscope.metrics.jsonl import JsonTextError, loads_limited
-from capscope.metrics import limits
+from capscope.common.jsonl import JsonTextError, loads_limited
+from capscope.common import limits
 from capscope.metrics.text import check_caption, check_references
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
                                     script_or_json)
-from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models, ScoreGate, ScoringBusy, ScoringTimeout
+from capscope.server.scoring import DEFAULT_TOKEN_RULE, Models, ScoreGate, ScoringBusy, ScoringTimeout
 from capscope.server.signin import guard_for
 from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 

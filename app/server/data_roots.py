@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 
 class OutsideDataRoots(CapscopeError, ValueError):

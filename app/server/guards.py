@@ -31,8 +31,8 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from capscope.metrics.jsonl import too_deep
-from capscope.metrics.limits import MAX_JSON_DEPTH
+from capscope.common.jsonl import too_deep
+from capscope.common.limits import MAX_JSON_DEPTH
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SECURITY_HEADERS = (

@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from capscope.annotation import model_versions as mv
-from capscope.annotation.errors import Conflict, Invalid, NotFound
+from capscope.annotation.refusals import Conflict, Invalid, NotFound
 from capscope.db import Store, data_dir
-from capscope.metrics.errors import ModelUnavailable
-from capscope.server.scorer import Models, first_line
+from capscope.common.errors import ModelUnavailable
+from capscope.server.scoring import Models, first_line
 from capscope.train.finetune_defaults import HOLDOUT as DEFAULT_HOLDOUT, MINUTES as DEFAULT_MINUTES
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ class TrainingJobs:
     def _run(self, job_id: str, init_path: Path, parent_id: int | None, items: list[dict], labels: dict,
              check) -> None:
         from capscope.bench.evaluate import fit_word_scale
-        from capscope.metrics.checksums import file_sha256
+        from capscope.common.checksums import file_sha256
         from capscope.train.finetune import Cancelled, FinetuneConfig, figures_path, finetune
 
         job = self.job(job_id)

@@ -1,1 +1,2 @@
-"""Research studies run on capscope as a whole (the label-efficiency study)."""
+"""Studies run on capscope as a whole: label efficiency, long captions, the
+region rule, diagnose's recovery of planted errors."""

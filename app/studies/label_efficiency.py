@@ -126,9 +126,9 @@ def _wrong_words(items: list[dict]) -> int:
 
 def run(args) -> dict:
     from capscope.bench.evaluate import fit_word_scale, predict
-    from capscope.bench.gold import f1_difference
+    from capscope.bench.gold_figures import f1_difference
     from capscope.demo.dataset import write_demo_data
-    from capscope.metrics.jsonl import read_json_lines
+    from capscope.common.jsonl import read_json_lines
     from capscope.metrics.loading import demo_model_path
     from capscope.train.finetune import FinetuneConfig, finetune
 
@@ -230,7 +230,7 @@ def _held_out(checkpoint: Path, folder: Path, items: list[dict]) -> tuple[dict, 
 
 
 def _own_world_f1(checkpoint: Path, folder: Path) -> float | None:
-    from capscope.metrics.jsonl import read_json_lines
+    from capscope.common.jsonl import read_json_lines
 
     return _held_out(checkpoint, folder, read_json_lines(folder / "captokeneval.jsonl"))[0]["incorrect_token_f1"]
 
@@ -240,7 +240,7 @@ def against_random(items: list[dict], decided: dict[tuple[str, int], list[list[d
     permutations), with the same labels and with twice as many (the goal: at
     most half the labels for the same F1), each with a paired bootstrap 95%
     interval over held-out images."""
-    from capscope.bench.gold import f1_difference
+    from capscope.bench.gold_figures import f1_difference
 
     out = []
     for (order, labels), children in decided.items():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capscope.bench.gold import confusion_counts, f1
+from capscope.bench.gold_figures import confusion_counts, f1
 from capscope.demo.scenes import make_caption, make_scene, pollute, scene_regions, scene_rng
 from capscope.metrics import windows
 from capscope.metrics.constants import BETA

@@ -25,7 +25,7 @@ import json
 import logging
 from pathlib import Path
 
-from capscope.bench.gold import f1
+from capscope.bench.gold_figures import f1
 from capscope.demo.scenes import distractor_box, make_caption, make_scene, scene_rng
 from capscope.metrics.constants import BETA
 from capscope.metrics.words import region_threshold

@@ -12,12 +12,12 @@ from pathlib import Path
 import gradio as gr
 
 from capscope.annotation import browse, importer, model_versions as mv, queue
-from capscope.annotation.errors import AnnotationError, Invalid
+from capscope.annotation.refusals import AnnotationError, Invalid
 from capscope.annotation.users import add_user, list_users
 from capscope.db import Store, data_dir
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
-from capscope.metrics.jsonl import JsonTextError, loads_limited
-from capscope.metrics.paths import UnsafePath, inside, name_problem, safe_name
+from capscope.common.jsonl import JsonTextError, loads_limited
+from capscope.common.paths import UnsafePath, inside, name_problem, safe_name
 from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
 from capscope.ui.shared import admin_only, build_export
 

@@ -20,14 +20,14 @@ from PIL import Image
 
 from capscope.annotation import browse, workflow
 from capscope.annotation.captioners import stored_verdicts
-from capscope.annotation.errors import AnnotationError
+from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
 from capscope.annotation.users import UserInfo, get_user
 from capscope.db import Store
 from capscope.metrics.images import read_image
-from capscope.metrics.lru import LRUCache
+from capscope.common.lru import LRUCache
 from capscope.metrics.registry import metric_names
-from capscope.server.scorer import DEFAULT_TOKEN_RULE, Models
+from capscope.server.scoring import DEFAULT_TOKEN_RULE, Models
 from capscope.ui.shared import SCORING_EVENTS
 from capscope.pictures import draw as ui_draw
 

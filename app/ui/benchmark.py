@@ -19,15 +19,15 @@ import gradio as gr
 import pandas as pd
 
 from capscope.annotation import agreement
-from capscope.bench import correlate as C, report as R
+from capscope.bench import human_correlation as C, correlation_report as R
 from capscope.bench.human import BENCHMARKS, Loaded, load
 from capscope.db import Store, data_dir
 from capscope.metrics.constants import BETA
-from capscope.metrics.errors import CapscopeError
-from capscope.metrics.paths import safe_name
+from capscope.common.errors import CapscopeError
+from capscope.common.paths import safe_name
 from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.server.data_roots import DataRoots
-from capscope.server.scorer import Models
+from capscope.server.scoring import Models
 from capscope.ui.shared import (
     DatasetScores, admin_only, build_export, dataset_choices, formatted, rounded, scratch_folder,
 )
@@ -283,7 +283,7 @@ FIGURES = ["text_accuracy", "vision_accuracy", "incorrect_token_f1", "incorrect_
 
 def evaluation_rows(pairs: list[tuple[dict, dict]]) -> list[list]:
     """One table row per metric, plus the trivial rule, of the `capscope evaluate` figures."""
-    from capscope.bench.gold import evaluate
+    from capscope.bench.gold_figures import evaluate
 
     if not pairs:
         return []

@@ -278,7 +278,7 @@ def breakdown(photo: Path, repeats: int = 7) -> dict:
 
     from capscope.ui import inspect as ui_inspect
     from capscope.metrics.images import read_image
-    from capscope.server.scorer import Models
+    from capscope.server.scoring import Models
 
     models = Models()
     image = read_image(photo)

@@ -18,7 +18,7 @@ from capscope.diagnose.report import plot_error_types, plot_scores
 from capscope.diagnose.run import scored_rows
 from capscope.diagnose.summary import Diagnosis, image_key
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 from capscope.metrics.images import ImageError, read_image
 from capscope.server.data_roots import DataRoots
 from capscope.ui.shared import SCORING_EVENTS, scratch_copy, scratch_folder

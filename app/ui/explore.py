@@ -8,7 +8,7 @@ import logging
 import gradio as gr
 
 from capscope.annotation import agreement, browse, export
-from capscope.annotation.errors import AnnotationError
+from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.gold import gold_history
 from capscope.annotation.users import get_user
 from capscope.annotation.votes import load_item

@@ -18,10 +18,10 @@ import gradio as gr
 from PIL import Image
 
 from capscope.metrics.constants import BETA
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, metric_names, metric_title
-from capscope.server.scorer import Models, ScoringBusy
+from capscope.server.scoring import Models, ScoringBusy
 from capscope.pictures import draw as ui_draw
 from capscope.ui.shared import SCORING_EVENTS, scratch_copy
 

@@ -26,16 +26,16 @@ import gradio as gr
 from PIL import Image
 
 from capscope.annotation import browse, importer
-from capscope.annotation.errors import Invalid
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.users import add_user, get_user, list_users
 from capscope.db import Store, data_dir
-from capscope.metrics import limits
-from capscope.metrics.errors import CapscopeError
-from capscope.metrics.jsonl import read_json_lines
+from capscope.common import limits
+from capscope.common.errors import CapscopeError
+from capscope.common.jsonl import read_json_lines
 from capscope.server.api import MAX_UPLOAD_FILE_BYTES
 from capscope.server.data_roots import DataRoots
 from capscope.server.signin import ClientAddress, ui_auth
-from capscope.server.scorer import TOKEN_RULE_NOTES, Models
+from capscope.server.scoring import TOKEN_RULE_NOTES, Models
 from capscope.server.training import Activations, TrainingJobs, models_folder
 from capscope.ui.admin import build_admin, build_model_versions
 from capscope.ui.annotate import Annotator, build_annotate

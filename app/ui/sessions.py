@@ -12,7 +12,7 @@ from typing import Callable
 
 from capscope.annotation.users import credential_stamp
 from capscope.db import Store
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 SESSION_HOURS = 12.0
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import gradio as gr
 
 from capscope.annotation import browse, export
-from capscope.annotation.errors import AnnotationError
-from capscope.annotation.import_predictions import import_prediction_rows
+from capscope.annotation.refusals import AnnotationError
+from capscope.annotation.importer.predictions import import_prediction_rows
 from capscope.annotation.users import get_user
 from capscope.annotation.votes import iter_items
 from capscope.db import Store
 from capscope.metrics.images import read_image
-from capscope.server.scorer import Models
+from capscope.server.scoring import Models
 
 log = logging.getLogger(__name__)
 

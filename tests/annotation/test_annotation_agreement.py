@@ -10,7 +10,7 @@ import pytest
 from annotation_support import import_small_dataset, sqlite_url
 from capscope.annotation import agreement
 from capscope.annotation import workflow as wf
-from capscope.annotation.errors import Invalid
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.export import iter_export
 from capscope.annotation.users import add_user
 from capscope.db import Store

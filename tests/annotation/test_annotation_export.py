@@ -11,7 +11,7 @@ import pytest
 from annotation_support import caption_rows, make_images, sqlite_url, write_jsonl
 from capscope.annotation import export, votes
 from capscope.annotation import workflow as wf
-from capscope.annotation.errors import Invalid
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.importer import ImportOptions, import_captions, mask_to_rle
 from capscope.annotation.users import add_user
 from capscope.db import Store

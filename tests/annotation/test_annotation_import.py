@@ -13,7 +13,7 @@ from sqlalchemy import func, select, text
 
 from annotation_support import caption_rows, make_images, sqlite_url, write_jsonl
 from capscope.annotation import importer
-from capscope.metrics import limits
+from capscope.common import limits
 from capscope.annotation.export import iter_export
 from capscope.annotation.importer import ImportOptions, import_captions, import_captokeneval
 from capscope.db import Caption, Image, Region, Store, Token

@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from annotation_support import import_small_dataset, sqlite_url, write_jsonl
 from capscope.annotation import workflow as wf
-from capscope.annotation.errors import Forbidden, Invalid, NotFound
+from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.users import add_user
 from capscope.db import Store, utcnow
 

@@ -1,7 +1,7 @@
 """Evaluate figures against hand-computed values."""
 import pytest
 
-from capscope.bench.gold import auroc, evaluate, f1, f1_difference, foil_accuracy
+from capscope.bench.gold_figures import auroc, evaluate, f1, f1_difference, foil_accuracy
 
 
 def tok(text, semantic, label):

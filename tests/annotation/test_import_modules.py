@@ -1,13 +1,16 @@
-"""The importer split by concern: the public entry keeps every name, and each
+"""The importer, a folder split by concern: the public entry keeps every name, and each
 concern module does its part on hand-made input."""
 import io
 import math
 
 import pytest
 
-from capscope.annotation import (
-    import_images, import_predictions, import_regions, import_report, import_rows, importer, uncertainty,
-)
+from capscope.annotation import importer, uncertainty
+from capscope.annotation.importer import image_files as import_images
+from capscope.annotation.importer import predictions as import_predictions
+from capscope.annotation.importer import problems as import_report
+from capscope.annotation.importer import row_regions as import_regions
+from capscope.annotation.importer import rows as import_rows
 
 PUBLIC = {
     "ImportOptions": importer, "import_captions": importer, "import_captokeneval": importer,

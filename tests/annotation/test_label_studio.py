@@ -10,7 +10,7 @@ import pytest
 
 from annotation_support import import_small_dataset, sqlite_url
 from capscope.annotation import label_studio as ls
-from capscope.annotation.import_predictions import import_prediction_rows
+from capscope.annotation.importer.predictions import import_prediction_rows
 from capscope.annotation.votes import iter_items
 from capscope.cli import main
 from capscope.db import Store

@@ -155,7 +155,7 @@ def test_tasks_go_to_label_studio_and_its_annotations_come_back(label_studio, tm
 
 def test_annotators_named_by_their_label_studio_email(label_studio, tmp_path, capsys, monkeypatch):
     from capscope.annotation import label_studio as ls
-    from capscope.annotation.errors import Invalid
+    from capscope.annotation.refusals import Invalid
 
     url, _ = label_studio
     assert ls.user_emails(url, TOKEN) == {1: "admin@capscope.test"}

@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 from annotation_support import fresh_pg_database, make_images, sqlite_url, write_jsonl
 from capscope.annotation import browse, queue
 from capscope.annotation import workflow as wf
-from capscope.annotation.errors import Invalid, NotFound
+from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.uncertainty import verdict_entropy
 from capscope.annotation.users import add_user
 from capscope.db import Caption, Dataset, Prediction, Store, utcnow
@@ -170,7 +170,7 @@ def test_item_uncertainty_counts_semantic_words_and_regions_under_the_token_rule
 
 
 def test_stored_uncertainty_judges_the_caption_s_semantic_words(store, tmp_path):
-    from capscope.annotation.import_predictions import upsert_predictions
+    from capscope.annotation.importer.predictions import upsert_predictions
 
     import_rows(store, tmp_path, 1)
     # "a" (not semantic) on the threshold is left out: "red" alone is seen, at twice beta

@@ -16,9 +16,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # folder in the repository -> import name (pyproject's package-dir)
-FOLDERS = {"metrics": "capscope.metrics", "db": "capscope.db", "annotation": "capscope.annotation",
-           "demo": "capscope.demo", "bench": "capscope.bench", "train": "capscope.train", "app": "capscope"}
+FOLDERS = {"metrics": "capscope.metrics", "db": "capscope.db", "annotation": "capscope.annotation", "app": "capscope"}
+TOP_LEVEL = {"metrics", "db", "annotation", "static"}  # the concerns kept at the top; every other package is app/X
+# every layer may import `common` (errors, limits, JSONL, paths, checksums, LRU, statistics): it imports nothing
 MAY_IMPORT = {
+    "common": set(),
     "metrics": set(),
     "db": set(),
     "annotation": {"db", "metrics"},
@@ -38,6 +40,7 @@ MAY_IMPORT = {
     "static": set(),
 }
 RE_EXPORTS = {  # module -> the one module it re-exports (its old home kept as an entry point)
+    "capscope.metrics.errors": "capscope.common.errors",
     "capscope.bench.browser_latency": "capscope.ui.browser_latency",
     "capscope.label_efficiency": "capscope.studies.label_efficiency",
 }
@@ -60,8 +63,7 @@ MODULES = module_files()
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    if parts[1:2] and parts[1] in ("metrics", "db", "annotation", "demo", "bench", "train", "batch", "server", "ui",
-                                    "studies", "pictures", "diagnose", "commands", "cli", "static"):
+    if parts[1:2] and parts[1] in MAY_IMPORT and parts[1] != "capscope":
         return parts[1]
     return "capscope"
 
@@ -105,13 +107,16 @@ def test_every_folder_is_a_known_layer():
             "capscope.train.finetune", "capscope.studies.label_efficiency"} <= set(MODULES)
 
 
+def wrong_imports(graph: dict[str, set[str]], source_layer: str) -> list[str]:
+    return sorted(f"{module} imports {target}" for module, targets in graph.items() if layer(module) == source_layer
+                  for target in targets
+                  if layer(target) not in (source_layer, "capscope", "common")
+                  and layer(target) not in MAY_IMPORT[source_layer] and RE_EXPORTS.get(module) != target)
+
+
 @pytest.mark.parametrize("source_layer", sorted(MAY_IMPORT))
 def test_each_layer_imports_only_the_layers_below_it(source_layer):
-    wrong = sorted(f"{module} imports {target}" for module, targets in GRAPH.items() if layer(module) == source_layer
-                   for target in targets
-                   if layer(target) not in (source_layer, "capscope") and layer(target) not in MAY_IMPORT[source_layer]
-                   and RE_EXPORTS.get(module) != target)
-    assert wrong == []
+    assert wrong_imports(GRAPH, source_layer) == []
 
 
 def test_only_the_cli_and_commands_import_commands():
@@ -161,5 +166,36 @@ def test_no_module_reaches_itself_through_imports():
 def test_a_layer_violation_would_be_found():
     """The checks above can fail: a metrics module importing db is caught."""
     graph = {**GRAPH, "capscope.metrics.scorer": GRAPH["capscope.metrics.scorer"] | {"capscope.db.store"}}
-    wrong = [t for t in graph["capscope.metrics.scorer"] if layer(t) not in MAY_IMPORT["metrics"] | {"metrics"}]
-    assert wrong == ["capscope.db.store"]
+    assert wrong_imports(graph, "metrics") == ["capscope.metrics.scorer imports capscope.db.store"]
+    graph = {**GRAPH, "capscope.common.jsonl": GRAPH["capscope.common.jsonl"] | {"capscope.metrics.text"}}
+    assert wrong_imports(graph, "common") == ["capscope.common.jsonl imports capscope.metrics.text"]
+
+
+def test_capscope_x_is_app_x_unless_x_is_a_top_level_concern():
+    """One rule for where a package lives, in the files and in pyproject's package-dir."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert setup["package-dir"] == {"capscope": "app", **{f"capscope.{name}": name for name in sorted(TOP_LEVEL)}}
+    code_folders = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert code_folders == TOP_LEVEL | {"app"} - {"static"} or code_folders == TOP_LEVEL | {"app"}
+    for package in setup["packages"]:
+        parts = package.split(".")
+        folder = ROOT / (parts[1] if parts[1:2] and parts[1] in TOP_LEVEL else "app") / \
+            "/".join(parts[2:] if parts[1:2] and parts[1] in TOP_LEVEL else parts[1:])
+        assert (folder / "__init__.py").is_file(), package
+    listed = set(setup["packages"])
+    on_disk = {".".join(["capscope", *p.parent.relative_to(ROOT / "app").parts]) for p in (ROOT / "app").rglob("__init__.py")}
+    assert on_disk - listed == set()  # every package folder is installed
+    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")}
+    assert TOP_LEVEL | {"app"} <= copied  # and goes into the image
+
+
+def test_no_two_modules_share_a_file_name():
+    """A file name says what is in it; the re-exports kept as old entry points are the exceptions."""
+    names: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        if path.name != "__init__.py" and module not in RE_EXPORTS and ".migrations." not in module:
+            names.setdefault(path.name, []).append(module)
+    shared = {name: modules for name, modules in names.items() if len(modules) > 1}
+    assert shared == {}

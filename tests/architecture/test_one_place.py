@@ -10,14 +10,14 @@ import pytest
 from PIL import Image
 
 from capscope.cli import main
-from capscope.metrics.errors import CapscopeError, ModelUnavailable
+from capscope.common.errors import CapscopeError, ModelUnavailable
 
 
 # ---------------------------------------------------------------- errors
 
 def test_user_errors_share_one_base_and_keep_their_old_homes():
     from capscope import cli
-    from capscope.annotation.errors import AnnotationError, NotFound
+    from capscope.annotation.refusals import AnnotationError, NotFound
     from capscope.metrics import loading, scorer
 
     assert cli.CapscopeError is CapscopeError
@@ -29,7 +29,7 @@ def test_user_errors_share_one_base_and_keep_their_old_homes():
 
 @pytest.mark.parametrize("error", [ModelUnavailable("CLIP: no weights here"), CapscopeError("bad flag")])
 def test_the_cli_prints_any_user_error_as_one_line(monkeypatch, capsys, error):
-    import capscope.commands.models as cmd_models
+    import capscope.commands.weights as cmd_models
 
     def fail(_args):
         raise error
@@ -49,7 +49,7 @@ def test_an_annotation_error_reaches_the_cli_as_one_line(tmp_path, capsys):
 
 
 def test_other_errors_still_show_their_traceback(monkeypatch):
-    import capscope.commands.models as cmd_models
+    import capscope.commands.weights as cmd_models
 
     def fail(_args):
         raise KeyError("a bug")
@@ -118,19 +118,19 @@ def test_each_command_module_registers_its_own_commands():
 
     from capscope import cli
 
-    assert "capscope.commands.models" in cli.COMMAND_MODULES
-    for name, commands in (("capscope.commands.models", {"models"}), ("capscope.commands.score", {"score", "features"})):
+    assert "capscope.commands.weights" in cli.COMMAND_MODULES
+    for name, commands in (("capscope.commands.weights", {"models"}), ("capscope.commands.score", {"score", "features"})):
         sub = argparse.ArgumentParser().add_subparsers()
         importlib.import_module(name).register(sub)
         assert set(sub.choices) == commands
-    assert cli.build_parser().parse_args(["models", "--json"]).func.__module__ == "capscope.commands.models"
+    assert cli.build_parser().parse_args(["models", "--json"]).func.__module__ == "capscope.commands.weights"
 
 
-def test_auroc_lives_in_metrics_for_both():
-    from capscope.bench import gold
-    from capscope.metrics.stats import auroc
+def test_auroc_lives_in_common_for_both():
+    from capscope.bench import gold_figures
+    from capscope.common.stats import auroc
 
-    assert gold.auroc is auroc
+    assert gold_figures.auroc is auroc
     assert auroc([True, False, True, False], [0.9, 0.1, 0.8, 0.3]) == 1.0
     assert auroc([True, False, True], [0.2, 0.5, None]) == 0.0
     assert auroc([True, True], [0.2, 0.5]) is None
@@ -142,7 +142,7 @@ def test_the_trainer_probe_scores_with_the_evaluator_it_is_given(tmp_path):
     import torch
 
     from capscope.demo.clip_model import new_demo_clip, save_demo_clip
-    from capscope.train.infometic import InfoTrainConfig, train_infometic
+    from capscope.train.infometic_trainer import InfoTrainConfig, train_infometic
 
     torch.manual_seed(0)
     save_demo_clip(new_demo_clip(), tmp_path / "clip.pt")
@@ -167,7 +167,7 @@ def test_the_trainer_probe_scores_with_the_evaluator_it_is_given(tmp_path):
 # ---------------------------------------------------------------- limits
 
 def test_one_caption_and_reference_rule_for_every_door():
-    from capscope.metrics.limits import MAX_CAPTION_CHARS, MAX_REFERENCES
+    from capscope.common.limits import MAX_CAPTION_CHARS, MAX_REFERENCES
     from capscope.metrics.text import check_caption, check_references
 
     assert check_caption("x" * MAX_CAPTION_CHARS) == ""
@@ -179,7 +179,7 @@ def test_one_caption_and_reference_rule_for_every_door():
 
 
 def test_given_regions_over_the_limit_are_refused():
-    from capscope.metrics.limits import MAX_REGIONS
+    from capscope.common.limits import MAX_REGIONS
     from capscope.metrics.regions import given_regions
 
     assert len(given_regions([[0, 0, 5, 5]] * MAX_REGIONS, 10, 10)) == MAX_REGIONS
@@ -193,12 +193,12 @@ LIMIT_NAMES = ("MAX_CAPTION_CHARS", "MAX_REFERENCES", "MAX_IMAGE_PIXELS", "MAX_P
 
 
 def test_each_limit_is_written_once():
-    """Only metrics/limits.py gives these limits a number; everyone else reads it."""
+    """Only app/common/limits.py gives these limits a number; everyone else reads it."""
     found = [f"{path}:{node.lineno} {target.id}" for path, tree in package_trees()
              for node in tree.body if isinstance(node, ast.Assign)
              for target in node.targets
              if isinstance(target, ast.Name) and target.id in LIMIT_NAMES and _is_number(node.value)]
-    assert [f for f in found if not f.startswith("metrics/limits.py")] == []
+    assert [f for f in found if not f.startswith("app/common/limits.py")] == []
     assert len(found) == len(set(LIMIT_NAMES) - {"MAX_PIXELS", "MAX_SCORE_PIXELS"})
 
 
@@ -265,7 +265,7 @@ def test_broken_images_give_one_error_type(source, fragment):
 
 
 def test_limits_and_formats_are_checked_before_decoding(tmp_path, monkeypatch):
-    from capscope.metrics import limits
+    from capscope.common import limits
     from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 
     with pytest.raises(ImageError, match="image not found: nope.png"):
@@ -281,8 +281,8 @@ def test_limits_and_formats_are_checked_before_decoding(tmp_path, monkeypatch):
 
 
 def test_the_scorer_and_the_importer_use_it(tmp_path):
-    from capscope.annotation.import_images import ImageFile, decode_image
-    from capscope.annotation.import_report import RowProblem
+    from capscope.annotation.importer.image_files import ImageFile, decode_image
+    from capscope.annotation.importer.problems import RowProblem
     from capscope.metrics.scorer import RowError, row_image
 
     (tmp_path / "a.png").write_bytes(_png())
@@ -301,7 +301,7 @@ def test_the_scorer_and_the_importer_use_it(tmp_path):
 # ---------------------------------------------------------------- JSONL
 
 def _jsonl(tmp_path, monkeypatch) -> Path:
-    from capscope.metrics import limits
+    from capscope.common import limits
 
     monkeypatch.setattr(limits, "MAX_LINE_BYTES", 40)
     path = tmp_path / "rows.jsonl"
@@ -310,7 +310,7 @@ def _jsonl(tmp_path, monkeypatch) -> Path:
 
 
 def test_one_jsonl_reader_reports_each_bad_line(tmp_path, monkeypatch):
-    from capscope.metrics.jsonl import json_lines
+    from capscope.common.jsonl import json_lines
 
     lines = list(json_lines(_jsonl(tmp_path, monkeypatch)))
     assert [(n, row) for n, row, why in lines if why is None] == [(1, {"id": "a"}), (8, {"id": "b"})]
@@ -320,10 +320,10 @@ def test_one_jsonl_reader_reports_each_bad_line(tmp_path, monkeypatch):
 
 
 def test_every_reader_goes_through_it(tmp_path, monkeypatch):
-    from capscope.annotation.import_rows import read_jsonl
+    from capscope.annotation.importer.rows import read_jsonl
     from capscope.bench.evaluate import read_gold
     from capscope.batch.pipeline import read_pairs
-    from capscope.metrics.jsonl import JsonlError
+    from capscope.common.jsonl import JsonlError
 
     path = _jsonl(tmp_path, monkeypatch)
     assert [(n, why) for n, row, why in read_pairs(path) if why][0] == (4, "line 4: expected a JSON object, got list")
@@ -341,8 +341,8 @@ def test_every_reader_goes_through_it(tmp_path, monkeypatch):
 def test_one_thread_limiter_for_the_server_and_the_metrics():
     import torch
 
-    from capscope.server import scorer as ui_models
-    from capscope.metrics.threads import few_threads
+    from capscope.server import scoring as ui_models
+    from capscope.common.threads import few_threads
 
     assert ui_models.few_threads is few_threads and not hasattr(ui_models, "one_thread")
     before = torch.get_num_threads()
@@ -360,7 +360,7 @@ def test_one_thread_limiter_for_the_server_and_the_metrics():
 
 
 def test_the_lru_cache_forgets_the_least_recently_used():
-    from capscope.metrics.lru import LRUCache
+    from capscope.common.lru import LRUCache
 
     cache = LRUCache(2)
     cache["a"], cache["b"] = 1, 2
@@ -372,7 +372,7 @@ def test_the_lru_cache_forgets_the_least_recently_used():
 
 
 def test_get_many_computes_each_missing_key_once_even_past_the_size():
-    from capscope.metrics.lru import LRUCache
+    from capscope.common.lru import LRUCache
 
     cache, calls = LRUCache(2), []
 
@@ -415,7 +415,7 @@ def test_image_feature_caches_are_bounded_and_cleared_in_public():
 def test_one_checkpoint_reader_checks_and_explains(tmp_path):
     import torch
 
-    from capscope.metrics import checksums
+    from capscope.common import checksums
     from capscope.metrics.loading import read_checkpoint
 
     with pytest.raises(ModelUnavailable, match=r"SAM: checkpoint file .*none.pth not found \(set --sam\)"):
@@ -484,7 +484,7 @@ def _private(name: str) -> bool:
 # ---------------------------------------------------------------- helpers
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "metrics", "annotation", "bench", "demo", "train", "db")
+PACKAGES = ("app", "metrics", "annotation", "db")
 
 
 def package_trees():

@@ -117,7 +117,7 @@ def one_torch_thread():
 
 def test_worker_error_becomes_its_one_line():
     from capscope.batch.engine_ray import worker_errors
-    from capscope.metrics.errors import CapscopeError, ModelUnavailable
+    from capscope.common.errors import CapscopeError, ModelUnavailable
 
     wrapped = RuntimeError("ray task failed\n  Traceback ...")
     wrapped.cause = ModelUnavailable("InfoMetIC: best.pth not found; set --infometic-checkpoint")
@@ -130,7 +130,7 @@ def test_worker_error_becomes_its_one_line():
 
 def test_pool_shape_from_options_and_cluster():
     from capscope.batch.engine_ray import Cluster, pool_shape
-    from capscope.metrics.errors import CapscopeError
+    from capscope.common.errors import CapscopeError
 
     class FakeRay:
         def __init__(self, **resources):

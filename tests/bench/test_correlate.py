@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from capscope.bench import correlate as C
-from capscope.bench import report as R
+from capscope.bench import human_correlation as C
+from capscope.bench import correlation_report as R
 from capscope.bench import published
 from capscope.bench.human import Loaded, Pair, Rated
 from capscope.cli import main

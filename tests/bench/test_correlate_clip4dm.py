@@ -10,7 +10,7 @@ import pytest
 from PIL import Image, ImageDraw
 from sklearn.metrics import average_precision_score
 
-from capscope.bench import report as R
+from capscope.bench import correlation_report as R
 from capscope.bench import dense as D
 from capscope.bench import candidates as K
 from capscope.bench import published

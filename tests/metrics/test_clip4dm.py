@@ -12,7 +12,7 @@ from PIL import Image
 
 from capscope.bench.clip4dm_released import released_clip4dm, space_tokenize
 from capscope.metrics.clip4dm import CHUNK, split_words
-from capscope.metrics.errors import ModelUnavailable
+from capscope.common.errors import ModelUnavailable
 from capscope.metrics.scorer import Scorer
 
 CAPTIONS = [

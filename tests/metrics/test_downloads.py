@@ -10,7 +10,7 @@ import gdown
 import pytest
 
 from capscope.cli import main
-from capscope.metrics import checksums, downloads, loading
+from capscope.common import checksums, downloads, loading
 from capscope.metrics.loading import ModelUnavailable
 
 

@@ -115,7 +115,7 @@ def test_the_commands_take_precision(tmp_path, capsys):
 
 def test_the_server_scores_at_its_precision(tmp_path):
     from capscope.server.api import create_app
-    from capscope.server.scorer import Models
+    from capscope.server.scoring import Models
 
     app = create_app(f"sqlite:///{tmp_path / 'p.db'}", precision="bf16")
     assert app.state.models.factory.keywords["precision"] == "bf16"

@@ -14,18 +14,18 @@ import torch
 
 from annotation_support import import_small_dataset, make_images, sqlite_url, write_jsonl
 from capscope.annotation import label_studio as ls
-from capscope.annotation.errors import Invalid
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.export import csv_cells, export_stem, iter_export
 from capscope.annotation.importer import ImportOptions, import_captions, import_captokeneval
 from capscope.annotation.users import add_user
 from capscope.annotation.votes import iter_items
 from capscope.annotation.workflow import record_judgement
 from capscope.db import Store
-from capscope.metrics import limits
-from capscope.metrics.errors import CapscopeError, ModelUnavailable
-from capscope.metrics.jsonl import JsonlError, JsonTextError, json_depth, json_lines, loads_limited, read_json_lines
+from capscope.common import limits
+from capscope.common.errors import CapscopeError, ModelUnavailable
+from capscope.common.jsonl import JsonlError, JsonTextError, json_depth, json_lines, loads_limited, read_json_lines
 from capscope.metrics.loading import demo_model_path, read_checkpoint
-from capscope.metrics.paths import UnsafePath, inside, name_problem, safe_name
+from capscope.common.paths import UnsafePath, inside, name_problem, safe_name
 
 from security_support import ADMIN, basic
 
@@ -195,7 +195,7 @@ def test_a_file_that_is_not_a_json_list_is_refused_in_one_line(labelled, tmp_pat
 
 
 def test_score_rows_of_the_wrong_shape_are_row_errors_when_imported_as_predictions(labelled, tmp_path):
-    from capscope.annotation.import_predictions import import_predictions
+    from capscope.annotation.importer.predictions import import_predictions
 
     store, item = labelled
     rows = [{"id": item.external_id, "metrics": {"infometic": "x"}},

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from capscope.commands.serve import check_origins, score_gate
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 ROOT = Path(__file__).resolve().parents[2]
 

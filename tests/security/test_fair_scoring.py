@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from security_support import ANN, BOB, basic, file_data, fn_index, gradio_config, gradio_event, ui_login, uploaded
-from capscope.server.scorer import ScoreGate, ScoringBusy, ScoringTimeout
+from capscope.server.scoring import ScoreGate, ScoringBusy, ScoringTimeout
 
 FLOOD = 47
 

@@ -20,7 +20,7 @@ import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import select, update
 
-from capscope.annotation.errors import Invalid
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.users import MIN_PASSWORD_CHARS, add_user, authenticate, credential_stamp
 from capscope.cli import build_parser, main
 from capscope.db import Store, User

@@ -13,7 +13,7 @@ import numpy as np
 import psutil
 from PIL import Image
 
-from capscope.metrics import limits
+from capscope.common import limits
 from security_support import ANN, file_data, fn_index, gradio_config, gradio_event, ui_login, uploaded
 
 

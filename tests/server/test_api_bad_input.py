@@ -46,7 +46,7 @@ def test_bad_score_requests(api, name, body, status):
 
 def test_oversize_bodies_and_images(api, monkeypatch):
     import capscope.server.api as server
-    from capscope.metrics import limits
+    from capscope.common import limits
 
     huge = b'{"image": "' + b"A" * (server.MAX_SCORE_BODY_BYTES + 10) + b'", "caption": "x"}'
     response = api.post("/api/score", content=huge, headers={"content-type": "application/json"}, auth=ANN)

@@ -31,7 +31,7 @@ SCRIPT = {"X-Requested-With": "capscope-tests"}  # a body-less POST says it come
 
 def factory(metrics, infometic_checkpoint=None):
     """The server's own default factory, InfoMetIC only (the other metrics' weights are not here)."""
-    from capscope.server.scorer import default_factory
+    from capscope.server.scoring import default_factory
 
     return default_factory(["infometic"], infometic_checkpoint=infometic_checkpoint)
 
@@ -90,7 +90,7 @@ def checkpoint_files(world) -> list:
 
 
 def demo_sha() -> str:
-    from capscope.metrics.checksums import file_sha256
+    from capscope.common.checksums import file_sha256
     from capscope.metrics.loading import demo_model_path
 
     return file_sha256(demo_model_path())
@@ -137,7 +137,7 @@ def test_training_through_the_api_records_a_version(world, trained):
 
 
 def test_the_checkpoint_loads_through_the_scorer(world, trained):
-    from capscope.metrics.checksums import file_sha256
+    from capscope.common.checksums import file_sha256
     from capscope.metrics.scorer import Scorer
 
     (row,) = [v for v in versions(world) if v.id == trained["version_id"]]
@@ -481,7 +481,7 @@ def test_stored_predictions_keep_the_word_threshold_scale_their_rows_record(worl
     ({}, None), (None, None),
 ])
 def test_a_rows_recorded_word_scale(model, expected):
-    from capscope.annotation.import_predictions import recorded_word_scale
+    from capscope.annotation.importer.predictions import recorded_word_scale
 
     assert recorded_word_scale(model, "infometic") == expected
 

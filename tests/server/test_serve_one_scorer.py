@@ -197,7 +197,7 @@ def test_serve_refuses_a_negative_rescore_limit(tmp_path, capsys):
 
 def test_the_page_shows_the_token_rule(tmp_path):
     from capscope.ui.page import build_ui
-    from capscope.server.scorer import Models
+    from capscope.server.scoring import Models
 
     demo = build_ui(Store(sqlite_url(tmp_path)), Models(token_rule="paper"))
     notes = [block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "cs-token-rule"]

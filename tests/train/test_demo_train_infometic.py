@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from capscope.train.infometic import (
+from capscope.train.infometic_trainer import (
     InfoTrainConfig, LOSS_NAMES, open_session, pick_images, state_path, step_losses, total_loss, train_infometic,
 )
 

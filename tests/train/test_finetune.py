@@ -11,9 +11,9 @@ import torch
 from capscope.cli import main
 from capscope.train.finetune import FinetuneError, figures_path, split_by_image, swapped_items
 from capscope.demo.shifts import SHIFTS, shifted_pixels
-from capscope.metrics.checksums import file_sha256
+from capscope.common.checksums import file_sha256
 from capscope.metrics.words import decide_words
-from capscope.metrics.jsonl import read_json_lines
+from capscope.common.jsonl import read_json_lines
 from capscope.metrics.loading import demo_model_path
 
 

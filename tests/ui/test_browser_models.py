@@ -34,7 +34,7 @@ pytestmark = pytest.mark.browser
 
 def factory(metrics, infometic_checkpoint=None):
     """The server's own default factory, InfoMetIC only (the other metrics' weights are not here)."""
-    from capscope.server.scorer import default_factory
+    from capscope.server.scoring import default_factory
 
     return default_factory(["infometic"], infometic_checkpoint=infometic_checkpoint)
 
@@ -107,7 +107,7 @@ def table_row(page, selector: str, row: int) -> list[str]:
 
 def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chromium, served):
     from capscope.annotation.model_versions import DEFAULT_TAG, list_versions
-    from capscope.metrics.checksums import file_sha256
+    from capscope.common.checksums import file_sha256
     from capscope.metrics.loading import demo_model_path
 
     store, ann = served.store, get_user(served.store, ANN[0])

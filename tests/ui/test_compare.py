@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 from capscope.server.data_roots import DataRoots
 from capscope.ui.compare import compare, named_files, open_in_inspect, store_choices, wrong_captions
 from ui_support import scored
@@ -76,7 +76,7 @@ def store_with_captioners(tmp_path):
     its dataset, with InfoMetIC predictions: `swapper` wrote "blue" for red
     twice, and its predictions give "blue" a low share."""
     from annotation_support import make_images, sqlite_url, write_jsonl
-    from capscope.annotation.import_predictions import import_prediction_rows
+    from capscope.annotation.importer.predictions import import_prediction_rows
     from capscope.annotation.importer import ImportOptions, import_captions
     from capscope.db import Store
 

@@ -12,13 +12,13 @@ import pytest
 import scipy.stats
 from PIL import Image
 
-from capscope.bench import correlate as C
-from capscope.bench import report as R
+from capscope.bench import human_correlation as C
+from capscope.bench import correlation_report as R
 from capscope.demo.judgements import write_judgements
 from capscope.ui.benchmark import (
     AgreementView, SharedScorer, agreement_with_people, demo_judgements, outputs_of,
 )
-from capscope.server.scorer import Models, default_factory
+from capscope.server.scoring import Models, default_factory
 from ui_support import use_demo_checkpoint
 
 METRICS = ["infometic", "clip-s"]
@@ -227,7 +227,7 @@ def test_paths_inside_a_root_are_allowed(rooted, name):
                                   "escape/secret.png", "escape", "..", "../root-sibling"])
 def test_paths_that_leave_the_roots_are_refused(rooted, name):
     from capscope.server.data_roots import OutsideDataRoots
-    from capscope.metrics.errors import CapscopeError
+    from capscope.common.errors import CapscopeError
 
     roots, root, _ = rooted
     with pytest.raises(OutsideDataRoots, match="outside the server's data roots") as caught:
@@ -254,7 +254,7 @@ def test_absolute_paths_prefixes_and_bad_paths_are_refused(rooted, tmp_path):
 
 def test_the_default_root_is_the_data_folder(tmp_path, monkeypatch):
     from capscope.server.data_roots import DataRoots, OutsideDataRoots, check_folders
-    from capscope.metrics.errors import CapscopeError
+    from capscope.common.errors import CapscopeError
 
     monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
     assert DataRoots().folders == (tmp_path / "data",)

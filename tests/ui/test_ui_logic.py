@@ -25,7 +25,7 @@ from capscope.annotation.votes import load_item
 from capscope.db import Store
 from capscope.ui.page import demo_examples, ensure_admin
 from capscope.ui.annotate import Annotator, progress_html, saved_text, token_values
-from capscope.server.scorer import Models
+from capscope.server.scoring import Models
 
 CAPTION = "a red circle and a blue square."
 TOKENS = [("a", 0, 1, False), ("red", 2, 5, True), ("circle", 6, 12, True), ("and", 13, 16, False),
@@ -171,7 +171,7 @@ def test_token_shade_bounds():
 # ---------------------------------------------------------------- models
 
 def test_models_build_once_and_leave_out_metrics_that_cannot_load():
-    from capscope.metrics.errors import ModelUnavailable
+    from capscope.common.errors import ModelUnavailable
     from capscope.metrics.registry import metric_names
 
     built = []
@@ -294,7 +294,7 @@ def test_submit_and_skip_advance_and_progress_counts(dataset):
 
 
 def test_toggle_out_of_range_is_refused(dataset):
-    from capscope.annotation.errors import AnnotationError
+    from capscope.annotation.refusals import AnnotationError
 
     store, ann, _, _ = dataset
     annotator = Annotator(store)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from capscope.annotation.import_report import ImportReport, RowProblem
-from capscope.metrics.limits import MAX_REGIONS
+from capscope.annotation.importer.problems import ImportReport, RowProblem
+from capscope.common.limits import MAX_REGIONS
 from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_rle
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from capscope.metrics.jsonl import json_lines
+from capscope.common.jsonl import json_lines
 
 
 def write_rows(source: Path, out: Path, n: int, images: Path, n_images: int) -> None:

@@ -6,10 +6,10 @@ batch, so a killed import leaves only whole batches behind; running it again
 skips what is already there (captions by dataset and id plus a content hash,
 images by the SHA-256 of their bytes) and adds the rest.
 
-This module is the public entry and the batching loop; the work is split by concern:
-`import_rows` (reading and checking rows), `import_images` (image files),
-`import_regions` (regions given or proposed), `import_store` (writing to the
-database), `import_predictions` (a `capscope score` output as pre-annotations).
+This package's entry is the public one and the batching loop; the work is split by concern:
+`rows` (reading and checking rows), `images` (image files), `regions` (regions
+given or proposed), `writes` (writing to the database), `problems` (the
+report of bad rows), `predictions` (a `capscope score` output as pre-annotations).
 The file formats are in docs/formats.md.
 """
 from __future__ import annotations
@@ -21,21 +21,21 @@ from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError
 
-from capscope.annotation.errors import Invalid
-from capscope.annotation.import_images import (
+from capscope.annotation.refusals import Invalid
+from capscope.annotation.importer.image_files import (
     ImageFile, decode_image, hash_image_file, resolve_image_path,
 )
-from capscope.annotation.import_predictions import import_predictions
-from capscope.annotation.import_regions import checked_regions, make_proposer, propose_regions
-from capscope.annotation.import_report import ImportReport, RowError, RowProblem
-from capscope.annotation.import_rows import (
+from capscope.annotation.importer.predictions import import_predictions
+from capscope.annotation.importer.row_regions import checked_regions, make_proposer, propose_regions
+from capscope.annotation.importer.problems import ImportReport, RowError, RowProblem
+from capscope.annotation.importer.rows import (
     REGION_LABELS, TOKEN_LABELS, PreparedRow, checked_tokens, finish_row, prepare_row, read_jsonl,
     row_id_for_report, tokenize,
 )
-from capscope.annotation.import_store import known_state, set_annotators_needed, write_rows
+from capscope.annotation.importer.writes import known_state, set_annotators_needed, write_rows
 from capscope.annotation.uncertainty import token_uncertainty
 from capscope.db import Store
-from capscope.metrics.paths import name_problem
+from capscope.common.paths import name_problem
 from capscope.metrics.regions import mask_to_rle
 
 __all__ = [

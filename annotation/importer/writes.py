@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy import select, update
 
 from capscope.annotation.gold import write_gold
-from capscope.annotation.import_report import ImportReport, RowError
-from capscope.annotation.import_rows import PreparedRow
+from capscope.annotation.importer.problems import ImportReport, RowError
+from capscope.annotation.importer.rows import PreparedRow
 from capscope.db import Caption, Dataset, Image, Region, Store, Token
 
 

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
-from capscope.metrics.errors import CapscopeError, ModelUnavailable
+from capscope.common.errors import CapscopeError, ModelUnavailable
 from capscope.metrics.registry import metric_names
-from capscope.metrics.threads import few_threads
+from capscope.common.threads import few_threads
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from capscope.metrics.stats import auroc, bootstrap_interval
+from capscope.common.stats import auroc, bootstrap_interval
 
 
 @dataclass

@@ -42,7 +42,7 @@ from capscope.bench.dense import (
     token_dense_captions,
     wants_dense,
 )
-from capscope.metrics.stats import bootstrap_interval
+from capscope.common.stats import bootstrap_interval
 
 CATEGORIES = ("HC", "HI", "HM", "MM")
 BASELINE_KEY = "baseline.words"  # rating benchmarks: caption length in words, a trivial rule
@@ -257,7 +257,7 @@ def incorrect_average_precision(items, predictions, draws: int = 0, seed: int = 
     bootstrap interval over images."""
     from sklearn.metrics import average_precision_score
 
-    from capscope.bench.gold import collect_tokens
+    from capscope.bench.gold_figures import collect_tokens
 
     judged = collect_tokens(items, [p or {} for p in predictions])
     kept = [(g, s, image) for g, s, image in zip(judged.gold, judged.scores, labelled_token_images(items), strict=True)
@@ -283,7 +283,7 @@ def pos_breakdown(items, predictions, nlp) -> tuple[dict | None, str]:
     incorrect, the accuracy of the metric's decisions and the AP of incorrect."""
     from sklearn.metrics import average_precision_score
 
-    from capscope.bench.gold import collect_tokens
+    from capscope.bench.gold_figures import collect_tokens
 
     if not (nlp.has_pipe("tagger") or nlp.has_pipe("morphologizer")):
         return None, ("no part-of-speech breakdown: spaCy runs a blank pipeline without a tagger "

@@ -451,7 +451,7 @@ def checkpoint(s: Session, window: list[dict], bar) -> None:
 
 def probe(s: Session) -> dict:
     """The checkpoint just saved, scored on the probe gold file through the public Scorer."""
-    from capscope.metrics.jsonl import read_json_lines
+    from capscope.common.jsonl import read_json_lines
     from capscope.metrics.scorer import Scorer
 
     was_training = s.model.training

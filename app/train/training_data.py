@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from capscope.metrics.errors import CapscopeError
-from capscope.metrics.jsonl import json_lines
+from capscope.common.errors import CapscopeError
+from capscope.common.jsonl import json_lines
 
 
 class TrainingDataError(CapscopeError, ValueError):

@@ -5,9 +5,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from capscope.annotation.import_report import RowProblem
+from capscope.annotation.importer.problems import RowProblem
 from capscope.metrics.images import ImageError, check_bytes, read_image
-from capscope.metrics.jsonl import shown
+from capscope.common.jsonl import shown
 
 
 @dataclass

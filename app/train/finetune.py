@@ -36,7 +36,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 from capscope.train.finetune_defaults import HOLDOUT, MINUTES
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class CheckSet:
 
     @classmethod
     def from_file(cls, path: Path) -> "CheckSet":
-        from capscope.metrics.jsonl import read_json_lines
+        from capscope.common.jsonl import read_json_lines
 
         path = Path(path)
         return cls({"file": path.name}, read_json_lines(path), path.parent)
@@ -242,7 +242,7 @@ def replay_items(source: str | Path | None, n: int, seed: int, scratch: Path | N
     that the child does not forget it: the first `n` items of a CapTokenEval
     file, or `n` fresh demo-world items for "demo", drawn into `scratch` (image
     paths made absolute)."""
-    from capscope.metrics.jsonl import read_json_lines
+    from capscope.common.jsonl import read_json_lines
 
     if not source:
         return []
@@ -514,7 +514,7 @@ def region_loss(out: dict, labels: torch.Tensor) -> torch.Tensor:
     should draw less mass than "nothing")."""
     import torch.nn.functional as F
 
-    from capscope.train.infometic import vision_token_loss
+    from capscope.train.infometic_trainer import vision_token_loss
 
     mentioned = vision_token_loss(out["region_log_attention"], labels)
     log_attention = out["region_log_attention"]
@@ -528,7 +528,7 @@ def region_loss(out: dict, labels: torch.Tensor) -> torch.Tensor:
 
 
 def token_losses(out: dict, labels: torch.Tensor, token_rule: str, balanced_shares: bool = False) -> torch.Tensor:
-    from capscope.train.infometic import text_token_loss, verify_loss
+    from capscope.train.infometic_trainer import text_token_loss, verify_loss
 
     loss = share_loss(out["text_log_attention"], labels, token_rule, balanced=balanced_shares)
     if out.get("checks") is not None and "logits" in out["checks"]:
@@ -590,7 +590,7 @@ def load_parent(path: Path, device):
 
     from capscope.metrics.loading import read_checkpoint
     from capscope.metrics.scorer import load_infometic
-    from capscope.train.infometic import PLAIN_CROP
+    from capscope.train.infometic_trainer import PLAIN_CROP
 
     raw = read_checkpoint(path, "InfoMetIC", "--init")
     model, clip_name = load_infometic(raw, str(path))
@@ -619,7 +619,7 @@ def finetune(config: FinetuneConfig, evaluate_gold: Callable | None = None,
     `fit_word_scale`, normally `capscope.bench.evaluate.fit_word_scale`, fits the child's
     word threshold on its training items (None: no fit, the scale stays 1).
     Raises Cancelled (nothing written) when `should_stop` turns true."""
-    from capscope.metrics.checksums import file_sha256
+    from capscope.common.checksums import file_sha256
     from capscope.metrics.encoder import ClipBackbone, CropStyle
     from capscope.metrics.families import InfoFamilyMetric
 

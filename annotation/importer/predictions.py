@@ -8,12 +8,12 @@ from typing import Iterable
 
 from sqlalchemy import select
 
-from capscope.annotation.import_report import ImportReport, RowError
-from capscope.annotation.import_rows import read_jsonl
+from capscope.annotation.importer.problems import ImportReport, RowError
+from capscope.annotation.importer.rows import read_jsonl
 from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.db import Caption, Dataset, Prediction, Store, Token
 from capscope.db.models import utcnow
-from capscope.metrics.jsonl import shown
+from capscope.common.jsonl import shown
 
 
 def import_predictions(store: Store, path: Path, dataset: str = "default", model_version: str | None = None) -> ImportReport:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
-from capscope.annotation.import_images import ImageFile, decode_image, hash_image_file, resolve_image_path
-from capscope.annotation.import_regions import checked_regions
-from capscope.annotation.import_report import RowError, RowProblem
-from capscope.metrics.jsonl import json_lines, shown
-from capscope.metrics.limits import MAX_ID_CHARS
+from capscope.annotation.importer.image_files import ImageFile, decode_image, hash_image_file, resolve_image_path
+from capscope.annotation.importer.row_regions import checked_regions
+from capscope.annotation.importer.problems import RowError, RowProblem
+from capscope.common.jsonl import json_lines, shown
+from capscope.common.limits import MAX_ID_CHARS
 from capscope.metrics.text import check_caption, check_references
 
 TOKEN_LABELS = ("correct", "incorrect")

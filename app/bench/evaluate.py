@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscope.bench.gold import accuracy, collect_tokens, evaluate, f1, foil_accuracy
+from capscope.bench.gold_figures import accuracy, collect_tokens, evaluate, f1, foil_accuracy
 from capscope.metrics.constants import BETA, TOKEN_RULES
-from capscope.metrics.jsonl import read_json_lines
+from capscope.common.jsonl import read_json_lines
 from capscope.metrics.registry import SPECS
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",

@@ -1,6 +1,6 @@
 """Errors the workflow raises for a caller's mistake; the REST API maps each to
 its HTTP status (`status`), the CLI and UI show the message."""
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 
 class AnnotationError(CapscopeError):

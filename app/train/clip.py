@@ -251,7 +251,7 @@ def run_probes(encoder: Encoder, probes: ProbeSet) -> dict:
 
 
 def _probe_figures(encoder: Encoder, probes: ProbeSet) -> dict:
-    from capscope.metrics.stats import auroc
+    from capscope.common.stats import auroc
 
     shapes = [(scene, i) for scene in probes.scenes for i in range(len(scene.shapes))]
     resized = encoder.images([shape_views(s, i, s.image(), False).image for s, i in shapes])

@@ -2,7 +2,7 @@
 with its interval and the papers' value beside it, and the sources cited."""
 from __future__ import annotations
 
-from capscope.bench.correlate import CATEGORIES
+from capscope.bench.human_correlation import CATEGORIES
 
 
 def format_result(result: dict) -> str:

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from capscope.commands.options import add_db_option, open_store
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 
 def register(sub) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from capscope.bench import published as pub
 from capscope.bench.candidates import Candidate
-from capscope.metrics.stats import bootstrap_interval
+from capscope.common.stats import bootstrap_interval
 
 F_CLIP_S, CLIP4DM_CLIP_S, CLIP_S = "clip4dm.f_clip_s", "clip4dm.clip_s", "clip-s.clip_s"
 DENSE_BENCHMARKS = ("foil", "nocaps-foil", "hat")

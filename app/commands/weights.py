@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from capscope.metrics.errors import CapscopeError
+from capscope.common.errors import CapscopeError
 
 # `capscope models download NAME`: the released checkpoints come from their authors' Google Drive folders
 DOWNLOADS = ("infometic", "pacs", "clip", "clip4dm", "spacy")

@@ -1,1 +1,0 @@
-"""Measuring metrics: speed (capscope bench) and accuracy against gold labels (capscope evaluate)."""
