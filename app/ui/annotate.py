@@ -27,7 +27,8 @@ from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.common.lru import LRUCache
 from capscope.metrics.registry import metric_names
-from capscope.server.scoring import DEFAULT_TOKEN_RULE, Models
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE
+from capscope.server.scoring import Models
 from capscope.ui.shared import SCORING_EVENTS
 from capscope.pictures import draw as ui_draw
 
@@ -201,7 +202,7 @@ class Annotator:
 def token_values(item: dict, suggested: set[int] | None = None) -> list[tuple[str, float | None]]:
     """Score-mode values: 1.0 (red) for words this annotator marked incorrect;
     a model suggestion, when shown, as a faint 0.3."""
-    from capscope.ui.inspect import token_segments
+    from capscope.ui.caption_shading import token_segments
 
     marked = set(item["labels"]["incorrect_tokens"]) if item.get("labels") else set()
     segments = token_segments(item["caption"], item["tokens"])

@@ -16,7 +16,7 @@ from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import metric_title
 from capscope.pictures import draw as ui_draw
-from capscope.ui.inspect import shaded_tokens, token_metrics, token_segments
+from capscope.ui.caption_shading import shaded_tokens, token_metrics, token_segments
 from capscope.ui.shared import DatasetScores, admin_only, dataset_choices, is_admin, rounded
 
 log = logging.getLogger(__name__)

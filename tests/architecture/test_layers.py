@@ -199,3 +199,16 @@ def test_no_two_modules_share_a_file_name():
             names.setdefault(path.name, []).append(module)
     shared = {name: modules for name, modules in names.items() if len(modules) > 1}
     assert shared == {}
+
+
+TABS = {"capscope.ui.inspect", "capscope.ui.annotate", "capscope.ui.explore", "capscope.ui.benchmark",
+        "capscope.ui.admin", "capscope.ui.compare"}
+
+
+def test_tabs_share_through_ui_modules_of_their_own_not_through_each_other():
+    """Only the page puts the tabs together; what two tabs share lives in a module that is no tab."""
+    assert TABS <= set(MODULES)
+    crossing = sorted(f"{m} imports {t}" for m in TABS for t in GRAPH[m] if t in TABS)
+    assert crossing == []
+    assert {m for m, targets in GRAPH.items() if targets & TABS} <= {"capscope.ui.page", "capscope.ui.browser_latency",
+                                                                     "capscope.bench.browser_latency"}

@@ -19,6 +19,8 @@ from capscope.ui import benchmark as ui_benchmark
 from capscope.ui import admin as ui_admin
 
 from capscope.ui import inspect as ui_inspect
+
+from capscope.ui import caption_shading
 from capscope.annotation import agreement, browse, importer, workflow
 from capscope.annotation.users import add_user
 from capscope.annotation.votes import load_item
@@ -119,18 +121,18 @@ def test_heat_runs_from_cool_to_hot():
 # ---------------------------------------------------------------- inspect
 
 def test_token_segments_join_back_into_the_caption():
-    segments = ui_inspect.token_segments(CAPTION + "  ", tokens())
+    segments = caption_shading.token_segments(CAPTION + "  ", tokens())
     assert "".join(segments) == CAPTION + "  "
     assert len(segments) == len(TOKENS) and segments[1] == " red"
 
 
 def test_shading_reds_unsupported_words_and_skips_function_words():
     row = model_row([None, 0.02, 0.3, None, None, 0.5, 0.08, None], [0.4, 0.05, 0.2])
-    shaded = dict(enumerate(v for _, v in ui_inspect.shaded_tokens(row, "infometic")))
+    shaded = dict(enumerate(v for _, v in caption_shading.shaded_tokens(row, "infometic")))
     assert shaded[0] is None and shaded[3] is None
     assert shaded[1] >= 0.6 and shaded[6] >= 0.6           # wrong words: clearly red
     assert shaded[2] < 0 and shaded[5] < 0                 # supported: purple
-    assert ui_inspect.wrong_words(row, "infometic") == ["red", "square"]
+    assert caption_shading.wrong_words(row, "infometic") == ["red", "square"]
     summary = ui_inspect.summary_markdown(row, "infometic")
     assert "~~red~~" in summary and "Regions left out:** 2 of 3" in summary and "0.200" in summary
 
@@ -138,7 +140,7 @@ def test_shading_reds_unsupported_words_and_skips_function_words():
 def test_metric_without_token_scores_shades_nothing_and_falls_back():
     row = model_row([None] * 8, [], metric="clip-s")
     row["metrics"]["clip-s"]["token_correct"] = [None] * 8
-    assert all(v is None for _, v in ui_inspect.shaded_tokens(row, "clip-s"))
+    assert all(v is None for _, v in caption_shading.shaded_tokens(row, "clip-s"))
     assert ui_inspect.shown_metric(row, "infometic") == "clip-s"
 
 
@@ -162,9 +164,9 @@ def test_region_report_names_the_best_match():
 
 
 def test_token_shade_bounds():
-    assert ui_inspect.token_shade(0.0, False, 0.1) == 1.0
-    assert ui_inspect.token_shade(1.0, True, 0.1) == -0.7
-    assert ui_inspect.token_shade(None, None, 0.1) is None
+    assert caption_shading.token_shade(0.0, False, 0.1) == 1.0
+    assert caption_shading.token_shade(1.0, True, 0.1) == -0.7
+    assert caption_shading.token_shade(None, None, 0.1) is None
     assert ui_inspect.parse_references(" a\n\n b ") == ["a", "b"] and ui_inspect.parse_references("") is None
 
 
@@ -218,7 +220,7 @@ def test_a_keystroke_scores_the_shown_metric_first_and_the_rest_once():
     models, image = Models(FakeScorer), Image.new("RGB", (224, 224))
     first, shaded = ui_inspect.words_first(models, image, CAPTION, "", None, "hice")
     assert calls == [["hice"]] and list(first["metrics"]) == ["hice"]
-    assert [text for text, _ in shaded] == ui_inspect.token_segments(CAPTION, tokens())
+    assert [text for text, _ in shaded] == caption_shading.token_segments(CAPTION, tokens())
     assert shaded[2][1] > 0 and shaded[1][1] < 0  # "circle" (0.05) is shaded red, "red" (0.5) purple
     row = ui_inspect.score_rest(models, image, CAPTION, "", None, first)
     assert calls[1] == ["infometic", "clip-s"]  # hice is not scored again
