@@ -9,7 +9,7 @@
 - `pairs`: capscope's JSONL pairs (`{"id", "image", "caption", ...}`);
 - `scored`: rows `capscope score` wrote, used as they are.
 
-The layout is recognised from the content (`detect_format`) or named.
+The layout is named or recognised from the content, in one place (`input_layout`).
 """
 from __future__ import annotations
 
@@ -24,6 +24,22 @@ from capscope.common.limits import MAX_REFERENCES
 FORMATS = ("coco-results", "pairs", "scored")
 EXPECTED = ('a COCO results JSON ([{"image_id": int, "caption": str}, ...]), capscope JSONL pairs '
             '({"id", "image", "caption"} per line) or rows capscope score wrote')
+
+
+def input_layout(path: Path, named: str = "auto", *, otherwise: str | None = None) -> str:
+    """Which of FORMATS a caption file is: `named`, unless it is "auto", else
+    recognised from its content (`detect_format`). When there is no such file
+    or its content is none of them: `otherwise`, or with None the
+    CapscopeError that says what was expected. What `capscope score`, `import`
+    and `diagnose` all ask."""
+    if named != "auto":
+        return named
+    try:
+        return detect_format(path)
+    except CapscopeError:
+        if otherwise is None:
+            raise
+        return otherwise
 
 
 def detect_format(path: Path) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscope.batch.inputs import FORMATS
-from capscope.batch.pipeline import ScorerOptions
-from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
+from capscope.commands.options import METRICS, add_engine_options, add_scorer_options, engine_cluster
+from capscope.metrics.config import ScorerConfig
 from capscope.common.errors import CapscopeError
 
 
@@ -25,8 +25,7 @@ def register(sub) -> None:
     cmd.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws for the 95%% intervals")
     cmd.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     cmd.add_argument("--batch-size", type=int, default=32)
-    add_region_options(cmd)
-    add_model_options(cmd)
+    add_scorer_options(cmd)
     add_engine_options(cmd)
     cmd.set_defaults(func=run_diagnose)
 
@@ -41,10 +40,10 @@ def run_diagnose(args) -> int:
         if not model.path.is_file():
             raise CapscopeError(f"--model {model.name}: {model.path}: no such file")
     metrics = args.metrics or ["infometic", "clip-s"]
-    summary = diagnose(models, args.out, ScorerOptions.from_args(args, metrics), metrics=args.metrics,
+    summary = diagnose(models, args.out, ScorerConfig.from_args(args, metrics), metrics=args.metrics,
                        input_format=args.input_format, annotations=args.annotations, images=args.images,
                        batch_size=args.batch_size, cluster=engine_cluster(args), seed=args.seed, draws=args.bootstrap)
-    for name, model in summary["models"].items():
-        print(f"{name}: {model['n_captions']} captions on {model['n_images']} images, {model['n_errors']} not scored")
+    for name, model in summary.models.items():
+        print(f"{name}: {model.n_captions} captions on {model.n_images} images, {model.n_errors} not scored")
     print(f"summary: {args.out / 'summary.json'}\nreport: {args.out / 'index.html'}")
     return 0

@@ -1,6 +1,7 @@
-"""summary.json as typed objects (docs/formats.md §12): what
-`capscope.diagnose.diagnose_captioners` returns. `DiagnosisSummary.from_dict`
-reads a summary.json; `to_dict` gives it back unchanged."""
+"""summary.json as typed objects (docs/formats.md §12): what the adding up
+(`summary.Diagnosis.summary`) builds and `capscope.diagnose.diagnose_captioners`
+returns. `to_dict` is summary.json, key for key and in its order;
+`DiagnosisSummary.from_dict` reads a summary.json back."""
 from __future__ import annotations
 
 import dataclasses
@@ -134,6 +135,22 @@ class NgramScores:
 
 
 @dataclass(frozen=True)
+class MetricWarning:
+    """A metric whose verdicts look no better than chance on these captions (`test` names how that was found)."""
+    metric: str
+    test: str
+    statistic: float
+    n: int
+    text: str
+
+
+# summary.json's keys in the order it has always written them (ngram_scores, added last, is a field before
+# provenance and warnings, which have defaults)
+SUMMARY_KEYS = ("metrics", "type_source", "models", "comparisons", "word_differences", "provenance", "warnings",
+                "ngram_scores")
+
+
+@dataclass(frozen=True)
 class DiagnosisSummary:
     metrics: tuple[str, ...]
     type_source: str
@@ -142,7 +159,7 @@ class DiagnosisSummary:
     word_differences: tuple[WordDifferences, ...]
     ngram_scores: dict[str, NgramScores]
     provenance: Provenance | None = None
-    warnings: tuple[dict, ...] = ()   # {"metric", "test", "statistic", "n", "text"}: verdicts that look like chance
+    warnings: tuple[MetricWarning, ...] = ()
 
     def comparison(self, a: str, b: str, metric: str, key: str) -> Comparison | None:
         return next((c for c in self.comparisons if (c.a, c.b, c.metric, c.key) == (a, b, metric, key)), None)
@@ -158,11 +175,12 @@ class DiagnosisSummary:
                                    for d in data["word_differences"]),
             ngram_scores={name: NgramScores(**n) for name, n in (data.get("ngram_scores") or {}).items()},
             provenance=_provenance(data.get("provenance")),
-            warnings=tuple(data.get("warnings") or ()),
+            warnings=tuple(MetricWarning(**w) for w in data.get("warnings") or ()),
         )
 
     def to_dict(self) -> dict:
-        return _plain(dataclasses.asdict(self))
+        fields = _plain(dataclasses.asdict(self))
+        return {key: fields[key] for key in SUMMARY_KEYS}
 
 
 def _model(data: dict) -> ModelSummary:

@@ -9,6 +9,8 @@ import contextlib
 import io
 import logging
 
+from .diagnosis import NgramScores
+
 log = logging.getLogger(__name__)
 
 SCORERS = ("BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE")
@@ -24,19 +26,19 @@ def _scorers() -> dict:
     return {"BLEU-4": lambda: Bleu(4), "METEOR": Meteor, "ROUGE-L": Rouge, "CIDEr": Cider, "SPICE": Spice}
 
 
-def ngram_scores(models: dict[str, tuple[dict[str, str], dict[str, list[str]]]]) -> dict[str, dict]:
-    """Per model, from (captions by id, references by id): {"scores": {name:
-    float}, "unavailable": {name: why}, "n_captions": int} over the captions
-    that have references. Each scorer starts once for every model (METEOR's
-    Java start takes seconds)."""
+def ngram_scores(models: dict[str, tuple[dict[str, str], dict[str, list[str]]]]) -> dict[str, NgramScores]:
+    """Per model, from (captions by id, references by id): its scores by
+    name and, by name, why a scorer could not run, over the captions that
+    have references. Each scorer starts once for every model (METEOR's Java
+    start takes seconds)."""
     out, tokenized = {}, {}
     for name, (captions, references) in models.items():
         ids = [i for i in captions if references.get(i)]
-        out[name] = {"scores": {}, "unavailable": {}, "n_captions": len(ids)}
+        out[name] = NgramScores(scores={}, unavailable={}, n_captions=len(ids))
         if ids:
             tokenized[name] = (ids, captions, references)
         else:
-            out[name]["unavailable"] = {scorer: "no caption has references" for scorer in SCORERS}
+            out[name].unavailable.update((scorer, "no caption has references") for scorer in SCORERS)
     if not tokenized:
         return out
     try:
@@ -58,10 +60,10 @@ def ngram_scores(models: dict[str, tuple[dict[str, str], dict[str, list[str]]]])
                     raise RuntimeError(failed)
                 with _quiet():
                     value, _ = scorer.compute_score(gts, res)
-                out[name]["scores"][scorer_name] = float(value[-1] if isinstance(value, list) else value)
+                out[name].scores[scorer_name] = float(value[-1] if isinstance(value, list) else value)
             except Exception as err:
-                out[name]["unavailable"][scorer_name] = _why(err) if scorer is not None else failed
-                log.warning("%s could not run for %s: %s", scorer_name, name, out[name]["unavailable"][scorer_name])
+                out[name].unavailable[scorer_name] = _why(err) if scorer is not None else failed
+                log.warning("%s could not run for %s: %s", scorer_name, name, out[name].unavailable[scorer_name])
     return out
 
 
@@ -78,9 +80,9 @@ def _tokenized(models: dict) -> dict:
     return out
 
 
-def _none_ran(out: dict, models: dict, why: str) -> dict:
+def _none_ran(out: dict[str, NgramScores], models: dict, why: str) -> dict[str, NgramScores]:
     for name in models:
-        out[name]["unavailable"] = {scorer: why for scorer in SCORERS}
+        out[name].unavailable.update((scorer, why) for scorer in SCORERS)
     return out
 
 

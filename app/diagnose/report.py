@@ -10,6 +10,7 @@ from pathlib import Path
 from capscope.common.paths import safe_name
 from capscope.metrics.registry import SPECS, metric_title
 
+from .diagnosis import Comparison, DiagnosisSummary, Estimate, MetricSummary, NgramScores
 from .error_types import TYPES
 
 PICTURE_SIDE = 600  # worst-caption pictures: shown 300 px wide
@@ -25,7 +26,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.ci{color:#7
 """
 
 
-def write_report(summary: dict, out: Path, worst: dict[tuple[str, str], list[dict]], ngrams: dict[str, dict],
+def write_report(summary: DiagnosisSummary, out: Path, worst: dict[tuple[str, str], list[dict]],
                  image_loader) -> Path:
     """Writes the figures and index.html into `out`; `worst[(model, metric)]`
     the captions to show, `image_loader(path)` a PIL image or None."""
@@ -42,10 +43,10 @@ def write_report(summary: dict, out: Path, worst: dict[tuple[str, str], list[dic
     if plot_error_types(summary, type_plot):
         parts.append(_img(type_plot, "Wrong-word rate by kind of word, per model and metric; the number on a "
                                      "bar is how many words of that kind were judged (a rate on few words is noise)"))
-    for metric in summary["metrics"]:
+    for metric in summary.metrics:
         parts.append(_metric_section(summary, metric))
     parts.append(_comparisons(summary))
-    parts.append(_ngrams(ngrams))
+    parts.append(_ngrams(summary.ngram_scores))
     parts.append(_worst_section(worst, figures, image_loader))
     page = out / "index.html"
     page.write_text("\n".join(parts), encoding="utf-8")
@@ -66,17 +67,16 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"
 
 
-def _provenance(summary: dict) -> str:
+def _provenance(summary: DiagnosisSummary) -> str:
     """Who scored: capscope's version and each scorer the rows name, with a banner when it was the demo model."""
-    made = summary.get("provenance") or {}
-    scorers = made.get("scorers") or []
+    made = summary.provenance
     banner = ("<p class='banner'>⚠ <b>The demo model scored these captions.</b> It knows coloured shapes on plain "
               "backgrounds, not photos: these figures say nothing about a captioner on real images. Score with "
               "released weights (<code>capscope models download</code>) for a report to share.</p>"
-              if made.get("demo") else "")
-    described = "; ".join(_scorer_text(s) for s in scorers) or "not recorded in the rows"
-    warned = "".join(f"<p class='banner'>⚠ {html.escape(w['text'])}</p>" for w in summary.get("warnings") or ())
-    return (banner + warned + f"<p class='note'>capscope {html.escape(str(made.get('capscope', '?')))}. "
+              if made and made.demo else "")
+    described = "; ".join(_scorer_text(s) for s in (made.scorers if made else ())) or "not recorded in the rows"
+    warned = "".join(f"<p class='banner'>⚠ {html.escape(w.text)}</p>" for w in summary.warnings)
+    return (banner + warned + f"<p class='note'>capscope {html.escape(made.capscope if made else '?')}. "
             f"Scored by: {described}.</p>")
 
 
@@ -93,64 +93,78 @@ def _scorer_text(scorer: dict) -> str:
     return ("demo model: " if scorer.get("demo") else "") + ", ".join(parts)
 
 
-def _failed(summary: dict) -> str:
-    rows = [[html.escape(name), html.escape(str(f.get("id"))), html.escape(f["error"])]
-            for name, model in summary["models"].items() for f in model.get("failed") or ()]
+def _failed(summary: DiagnosisSummary) -> str:
+    rows = [[html.escape(name), html.escape(str(f.id)), html.escape(f.error)]
+            for name, model in summary.models.items() for f in model.failed]
     if not rows:
         return ""
     return "<h2>Rows that could not be scored</h2>" + _table(["model", "id", "why"], rows)
 
 
-def _overview(summary: dict) -> str:
-    rows = [[html.escape(name), str(m["n_captions"]), str(m["n_images"]), str(m["n_errors"])]
-            for name, m in summary["models"].items()]
-    metrics = ", ".join(metric_title(m) for m in summary["metrics"])
-    return (f"<p class='note'>Metrics: {metrics}. Kinds of words decided by {html.escape(summary['type_source'])}."
+def _overview(summary: DiagnosisSummary) -> str:
+    rows = [[html.escape(name), str(m.n_captions), str(m.n_images), str(m.n_errors)]
+            for name, m in summary.models.items()]
+    metrics = ", ".join(metric_title(m) for m in summary.metrics)
+    return (f"<p class='note'>Metrics: {metrics}. Kinds of words decided by {html.escape(summary.type_source)}."
             " Intervals are 95% bootstrap intervals over images.</p>"
             + _table(["model", "captions", "images", "rows that could not be scored"], rows))
 
 
-def _metric_section(summary: dict, metric: str) -> str:
+def results_of(summary: DiagnosisSummary, metric: str) -> dict[str, MetricSummary]:
+    """Each model's results under `metric`, for the models that have any."""
+    return {name: m.metrics[metric] for name, m in summary.models.items() if metric in m.metrics}
+
+
+def _metric_section(summary: DiagnosisSummary, metric: str) -> str:
     parts = [f"<h2>{metric_title(metric)}</h2>"]
-    parts += [f"<p class='banner'>⚠ {html.escape(w['text'])}</p>" for w in summary.get("warnings") or ()
-              if w["metric"] == metric]
-    models = {n: m["metrics"][metric] for n, m in summary["models"].items() if metric in m["metrics"]}
-    keys = sorted({k for m in models.values() for k in m["scores"]})
-    parts.append(_table(["model", *keys], [[html.escape(n), *[
-        _num(m["scores"].get(k, {}).get("mean")) + _ci(m["scores"].get(k, {}).get("ci95")) for k in keys]]
-        for n, m in models.items()]))
-    if any(m["words"]["judged"] for m in models.values()):
-        parts.append(_table(["model", "words judged", "wrong", "wrong rate", "captions with a wrong word",
-                             "regions left out"], [[
-            html.escape(n), str(m["words"]["judged"]), str(m["words"]["wrong"]),
-            _num(m["words"]["wrong_rate"]) + _ci(m["words"]["ci95"]), _num(m["captions_with_wrong_word"]),
-            "–" if m["regions"] is None else f"{m['regions']['unmentioned']} of {m['regions']['judged']}"]
-            for n, m in models.items()]))
+    parts += [f"<p class='banner'>⚠ {html.escape(w.text)}</p>" for w in summary.warnings if w.metric == metric]
+    models = results_of(summary, metric)
+    parts.append(_scores_table(models))
+    if any(m.words.judged for m in models.values()):
+        parts.append(_words_table(models))
         parts.append("<h3>Errors by kind of word</h3>" + _table(
             ["model", *[f"{t}: wrong / judged (share of errors)" for t in TYPES]],
-            [[html.escape(n), *[f"{e['wrong']} / {e['judged']} ({e['share_of_errors']:.0%})"
-                                for e in (m["error_types"][t] for t in TYPES)]] for n, m in models.items()]))
+            [[html.escape(n), *[f"{e.wrong} / {e.judged} ({e.share_of_errors:.0%})"
+                                for e in (m.error_types[t] for t in TYPES)]] for n, m in models.items()]))
         for n, m in models.items():
             parts.append(f"<h3>Words {html.escape(n)} gets wrong most often</h3>" + _table(
                 ["word", "judged", "wrong", "rate", "examples"],
-                [[html.escape(w["word"]), str(w["judged"]), str(w["wrong"]), _num(w["wrong_rate"]),
-                  html.escape(", ".join(w["examples"]))] for w in m["top_wrong_words"]]))
-    for entry in summary.get("word_differences", []):
-        if entry["metric"] == metric and entry["words"]:
-            a, b = html.escape(entry["a"]), html.escape(entry["b"])
+                [[html.escape(w.word), str(w.judged), str(w.wrong), _num(w.wrong_rate),
+                  html.escape(", ".join(w.examples))] for w in m.top_wrong_words]))
+    for entry in summary.word_differences:
+        if entry.metric == metric and entry.words:
+            a, b = html.escape(entry.a), html.escape(entry.b)
             parts.append(f"<h3>Words whose wrong rates differ most: {a} against {b}</h3>" + _table(
                 ["word", f"{a} rate (judged)", f"{b} rate (judged)", "difference"],
-                [[html.escape(w["word"]), f"{w['a_wrong_rate']:.3f} ({w['a_judged']})",
-                  f"{w['b_wrong_rate']:.3f} ({w['b_judged']})", f"{w['difference']:+.3f}"] for w in entry["words"]]))
+                [[html.escape(w.word), f"{w.a_wrong_rate:.3f} ({w.a_judged})",
+                  f"{w.b_wrong_rate:.3f} ({w.b_judged})", f"{w.difference:+.3f}"] for w in entry.words]))
     return "\n".join(parts)
 
 
-def _comparisons(summary: dict) -> str:
-    compared = summary["comparisons"]
+def _scores_table(models: dict[str, MetricSummary]) -> str:
+    keys = sorted({k for m in models.values() for k in m.scores})
+    return _table(["model", *keys], [[html.escape(n), *[_estimate(m.scores.get(k)) for k in keys]]
+                                     for n, m in models.items()])
+
+
+def _estimate(estimate: Estimate | None) -> str:
+    return "–" if estimate is None else _num(estimate.mean) + _ci(estimate.ci95)
+
+
+def _words_table(models: dict[str, MetricSummary]) -> str:
+    return _table(["model", "words judged", "wrong", "wrong rate", "captions with a wrong word", "regions left out"],
+                  [[html.escape(n), str(m.words.judged), str(m.words.wrong),
+                    _num(m.words.wrong_rate) + _ci(m.words.ci95), _num(m.captions_with_wrong_word),
+                    "–" if m.regions is None else f"{m.regions.unmentioned} of {m.regions.judged}"]
+                   for n, m in models.items()])
+
+
+def _comparisons(summary: DiagnosisSummary) -> str:
+    compared = summary.comparisons
     if not compared:
         return ""
-    rows = [[html.escape(c["a"]), html.escape(c["b"]), metric_title(c["metric"]), c["key"], str(c["n_images"]),
-             f"{c['mean_difference']:+.4f}" + _ci(c["ci95"]), str(c["a_wins"]), str(c["b_wins"]), str(c["ties"])]
+    rows = [[html.escape(c.a), html.escape(c.b), metric_title(c.metric), c.key, str(c.n_images),
+             f"{c.mean_difference:+.4f}" + _ci(c.ci95), str(c.a_wins), str(c.b_wins), str(c.ties)]
             for c in compared]
     note = (f"<p class='note'>{len(compared)} comparisons, each at 95%: even with no real difference about "
             f"{len(compared) * 0.05:.1f} of them would leave zero out by chance. Trust a difference that the "
@@ -164,40 +178,39 @@ def _comparisons(summary: dict) -> str:
             + "</details>")
 
 
-def _headlines(summary: dict) -> str:
+def _headlines(summary: DiagnosisSummary) -> str:
     """Per pair of models: each metric's primary score compared, and whether the metrics agree on who is better."""
-    pairs: dict[tuple[str, str], list[dict]] = {}
-    for c in summary["comparisons"]:
-        if c["metric"] in SPECS and c["key"] == SPECS[c["metric"]].primary_key:
-            pairs.setdefault((c["a"], c["b"]), []).append(c)
+    pairs: dict[tuple[str, str], list[Comparison]] = {}
+    for c in summary.comparisons:
+        if c.metric in SPECS and c.key == SPECS[c.metric].primary_key:
+            pairs.setdefault((c.a, c.b), []).append(c)
     parts = []
     for (a, b), found in pairs.items():
         verdicts = {_better(c) for c in found}
         agree = ("the metrics agree: " + (html.escape(a) if verdicts == {"a"} else html.escape(b)) + " is better"
                  if verdicts in ({"a"}, {"b"}) else "the metrics do not agree" if {"a", "b"} <= verdicts
                  else "no metric finds a difference" if verdicts == {None} else "only some metrics find a difference")
-        items = "".join(f"<li>{metric_title(c['metric'])} {c['key']}: a − b {c['mean_difference']:+.4f}"
-                        f"{_ci(c['ci95'])}, {html.escape({'a': a, 'b': b}.get(_better(c), 'no difference'))}"
-                        f"{' better' if _better(c) else ''} ({c['n_images']} images)</li>" for c in found)
+        items = "".join(f"<li>{metric_title(c.metric)} {c.key}: a − b {c.mean_difference:+.4f}"
+                        f"{_ci(c.ci95)}, {html.escape({'a': a, 'b': b}.get(_better(c), 'no difference'))}"
+                        f"{' better' if _better(c) else ''} ({c.n_images} images)</li>" for c in found)
         parts.append(f"<h3>{html.escape(a)} against {html.escape(b)}: {agree}</h3><ul>{items}</ul>")
     return "".join(parts)
 
 
-def _better(comparison: dict) -> str | None:
+def _better(comparison: Comparison) -> str | None:
     """"a" or "b" when the interval of a − b leaves zero out, else None."""
-    low, high = comparison["ci95"]
-    if low is None:
+    if not comparison.decided:
         return None
-    return "a" if low > 0 else "b" if high < 0 else None
+    return "a" if comparison.ci95[0] > 0 else "b"
 
 
-def _ngrams(ngrams: dict[str, dict]) -> str:
+def _ngrams(ngrams: dict[str, NgramScores]) -> str:
     if not ngrams:
         return ""
     names = ["BLEU-4", "METEOR", "ROUGE-L", "CIDEr", "SPICE"]
-    rows = [[html.escape(model), str(result["n_captions"]), *[_num(result["scores"].get(n)) for n in names]]
+    rows = [[html.escape(model), str(result.n_captions), *[_num(result.scores.get(n)) for n in names]]
             for model, result in ngrams.items()]
-    missing = {f"{n}: {why}" for result in ngrams.values() for n, why in result["unavailable"].items()}
+    missing = {f"{n}: {why}" for result in ngrams.values() for n, why in result.unavailable.items()}
     note = "".join(f"<li>{html.escape(m)}</li>" for m in sorted(missing))
     return ("<h2>N-gram scores against the references</h2>" + _table(["model", "captions", *names], rows)
             + (f"<p class='note'>Could not run:</p><ul class='note'>{note}</ul>" if note else ""))
@@ -263,28 +276,29 @@ def _img(path: Path, caption: str) -> str:
     return f"<figure><img src='data:image/png;base64,{_b64(path)}' alt=''><figcaption class='note'>{caption}</figcaption></figure>"
 
 
-def plot_scores(summary: dict, path: Path) -> bool:
+def plot_scores(summary: DiagnosisSummary, path: Path) -> bool:
     """Each metric's primary score per model with its interval; False when there is nothing to draw."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = [m for m in summary["metrics"] if m in SPECS]
-    models = list(summary["models"])
+    metrics = [m for m in summary.metrics if m in SPECS]
+    models = list(summary.models)
     if not metrics or not models:
         return False
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 2.8), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         key = SPECS[metric].primary_key
+        results = results_of(summary, metric)
         for i, name in enumerate(models):
-            entry = summary["models"][name]["metrics"].get(metric, {}).get("scores", {}).get(key)
-            if not entry or entry["mean"] is None:
+            entry = results[name].scores.get(key) if name in results else None
+            if entry is None or entry.mean is None:
                 continue
-            low, high = entry["ci95"]
-            err = [[entry["mean"] - low], [high - entry["mean"]]] if low is not None else None
-            ax.errorbar([i], [entry["mean"]], yerr=err, fmt="o", capsize=4)
-            ax.annotate(f"{summary['models'][name]['n_images']} images", (i, entry["mean"]), fontsize=6,
+            low, high = entry.ci95
+            err = [[entry.mean - low], [high - entry.mean]] if low is not None else None
+            ax.errorbar([i], [entry.mean], yerr=err, fmt="o", capsize=4)
+            ax.annotate(f"{summary.models[name].n_images} images", (i, entry.mean), fontsize=6,
                         xytext=(6, 0), textcoords="offset points", va="center")
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{metric_title(metric)} {key}", fontsize=9)
@@ -294,7 +308,7 @@ def plot_scores(summary: dict, path: Path) -> bool:
     return True
 
 
-def plot_error_types(summary: dict, path: Path) -> bool:
+def plot_error_types(summary: DiagnosisSummary, path: Path) -> bool:
     """Wrong rate per kind of word, one panel per word-level metric; False when none judged words."""
     import matplotlib
 
@@ -302,19 +316,19 @@ def plot_error_types(summary: dict, path: Path) -> bool:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    metrics = [m for m in summary["metrics"]
-               if any(mm["metrics"].get(m, {}).get("words", {}).get("judged") for mm in summary["models"].values())]
+    metrics = [m for m in summary.metrics if any(r.words.judged for r in results_of(summary, m).values())]
     if not metrics:
         return False
-    models = list(summary["models"])
+    models = list(summary.models)
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.0), squeeze=False)
     width = 0.8 / max(len(models), 1)
     for ax, metric in zip(axes[0], metrics):
+        results = results_of(summary, metric)
         for i, name in enumerate(models):
-            types = summary["models"][name]["metrics"].get(metric, {}).get("error_types", {})
-            rates = [types.get(t, {}).get("wrong_rate") or 0.0 for t in TYPES]
+            types = results[name].error_types if name in results else {}
+            rates = [(types[t].wrong_rate or 0.0) if t in types else 0.0 for t in TYPES]
             bars = ax.bar(np.arange(len(TYPES)) + i * width, rates, width, label=name)
-            ax.bar_label(bars, labels=[str(types.get(t, {}).get("judged", 0)) for t in TYPES], fontsize=6)
+            ax.bar_label(bars, labels=[str(types[t].judged if t in types else 0) for t in TYPES], fontsize=6)
         ax.set_xticks(np.arange(len(TYPES)) + width * (len(models) - 1) / 2, TYPES, rotation=30, fontsize=8)
         ax.set_title(metric_title(metric), fontsize=9)
         ax.set_ylabel("wrong rate", fontsize=8)

@@ -1,4 +1,6 @@
-"""What a captioner gets wrong, added up from scored rows (docs/formats.md §12).
+"""What a captioner gets wrong, added up from scored rows (docs/formats.md §12)
+into a `DiagnosisSummary`: `add_up` is what `capscope diagnose` and the
+Compare tab both run.
 
 Rows are read once, one at a time: per model and metric a `MetricTally` keeps
 per-image sums (each image's mean score and its words judged and wrong, for
@@ -19,7 +21,10 @@ from capscope import __version__
 from capscope.metrics.registry import SPECS, metric_title
 from capscope.common.stats import bootstrap_interval
 
-from .error_types import TYPES, caption_types
+from .diagnosis import (Comparison, DiagnosisSummary, ErrorType, Estimate, FailedRow, MetricSummary, MetricWarning,
+                        ModelSummary, NgramScores, Provenance, RegionCount, WordDifference, WordDifferences,
+                        WordRate, WrongWord)
+from .error_types import TYPES, caption_types, type_source
 
 EXAMPLES = 3          # example ids kept per word
 TOP_WORDS = 15        # words listed per model and metric
@@ -114,44 +119,45 @@ class MetricTally:
     def image_means(self, key: str) -> dict[int, float]:
         return {image: s / n for image, (s, n) in self.scores.get(key, {}).items()}
 
-    def summary(self, rng_seed: int, draws: int = DRAWS) -> dict:
+    def summary(self, rng_seed: int, draws: int = DRAWS) -> MetricSummary:
         words = np.array(list(self.words.values()), dtype=np.float64).reshape(-1, 2)
         judged, wrong = int(words[:, 0].sum()), int(words[:, 1].sum())
+        return MetricSummary(
+            scores={key: mean_with_interval(np.array(list(self.image_means(key).values())), draws, rng_seed)
+                    for key in self.scores},
+            words=WordRate(judged, wrong, wrong / judged if judged else None, ratio_interval(words, draws, rng_seed)),
+            captions_with_wrong_word=(self.captions_with_wrong / self.captions_judged if self.captions_judged
+                                      else None),
+            error_types=self.error_types(),
+            top_wrong_words=top_words(self.lemmas),
+            regions=self.region_count() if self.judges_regions else None,
+        )
+
+    def error_types(self) -> dict[str, ErrorType]:
         n_errors = sum(w for _, w in self.types.values())
-        out = {
-            "scores": {key: mean_with_interval(np.array(list(self.image_means(key).values())), draws, rng_seed)
-                       for key in self.scores},
-            "words": {"judged": judged, "wrong": wrong, "wrong_rate": wrong / judged if judged else None,
-                      "ci95": ratio_interval(words, draws, rng_seed)},
-            "captions_with_wrong_word": self.captions_with_wrong / self.captions_judged if self.captions_judged else None,
-            "error_types": {t: {"judged": j, "wrong": w, "wrong_rate": w / j if j else None,
-                                "share_of_errors": w / n_errors if n_errors else 0.0}
-                            for t, (j, w) in self.types.items()},
-            "top_wrong_words": top_words(self.lemmas),
-            "regions": ({"judged": self.regions[0], "unmentioned": self.regions[1],
-                         "unmentioned_rate": self.regions[1] / self.regions[0] if self.regions[0] else None}
-                        if self.judges_regions else None),
-        }
-        return out
+        return {t: ErrorType(j, w, w / j if j else None, w / n_errors if n_errors else 0.0)
+                for t, (j, w) in self.types.items()}
+
+    def region_count(self) -> RegionCount:
+        judged, unmentioned = self.regions
+        return RegionCount(judged, unmentioned, unmentioned / judged if judged else None)
 
 
-def top_words(lemmas: dict[str, WordCount], n: int = TOP_WORDS) -> list[dict]:
+def top_words(lemmas: dict[str, WordCount], n: int = TOP_WORDS) -> tuple[WrongWord, ...]:
     """The words most often judged wrong: by times wrong, then wrong rate."""
     wrong = [(w, c) for w, c in lemmas.items() if c.wrong]
     wrong.sort(key=lambda item: (-item[1].wrong, -item[1].wrong / item[1].judged, item[0]))
-    return [{"word": w, "judged": c.judged, "wrong": c.wrong, "wrong_rate": c.wrong / c.judged,
-             "examples": list(c.examples)} for w, c in wrong[:n]]
+    return tuple(WrongWord(w, c.judged, c.wrong, c.wrong / c.judged, tuple(c.examples)) for w, c in wrong[:n])
 
 
-def mean_with_interval(values: np.ndarray, draws: int, seed: int) -> dict:
+def mean_with_interval(values: np.ndarray, draws: int, seed: int) -> Estimate:
     """The mean of per-image values with a 95% bootstrap interval over images."""
     if not len(values):
-        return {"mean": None, "ci95": [None, None]}
-    return {"mean": float(values.mean()),
-            "ci95": _interval(lambda rows: values[rows].mean(), len(values), draws, seed)}
+        return Estimate(None, (None, None))
+    return Estimate(float(values.mean()), _interval(lambda rows: values[rows].mean(), len(values), draws, seed))
 
 
-def ratio_interval(counts: np.ndarray, draws: int, seed: int) -> list:
+def ratio_interval(counts: np.ndarray, draws: int, seed: int) -> tuple:
     """95% bootstrap interval over images of sum(wrong) / sum(judged); counts is images x (judged, wrong)."""
     def rate(rows):
         total = counts[rows, 0].sum()
@@ -159,108 +165,146 @@ def ratio_interval(counts: np.ndarray, draws: int, seed: int) -> list:
     return _interval(rate, len(counts), draws, seed)
 
 
-def _interval(statistic, n_images: int, draws: int, seed: int) -> list:
-    """`stats.bootstrap_interval` over images that are one row each; [None, None] when it has none."""
-    return bootstrap_interval(statistic, range(n_images), draws, seed) or [None, None]
+def _interval(statistic, n_images: int, draws: int, seed: int) -> tuple:
+    """`stats.bootstrap_interval` over images that are one row each; (None, None) when it has none."""
+    return tuple(bootstrap_interval(statistic, range(n_images), draws, seed) or (None, None))
 
 
-def paired_comparison(a: dict[int, float], b: dict[int, float], draws: int, seed: int) -> dict | None:
+def paired_comparison(a: str, b: str, metric: str, key: str, a_means: dict[int, float], b_means: dict[int, float],
+                      draws: int, seed: int) -> Comparison | None:
     """Mean paired difference a - b over the images both have, its paired
-    bootstrap interval, and how many images each wins."""
-    common = sorted(set(a) & set(b))
+    bootstrap interval, and how many images each wins; None when they share none."""
+    common = sorted(set(a_means) & set(b_means))
     if not common:
         return None
-    diff = np.array([a[i] - b[i] for i in common])
-    return {"n_images": len(common), "mean_difference": float(diff.mean()),
-            "ci95": _interval(lambda rows: diff[rows].mean(), len(diff), draws, seed),
-            "a_wins": int((diff > 0).sum()), "b_wins": int((diff < 0).sum()), "ties": int((diff == 0).sum())}
+    diff = np.array([a_means[i] - b_means[i] for i in common])
+    return Comparison(a, b, metric, key, n_images=len(common), mean_difference=float(diff.mean()),
+                      ci95=_interval(lambda rows: diff[rows].mean(), len(diff), draws, seed),
+                      a_wins=int((diff > 0).sum()), b_wins=int((diff < 0).sum()), ties=int((diff == 0).sum()))
 
 
-def word_rate_differences(a: MetricTally, b: MetricTally, n: int = TOP_WORDS) -> list[dict]:
+def word_rate_differences(a: MetricTally, b: MetricTally, n: int = TOP_WORDS) -> tuple[WordDifference, ...]:
     """The words whose wrong rates differ most between two models (each judged them MIN_JUDGED times or more)."""
     rows = []
     for word in set(a.lemmas) & set(b.lemmas):
         ca, cb = a.lemmas[word], b.lemmas[word]
         if ca.judged >= MIN_JUDGED and cb.judged >= MIN_JUDGED:
             ra, rb = ca.wrong / ca.judged, cb.wrong / cb.judged
-            rows.append({"word": word, "a_judged": ca.judged, "a_wrong_rate": ra, "b_judged": cb.judged,
-                         "b_wrong_rate": rb, "difference": ra - rb})
-    rows.sort(key=lambda r: (-abs(r["difference"]), r["word"]))
-    return rows[:n]
+            rows.append(WordDifference(word, ca.judged, ra, cb.judged, rb, ra - rb))
+    rows.sort(key=lambda r: (-abs(r.difference), r.word))
+    return tuple(rows[:n])
+
+
+@dataclass
+class ModelTally:
+    """One model's rows added up: counts, the rows that could not be scored, a `MetricTally` per metric."""
+    captions: int = 0
+    errors: int = 0
+    images: set[int] = field(default_factory=set)
+    failed: list[FailedRow] = field(default_factory=list)
+    tallies: dict[str, MetricTally] = field(default_factory=dict)
+
+    def summary(self, metrics: list[str], seed: int, draws: int) -> ModelSummary:
+        return ModelSummary(self.captions, len(self.images), self.errors,
+                            {m: self.tallies[m].summary(seed, draws) for m in metrics if m in self.tallies},
+                            tuple(self.failed))
 
 
 class Diagnosis:
-    """Every model's rows added up; `summary()` is summary.json."""
+    """Every model's rows added up; `summary()` is the `DiagnosisSummary` (summary.json)."""
 
     def __init__(self, metrics: list[str] | None, nlp, type_source: str):
         self.asked = metrics
         self.nlp, self.type_source = nlp, type_source
         self.images: dict[str, int] = {}          # image key -> index, shared by all models
-        self.models: dict[str, dict] = {}         # name -> {"captions", "images", "errors", "failed", "tallies"}
+        self.models: dict[str, ModelTally] = {}
         self.scorers: dict[str, dict] = {}        # each distinct `model` description of the rows, by its JSON
 
     def add_rows(self, name: str, rows) -> None:
-        model = self.models.setdefault(name, {"captions": 0, "errors": 0, "images": set(), "failed": [],
-                                              "tallies": {}})
+        model = self.models.setdefault(name, ModelTally())
         for row in rows:
-            model["captions"] += 1
+            model.captions += 1
             if row.get("error") and not row.get("metrics"):
-                model["errors"] += 1
-                if len(model["failed"]) < MAX_FAILED_LISTED:
-                    model["failed"].append({"id": _text_or_none(row.get("id")), "error": str(row["error"])})
+                model.errors += 1
+                if len(model.failed) < MAX_FAILED_LISTED:
+                    model.failed.append(FailedRow(_text_or_none(row.get("id")), str(row["error"])))
                 continue
             if isinstance(row.get("model"), dict):
                 self.scorers.setdefault(json.dumps(row["model"], sort_keys=True), row["model"])
             image = self.images.setdefault(image_key(row), len(self.images))
-            model["images"].add(image)
-            types = None
-            for metric, result in row["metrics"].items():
-                if self.asked and metric not in self.asked:
-                    continue
-                if types is None:
-                    types = caption_types(row["caption"], row["tokens"], self.nlp)
-                tally = model["tallies"].setdefault(metric, MetricTally(metric))
-                tally.add(image, row, result, types)
+            model.images.add(image)
+            self._add_metrics(model, image, row)
+
+    def _add_metrics(self, model: ModelTally, image: int, row: dict) -> None:
+        types = None
+        for metric, result in row["metrics"].items():
+            if self.asked and metric not in self.asked:
+                continue
+            if types is None:
+                types = caption_types(row["caption"], row["tokens"], self.nlp)
+            tally = model.tallies.setdefault(metric, MetricTally(metric))
+            tally.add(image, row, result, types)
 
     def metrics(self) -> list[str]:
-        seen = dict.fromkeys(m for model in self.models.values() for m in model["tallies"])
+        seen = dict.fromkeys(m for model in self.models.values() for m in model.tallies)
         return [m for m in (self.asked or seen) if m in seen]
 
-    def summary(self, seed: int = 0, draws: int = DRAWS) -> dict:
+    def summary(self, seed: int = 0, draws: int = DRAWS,
+                ngram_scores: dict[str, NgramScores] | None = None) -> DiagnosisSummary:
         metrics = self.metrics()
-        out = {"metrics": metrics, "type_source": self.type_source, "models": {}, "comparisons": [],
-               "word_differences": [], "provenance": self.provenance()}
-        for name, model in self.models.items():
-            out["models"][name] = {
-                "n_captions": model["captions"], "n_images": len(model["images"]), "n_errors": model["errors"],
-                "metrics": {m: model["tallies"][m].summary(seed, draws) for m in metrics if m in model["tallies"]},
-                "failed": model["failed"],
-            }
-        out["warnings"] = chance_warnings(self.models, metrics, out["models"])
+        models = {name: model.summary(metrics, seed, draws) for name, model in self.models.items()}
+        pairs = list(self._pairs(metrics))
+        return DiagnosisSummary(
+            metrics=tuple(metrics), type_source=self.type_source, models=models,
+            comparisons=_comparisons(pairs, draws, seed),
+            word_differences=tuple(WordDifferences(a, b, metric, word_rate_differences(ta, tb))
+                                   for a, b, metric, ta, tb in pairs),
+            ngram_scores=ngram_scores or {},
+            provenance=self.provenance(),
+            warnings=chance_warnings(self.models, metrics, models),
+        )
+
+    def _pairs(self, metrics: list[str]):
+        """(a, b, metric, a's tally, b's tally) for each pair of models (a named before b) and metric both have."""
         for a, b in itertools.combinations(self.models, 2):
             for metric in metrics:
-                ta, tb = self.models[a]["tallies"].get(metric), self.models[b]["tallies"].get(metric)
-                if ta is None or tb is None:
-                    continue
-                for key in ta.scores:
-                    compared = paired_comparison(ta.image_means(key), tb.image_means(key), draws, seed)
-                    if compared is not None:
-                        out["comparisons"].append({"a": a, "b": b, "metric": metric, "key": key, **compared})
-                out["word_differences"].append({"a": a, "b": b, "metric": metric,
-                                                "words": word_rate_differences(ta, tb)})
-        return out
+                ta, tb = self.models[a].tallies.get(metric), self.models[b].tallies.get(metric)
+                if ta is not None and tb is not None:
+                    yield a, b, metric, ta, tb
 
-    def provenance(self) -> dict:
+    def provenance(self) -> Provenance:
         """What scored the rows (`result.Provenance`): a shared report must say when the demo model did."""
-        scorers = list(self.scorers.values())
-        return {"capscope": __version__, "demo": any(bool(s.get("demo")) for s in scorers), "scorers": scorers}
+        scorers = tuple(self.scorers.values())
+        return Provenance(__version__, any(bool(s.get("demo")) for s in scorers), scorers)
 
     def worst(self, name: str, metric: str) -> list[dict]:
-        tally = self.models[name]["tallies"].get(metric)
+        tally = self.models[name].tallies.get(metric)
         return tally.worst() if tally else []
 
 
-def chance_warnings(models: dict[str, dict], metrics: list[str], summaries: dict[str, dict]) -> list[dict]:
+def _comparisons(pairs: list[tuple], draws: int, seed: int) -> tuple[Comparison, ...]:
+    """Each pair's every score key compared on the images both captioned."""
+    compared = (paired_comparison(a, b, metric, key, ta.image_means(key), tb.image_means(key), draws, seed)
+                for a, b, metric, ta, tb in pairs for key in ta.scores)
+    return tuple(c for c in compared if c is not None)
+
+
+def add_up(models, metrics: list[str] | None = None) -> Diagnosis:
+    """`models`: (name, its scored rows) pairs, each read once as it comes;
+    the rows added up per model and metric (only `metrics` when named), kinds
+    of words decided by the spaCy pipeline there is. What `capscope diagnose`
+    and the Compare tab both run; `.summary()` gives the `DiagnosisSummary`."""
+    from capscope.metrics.text import load_spacy
+
+    nlp = load_spacy()
+    diagnosis = Diagnosis(metrics, nlp, type_source(nlp))
+    for name, rows in models:
+        diagnosis.add_rows(name, rows)
+    return diagnosis
+
+
+def chance_warnings(models: dict[str, ModelTally], metrics: list[str],
+                    summaries: dict[str, ModelSummary]) -> tuple[MetricWarning, ...]:
     """A warning for each word-level metric whose verdicts look no better than
     chance here: its per-image wrong rates agree with the other word-level
     metrics' at Spearman rho < CHANCE_RHO (over every captioner-image pair),
@@ -278,7 +322,7 @@ def chance_warnings(models: dict[str, dict], metrics: list[str], summaries: dict
             continue
         own, rest = [], []
         for model in models.values():
-            rates = {m: _image_rates(model["tallies"].get(m)) for m in word_metrics}
+            rates = {m: _image_rates(model.tallies.get(m)) for m in word_metrics}
             for image, rate in rates[metric].items():
                 theirs = [rates[o][image] for o in others if image in rates[o]]
                 if theirs:
@@ -289,22 +333,23 @@ def chance_warnings(models: dict[str, dict], metrics: list[str], summaries: dict
         else:
             rho = float(spearmanr(own, rest).statistic)
         if rho is not None and rho < CHANCE_RHO:
-            warnings.append({
-                "metric": metric, "test": "spearman-with-other-metrics", "statistic": round(rho, 4), "n": len(own),
-                "text": f"{metric_title(metric)}'s word verdicts look no better than chance on these captions: "
-                        f"image by image they agree with {', '.join(metric_title(o) for o in others)} at Spearman "
-                        f"rho = {rho:.2f} over {len(own)} captioner-image pairs, and they tell no two captioners "
-                        "apart while the others do. Read its wrong words with care."})
-    return warnings
+            warnings.append(MetricWarning(
+                metric, "spearman-with-other-metrics", round(rho, 4), len(own),
+                f"{metric_title(metric)}'s word verdicts look no better than chance on these captions: "
+                f"image by image they agree with {', '.join(metric_title(o) for o in others)} at Spearman "
+                f"rho = {rho:.2f} over {len(own)} captioner-image pairs, and they tell no two captioners "
+                "apart while the others do. Read its wrong words with care."))
+    return tuple(warnings)
 
 
-def _words_judged(summaries: dict[str, dict], model: str, metric: str) -> int:
-    return ((summaries[model]["metrics"].get(metric) or {}).get("words") or {}).get("judged") or 0
+def _words_judged(summaries: dict[str, ModelSummary], model: str, metric: str) -> int:
+    found = summaries[model].metrics.get(metric)
+    return found.words.judged if found else 0
 
 
-def _separates(summaries: dict[str, dict], metric: str) -> bool:
+def _separates(summaries: dict[str, ModelSummary], metric: str) -> bool:
     """Whether two captioners' wrong-rate intervals under `metric` do not overlap."""
-    intervals = [tuple(s["metrics"][metric]["words"]["ci95"]) for s in summaries.values() if metric in s["metrics"]]
+    intervals = [s.metrics[metric].words.ci95 for s in summaries.values() if metric in s.metrics]
     intervals = [ci for ci in intervals if ci and ci[0] is not None]
     return any(a[1] < b[0] or b[1] < a[0] for a, b in itertools.combinations(intervals, 2))
 

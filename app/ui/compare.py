@@ -1,8 +1,8 @@
 """The **Compare** tab (admins only), comparing captioners: several captioners' scored
 captions, from files that `capscope score` (or `capscope diagnose`) wrote
 inside the server's data roots or from captions datasets in the store by their
-`model` field, added up as `capscope diagnose` adds them
-(capscope.diagnose.summary): the same tables and plots; a click on a word lists
+`model` field, added up by the function `capscope diagnose` adds them up with
+(capscope.diagnose.summary.add_up): the same tables and plots; a click on a word lists
 the captions where that model's word was judged wrong, and a click on one of
 them opens its image in Inspect with the captioners' captions of it."""
 from __future__ import annotations
@@ -13,10 +13,11 @@ import gradio as gr
 
 from capscope.annotation.captioners import captioners, stored_rows
 from capscope.db import Store
-from capscope.diagnose.error_types import TYPES, type_source
+from capscope.diagnose.diagnosis import DiagnosisSummary
+from capscope.diagnose.error_types import TYPES
 from capscope.diagnose.report import plot_error_types, plot_scores
-from capscope.diagnose.run import scored_rows
-from capscope.diagnose.summary import Diagnosis, image_key
+from capscope.diagnose.run import named_file, scored_rows
+from capscope.diagnose.summary import add_up, image_key
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.errors import CapscopeError
 from capscope.metrics.images import ImageError, read_image
@@ -35,13 +36,11 @@ def named_files(text: str, roots: DataRoots) -> list[dict]:
     for line in (text or "").splitlines():
         if not line.strip():
             continue
-        name, sep, path = line.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise CapscopeError(f"each line is NAME=FILE, not {line.strip()!r}")
-        checked = roots.check(path.strip(), "file")
+        named = named_file(line.strip(), "each line is")
+        checked = roots.check(str(named.path), "file")
         if not checked.is_file():
-            raise CapscopeError(f"{path.strip()}: no such file")
-        files.append({"name": name.strip(), "file": str(checked)})
+            raise CapscopeError(f"{named.path}: no such file")
+        files.append({"name": named.name, "file": str(checked)})
     return files
 
 
@@ -83,48 +82,52 @@ def source_rows(source: dict, store: Store | None, token_rule: str = DEFAULT_TOK
 def compare(text: str, roots: DataRoots, draws: int = 1000, picked: list[str] | None = None,
             store: Store | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> tuple:
     """(message, overview rows, comparison rows, word rows, scores plot, kinds plot, the sources)."""
-    from capscope.metrics.text import load_spacy
-
     try:
         sources = sources_of(text, picked, roots)
     except CapscopeError as err:
         return f"**Not run:** {err}", [], [], [], None, None, []
-    nlp = load_spacy()
-    diagnosis = Diagnosis(None, nlp, type_source(nlp))
-    for source in sources:
-        diagnosis.add_rows(source["name"], source_rows(source, store, token_rule))
-    summary = diagnosis.summary(draws=draws)
+    summary = add_up((s["name"], source_rows(s, store, token_rule)) for s in sources).summary(draws=draws)
     folder = scratch_folder("compare-")
     scores_png, kinds_png = folder / "scores.png", folder / "error_types.png"
-    overview = [[name, m["n_captions"], m["n_images"], m["n_errors"]] for name, m in summary["models"].items()]
-    compared = [[c["a"], c["b"], c["metric"], c["key"], c["n_images"], round(c["mean_difference"], 4),
-                 _interval(c["ci95"]), c["a_wins"], c["b_wins"], c["ties"]] for c in summary["comparisons"]]
-    words = [[name, metric, w["word"], w["judged"], w["wrong"], round(w["wrong_rate"], 3)]
-             for name, m in summary["models"].items() for metric, s in m["metrics"].items()
-             for w in s["top_wrong_words"]]
-    message = (f"{len(sources)} captioners, metrics {', '.join(summary['metrics']) or 'none'}; kinds of words by "
-               f"{summary['type_source']}. " + kinds_line(summary) + cautions(summary))
-    return (message, overview, compared, words, str(scores_png) if plot_scores(summary, scores_png) else None,
+    message = (f"{len(sources)} captioners, metrics {', '.join(summary.metrics) or 'none'}; kinds of words by "
+               f"{summary.type_source}. " + kinds_line(summary) + cautions(summary))
+    return (message, overview_rows(summary), comparison_rows(summary), word_rows(summary),
+            str(scores_png) if plot_scores(summary, scores_png) else None,
             str(kinds_png) if plot_error_types(summary, kinds_png) else None, sources)
 
 
-def cautions(summary: dict) -> str:
+def overview_rows(summary: DiagnosisSummary) -> list[list]:
+    return [[name, m.n_captions, m.n_images, m.n_errors] for name, m in summary.models.items()]
+
+
+def comparison_rows(summary: DiagnosisSummary) -> list[list]:
+    return [[c.a, c.b, c.metric, c.key, c.n_images, round(c.mean_difference, 4), _interval(c.ci95), c.a_wins,
+             c.b_wins, c.ties] for c in summary.comparisons]
+
+
+def word_rows(summary: DiagnosisSummary) -> list[list]:
+    """Each model's most often wrong words under each metric (WORD_HEADERS)."""
+    return [[name, metric, w.word, w.judged, w.wrong, round(w.wrong_rate, 3)]
+            for name, m in summary.models.items() for metric, s in m.metrics.items() for w in s.top_wrong_words]
+
+
+def cautions(summary: DiagnosisSummary) -> str:
     """What the report says first, said here too: the demo model scored, a metric whose verdicts look like chance."""
     lines = []
-    if (summary.get("provenance") or {}).get("demo"):
+    if summary.provenance and summary.provenance.demo:
         lines.append("⚠ **The demo model scored these captions**: it knows coloured shapes, not photos.")
-    lines += [f"⚠ {warning['text']}" for warning in summary.get("warnings") or ()]
+    lines += [f"⚠ {warning.text}" for warning in summary.warnings]
     return "".join(f"\n\n{line}" for line in lines)
 
 
-def kinds_line(summary: dict) -> str:
+def kinds_line(summary: DiagnosisSummary) -> str:
     """Per model and metric, the share of its errors of each kind, in one line each."""
     lines = []
-    for name, model in summary["models"].items():
-        for metric, s in model["metrics"].items():
-            if s["words"]["judged"]:
-                shares = ", ".join(f"{t} {s['error_types'][t]['share_of_errors']:.0%}" for t in TYPES)
-                lines.append(f"\n- **{name}**, {metric}: wrong rate {s['words']['wrong_rate']:.3f}; errors: {shares}")
+    for name, model in summary.models.items():
+        for metric, s in model.metrics.items():
+            if s.words.judged:
+                shares = ", ".join(f"{t} {s.error_types[t].share_of_errors:.0%}" for t in TYPES)
+                lines.append(f"\n- **{name}**, {metric}: wrong rate {s.words.wrong_rate:.3f}; errors: {shares}")
     return "".join(lines)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from capscope.cli import main
+from capscope.diagnose.diagnosis import ErrorType, RegionCount
 from capscope.diagnose.error_types import type_from_words
 from capscope.diagnose.summary import Diagnosis, MetricTally, paired_comparison, top_words
 from capscope.metrics.text import load_spacy
@@ -40,18 +41,18 @@ def test_a_model_added_up_by_hand():
         row("3", "b.png", "one cat", [True, True], 2.0),
         {"id": "4", "image": "c.png", "caption": "x", "error": "image not found", "metrics": {}},
     ])
-    s = d.summary(draws=200)["models"]["m"]
-    assert (s["n_captions"], s["n_images"], s["n_errors"]) == (4, 2, 1)
-    m = s["metrics"]["infometic"]
-    assert m["words"] == {**m["words"], "judged": 7, "wrong": 2, "wrong_rate": pytest.approx(2 / 7)}
-    assert m["captions_with_wrong_word"] == pytest.approx(2 / 3)
-    assert m["scores"]["overall"]["mean"] == pytest.approx((2.0 + 2.0) / 2)  # image means: a = 2, b = 2
-    assert m["error_types"]["count"] == {"judged": 2, "wrong": 1, "wrong_rate": 0.5, "share_of_errors": 0.5}
-    assert m["error_types"]["attribute"]["wrong"] == 1 and m["error_types"]["object"]["wrong"] == 0
-    assert m["regions"] == {"judged": 4, "unmentioned": 1, "unmentioned_rate": 0.25}
-    assert [w["word"] for w in m["top_wrong_words"]] == ["two", "red"]  # both wrong once; red at half the rate
-    assert m["top_wrong_words"][1]["examples"] == ["2"]
-    low, high = m["words"]["ci95"]
+    s = d.summary(draws=200).models["m"]
+    assert (s.n_captions, s.n_images, s.n_errors) == (4, 2, 1)
+    m = s.metrics["infometic"]
+    assert (m.words.judged, m.words.wrong, m.words.wrong_rate) == (7, 2, pytest.approx(2 / 7))
+    assert m.captions_with_wrong_word == pytest.approx(2 / 3)
+    assert m.scores["overall"].mean == pytest.approx((2.0 + 2.0) / 2)  # image means: a = 2, b = 2
+    assert m.error_types["count"] == ErrorType(judged=2, wrong=1, wrong_rate=0.5, share_of_errors=0.5)
+    assert m.error_types["attribute"].wrong == 1 and m.error_types["object"].wrong == 0
+    assert m.regions == RegionCount(judged=4, unmentioned=1, unmentioned_rate=0.25)
+    assert [w.word for w in m.top_wrong_words] == ["two", "red"]  # both wrong once; red at half the rate
+    assert m.top_wrong_words[1].examples == ("2",)
+    low, high = m.words.ci95
     assert low <= 2 / 7 <= high
 
 
@@ -59,22 +60,24 @@ def test_top_words_order_by_wrong_then_rate():
     from capscope.diagnose.summary import WordCount
 
     words = {"a": WordCount(10, 2), "b": WordCount(2, 2), "c": WordCount(5, 1), "d": WordCount(3, 0)}
-    assert [w["word"] for w in top_words(words)] == ["b", "a", "c"]
+    assert [w.word for w in top_words(words)] == ["b", "a", "c"]
 
 
 def test_ngram_scores_name_what_could_not_run():
     from capscope.diagnose.ngrams import ngram_scores
 
     out = ngram_scores({"m": ({"1": "a cat"}, {})})["m"]
-    assert out["n_captions"] == 0 and out["scores"] == {}
-    assert out["unavailable"]["CIDEr"] == "no caption has references"
+    assert out.n_captions == 0 and out.scores == {}
+    assert out.unavailable["CIDEr"] == "no caption has references"
 
 
 def test_paired_comparison_counts_wins_on_shared_images():
-    out = paired_comparison({1: 0.5, 2: 0.2, 3: 0.7, 9: 1.0}, {1: 0.4, 2: 0.3, 3: 0.7}, draws=300, seed=0)
-    assert out["n_images"] == 3 and (out["a_wins"], out["b_wins"], out["ties"]) == (1, 1, 1)
-    assert out["mean_difference"] == pytest.approx(0.0)
-    assert out["ci95"][0] <= 0.0 <= out["ci95"][1]
+    out = paired_comparison("a", "b", "m", "k", {1: 0.5, 2: 0.2, 3: 0.7, 9: 1.0}, {1: 0.4, 2: 0.3, 3: 0.7},
+                            draws=300, seed=0)
+    assert out.n_images == 3 and (out.a_wins, out.b_wins, out.ties) == (1, 1, 1)
+    assert out.mean_difference == pytest.approx(0.0)
+    assert out.ci95[0] <= 0.0 <= out.ci95[1] and not out.decided
+    assert paired_comparison("a", "b", "m", "k", {1: 0.5}, {2: 0.5}, draws=300, seed=0) is None
 
 
 def test_the_worst_captions_are_kept_lowest_first():
@@ -150,15 +153,16 @@ def test_the_report_says_what_scored(diagnosed):
 
 
 def test_rows_that_could_not_be_scored_are_listed_with_their_reasons(tmp_path):
+    from capscope.diagnose.diagnosis import FailedRow
     from capscope.diagnose.report import write_report
     from capscope.diagnose.summary import Diagnosis
 
     diagnosis = Diagnosis(["clip-s"], None, "word lists")
     diagnosis.add_rows("m", [{"id": "7", "caption": "a cat", "error": "image not found: cat.png", "metrics": {}}])
     summary = diagnosis.summary(draws=10)
-    assert summary["models"]["m"]["failed"] == [{"id": "7", "error": "image not found: cat.png"}]
-    assert summary["provenance"]["demo"] is False
-    page = write_report(summary, tmp_path, {}, {}, lambda path: None).read_text()
+    assert summary.models["m"].failed == (FailedRow("7", "image not found: cat.png"),)
+    assert summary.provenance.demo is False
+    page = write_report(summary, tmp_path, {}, lambda path: None).read_text()
     assert "Rows that could not be scored" in page and "image not found: cat.png" in page
 
 
@@ -319,7 +323,7 @@ def test_a_metric_at_chance_is_flagged_and_a_working_one_is_not():
                                      "clip4dm": {"scores": {"f_clip_s": 0.5},
                                                  "token_correct": [rng.random() < 0.5 for _ in tokens]}}})
         diagnosis.add_rows(model, rows)
-    warnings = diagnosis.summary(draws=200)["warnings"]
-    assert [w["metric"] for w in warnings] == ["clip4dm"]
-    assert warnings[0]["test"] == "spearman-with-other-metrics" and warnings[0]["n"] == 60
-    assert abs(warnings[0]["statistic"]) < 0.1 and "CLIP4DM" in warnings[0]["text"]
+    warnings = diagnosis.summary(draws=200).warnings
+    assert [w.metric for w in warnings] == ["clip4dm"]
+    assert warnings[0].test == "spearman-with-other-metrics" and warnings[0].n == 60
+    assert abs(warnings[0].statistic) < 0.1 and "CLIP4DM" in warnings[0].text

@@ -120,8 +120,16 @@ def test_store_captioners_are_compared_by_their_model_field(store_with_captioner
 
 
 def test_compare_says_what_the_report_says_first():
+    from capscope.diagnose import DiagnosisSummary
     from capscope.ui.compare import cautions
 
-    said = cautions({"provenance": {"demo": True}, "warnings": [{"metric": "clip4dm", "text": "CLIP4DM looks at chance."}]})
+    def summary(demo: bool, warnings: list[dict]) -> DiagnosisSummary:
+        return DiagnosisSummary.from_dict({"metrics": [], "type_source": "word lists", "models": {}, "comparisons": [],
+                                           "word_differences": [], "warnings": warnings,
+                                           "provenance": {"capscope": "0", "demo": demo, "scorers": []}})
+
+    chance = {"metric": "clip4dm", "test": "spearman-with-other-metrics", "statistic": 0.01, "n": 40,
+              "text": "CLIP4DM looks at chance."}
+    said = cautions(summary(True, [chance]))
     assert "demo model scored" in said and "CLIP4DM looks at chance." in said
-    assert cautions({"provenance": {"demo": False}, "warnings": []}) == ""
+    assert cautions(summary(False, [])) == ""
