@@ -5,7 +5,7 @@ The InfoMetIC family decides a word by its share of the text attention against
 the token rule's threshold for its caption (metrics.words.word_threshold)
 and a region by its share against beta. Each verdict's probability is read as
 sigmoid(SHARPNESS * ln(share / threshold)), the same logistic fine-tuning
-trains (train/finetune.py, share_loss), and an item's uncertainty is the mean
+trains (capscope.train.finetune_losses, share_loss), and an item's uncertainty is the mean
 binary entropy, in bits, of its semantic words' and its regions' verdicts.
 A share is a ratio scale: a word at half its threshold is as sure as one at
 twice it, however long the caption.

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
+from tqdm import tqdm
+
+from capscope.metrics.images import ImageError, read_image
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -47,8 +51,6 @@ def score_candidates(scorer, candidates, *, batch_size: int = 32, progress: bool
     """Each distinct candidate scored once, image by image (each image is read
     once and its features computed once: the scorer caches them per image).
     Returns the scored candidates and, for those that failed, why."""
-    from tqdm import tqdm
-
     unique = sorted(set(candidates), key=lambda c: (str(c.image), c.caption, c.references))
     scored: dict[Candidate, Scored] = {}
     failed: dict[Candidate, str] = {}
@@ -79,8 +81,6 @@ def scoring_row(index: int, picture, candidate: Candidate) -> dict:
 
 def open_image(path: Path):
     """(RGB image, None) or (None, why it cannot be read)."""
-    from capscope.metrics.images import ImageError, read_image
-
     try:
         return read_image(path), None
     except ImageError as err:

@@ -2,6 +2,7 @@
 with its interval and the papers' value beside it, and the sources cited."""
 from __future__ import annotations
 
+from capscope.bench.evaluate import format_figures
 from capscope.bench.human_correlation import CATEGORIES
 
 
@@ -163,8 +164,6 @@ def source_lines(result: dict) -> list[str]:
 
 
 def format_tokens(result: dict) -> str:
-    from capscope.bench.evaluate import format_figures
-
     lines = [f"{result['benchmark']}: {result['n']} items\n  protocol: {result['protocol']}"]
     for metric, figures in result["metrics"].items():
         lines.append(format_figures(figures))

@@ -68,7 +68,7 @@ def negative_runs(words: list[dict], epsilon: float) -> list[tuple[str, float]]:
     substring test), numbered in that order; those scoring below `epsilon`
     grouped into runs of consecutive numbers, each (its words joined by spaces,
     lowercased; the mean of their scores)."""
-    from capscope.metrics.clip4dm import is_punctuation
+    from capscope.metrics.clip4dm import is_punctuation  # torch loads when used: ui.benchmark imports this module
 
     runs, last = [], None
     for number, word in enumerate(w for w in words if not is_punctuation(w["text"])):

@@ -23,7 +23,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import open_clip
 import torch
+
+from capscope.bench.speed import CLIP_MODEL, make_pairs, model_files
+from capscope.metrics.loading import demo_model_path, resolve_device
+from capscope.metrics.scorer import Scorer
 
 SCORE_TOLERANCE = 1e-4
 ATTRIBUTION_TOLERANCE = 1e-3  # relative to the row's largest |attribution|
@@ -33,10 +38,6 @@ DEMO_METRICS = ("clip-s", "infoclip", "infometic", "hice", "clip4dm")  # PAC-S h
 
 def random_weight_files(folder: Path, metrics=RANDOM_METRICS) -> dict[str, dict]:
     """Per metric, the Scorer options naming random-weight checkpoints in `folder`."""
-    import open_clip
-
-    from capscope.bench.speed import CLIP_MODEL, model_files
-
     files = model_files(folder, tuple(m for m in metrics if m in ("clip-s", "infometic", "hice", "clip4dm")))
     if "infoclip" in metrics:
         files["infoclip"] = {"clip_model": CLIP_MODEL, "clip_pretrained": str(folder / "vit-b-32.pt")}
@@ -127,11 +128,6 @@ def within_tolerance(metric: str, gaps: dict) -> bool:
 def compare(base_device: str = "cpu", device: str = "cuda", n_pairs: int = 36, weights=("random", "demo"),
             metrics=RANDOM_METRICS, batch_size: int = 12) -> dict:
     """Every metric's rows on `base_device` (float32) and `device`, compared."""
-    from capscope.metrics.loading import demo_model_path, resolve_device
-    from capscope.metrics.scorer import Scorer
-
-    from capscope.bench.speed import make_pairs
-
     target = resolve_device(device)
     pairs = make_pairs(n_pairs, seed=3)
     name = torch.cuda.get_device_name(target) if target.type == "cuda" else target.type

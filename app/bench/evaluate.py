@@ -10,6 +10,7 @@ from capscope.bench.gold_figures import accuracy, collect_tokens, evaluate, f1, 
 from capscope.metrics.constants import BETA, TOKEN_RULES
 from capscope.common.jsonl import read_json_lines
 from capscope.metrics.registry import SPECS
+from capscope.metrics.words import decide_words
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
                  "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")
@@ -62,7 +63,7 @@ def predict(scorer, metric: str, items: list[dict], base_dir: Path, batch_size: 
 def predict_many(scorer, metrics: list[str], items: list[dict], base_dir: Path, batch_size: int = 32,
                  progress: bool = False) -> dict[str, tuple[list[dict], list[str]]]:
     """`predict` for several metrics from one scoring pass over the items."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # not at the top: `capscope --help` imports this module
 
     out: dict[str, tuple[list[dict], list[str]]] = {metric: ([], []) for metric in metrics}
     bar = tqdm(total=len(items), desc=f"evaluate {', '.join(metrics)}", unit="item", disable=not progress,
@@ -91,8 +92,6 @@ def decisions_under(rule: str, beta: float, item: dict, prediction: dict, metric
     """token_correct recomputed from the reported word scores under a token rule
     and the checkpoint's word threshold scale (metrics that follow the token
     rule only; others keep their own decisions)."""
-    from capscope.metrics.words import decide_words
-
     spec = SPECS.get(metric)
     if spec is None or not spec.follows_token_rule or prediction.get("token_scores") is None:
         return prediction.get("token_correct") or [None] * len(item["tokens"])

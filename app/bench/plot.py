@@ -6,7 +6,7 @@ import numpy as np
 
 
 def rescore_plot(result: dict, path: str) -> None:
-    import matplotlib
+    import matplotlib  # not at the top: the backend is chosen only when a figure is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -213,7 +213,6 @@ class TrainingJobs:
 
     def _run(self, job_id: str, init_path: Path, parent_id: int | None, items: list[dict], labels: dict,
              check) -> None:
-        from capscope.bench.evaluate import fit_word_scale
         from capscope.common.checksums import file_sha256
         from capscope.train.finetune import Cancelled, FinetuneConfig, figures_path, finetune
 
@@ -230,7 +229,7 @@ class TrainingJobs:
         try:
             if stop.is_set():
                 raise Cancelled()
-            report = finetune(config, fit_word_scale=fit_word_scale)
+            report = finetune(config)
             if stop.is_set():
                 raise Cancelled()
             parent_sha = report["parent"]["sha256"]

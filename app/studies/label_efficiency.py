@@ -1,7 +1,7 @@
 """How many labels does fine-tuning need, and does asking for the uncertain
 items first help? (`python -m capscope.studies.label_efficiency --out DIR`)
 
-For each appearance shift of the demo world (demo/shifts.py), in one run:
+For each appearance shift of the demo world (capscope.demo.shifts), in one run:
 - a pool of shifted scenes (two items per scene, a clean caption and its
   polluted twin) and a separate held-out set of shifted scenes;
 - orders over the pool (`--orders`): random (one per `--random-seeds`),
@@ -125,7 +125,7 @@ def _wrong_words(items: list[dict]) -> int:
 
 
 def run(args) -> dict:
-    from capscope.bench.evaluate import fit_word_scale, predict
+    from capscope.bench.evaluate import predict
     from capscope.bench.gold_figures import f1_difference
     from capscope.demo.dataset import write_demo_data
     from capscope.common.jsonl import read_json_lines
@@ -165,8 +165,7 @@ def run(args) -> dict:
             finetune(FinetuneConfig(
                 out=child, init=parent, items=chosen, base_dir=pool_dir,
                 labels={"source": "simulated", "order": order_name}, holdout=0.0, minutes=None,
-                steps=args.steps, seed=args.seed, threads=args.threads, replay=args.replay, progress=False),
-                fit_word_scale=fit_word_scale)
+                steps=args.steps, seed=args.seed, threads=args.threads, replay=args.replay, progress=False))
             return child
 
         for order_name, permutation in _studied(args.orders, random_seeds):

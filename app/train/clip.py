@@ -18,7 +18,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import open_clip
+import torch
+import torch.nn.functional as F
+from open_clip.transformer import text_global_pool
+from tqdm import tqdm
 
+from capscope.common.stats import auroc
+from capscope.demo.clip_model import demo_clip_tokenizer, new_demo_clip, save_demo_clip, write_atomically
 from capscope.demo.scenes import (
     ATTRIBUTES,
     COLOURS,
@@ -35,6 +42,7 @@ from capscope.demo.scenes import (
     pollute,
     scene_regions,
 )
+from capscope.metrics.loading import read_checkpoint, resolve_device
 from capscope.train.schedule import TrainState, budget_spent, warmup_cosine
 
 log = logging.getLogger(__name__)
@@ -156,18 +164,12 @@ class Encoder:
     length: the causal text tower gives the same result as at full context."""
 
     def __init__(self, model, device):
-        import open_clip
-
-        from capscope.demo.clip_model import demo_clip_tokenizer
-
         self.model, self.device = model, device
         self.tokenizer = demo_clip_tokenizer()
         size = model.visual.image_size
         self.preprocess = open_clip.image_transform(size, is_train=False)
 
     def images(self, pil_images):
-        import torch
-
         batch = torch.stack([self.preprocess(im) for im in pil_images]).to(self.device)
         return self.model.encode_image(batch, normalize=True)
 
@@ -178,9 +180,6 @@ class Encoder:
 
 
 def encode_text_short(model, tokens):
-    import torch.nn.functional as F
-    from open_clip.transformer import text_global_pool
-
     length = tokens.shape[1]
     x = model.token_embedding(tokens) + model.positional_embedding[:length]
     x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
@@ -191,9 +190,6 @@ def encode_text_short(model, tokens):
 
 
 def batch_loss(encoder: Encoder, views: list[View], texts: list[Text]):
-    import torch
-    import torch.nn.functional as F
-
     targets, weights = match_matrix(views, texts)
     image_emb = encoder.images([v.image for v in views])
     text_emb = encoder.texts([t.text for t in texts])
@@ -239,8 +235,6 @@ def run_probes(encoder: Encoder, probes: ProbeSet) -> dict:
     its polluted twin on whole scenes; and training-free wrong-word AUROC where
     each colour/shape/size word scores its best similarity over the scene's
     regions (padded crops of every shape and distractor)."""
-    import torch
-
     model = encoder.model
     was_training = model.training
     model.eval()
@@ -251,8 +245,6 @@ def run_probes(encoder: Encoder, probes: ProbeSet) -> dict:
 
 
 def _probe_figures(encoder: Encoder, probes: ProbeSet) -> dict:
-    from capscope.common.stats import auroc
-
     shapes = [(scene, i) for scene in probes.scenes for i in range(len(scene.shapes))]
     resized = encoder.images([shape_views(s, i, s.image(), False).image for s, i in shapes])
     padded = encoder.images([shape_views(s, i, s.image(), True).image for s, i in shapes])
@@ -271,17 +263,15 @@ def _probe_figures(encoder: Encoder, probes: ProbeSet) -> dict:
     polluted_emb = encoder.texts([p.text for _, p in probes.captions])
     wins = ((scene_emb * clean_emb).sum(-1) > (scene_emb * polluted_emb).sum(-1)).float().mean()
     figures["clean_over_polluted"] = float(wins)
-    figures["wrong_word_auroc"] = _wrong_word_auroc(encoder, probes, auroc)
+    figures["wrong_word_auroc"] = _wrong_word_auroc(encoder, probes)
     return {k: round(v, 4) if v is not None else None for k, v in figures.items()}
 
 
 def _nearest_acc(similarity, truth: list[int]) -> float:
-    import torch
-
     return float((similarity.argmax(dim=1) == torch.tensor(truth, device=similarity.device)).float().mean())
 
 
-def _wrong_word_auroc(encoder: Encoder, probes: ProbeSet, auroc) -> float | None:
+def _wrong_word_auroc(encoder: Encoder, probes: ProbeSet) -> float | None:
     vocabulary = sorted({w for values in (COLOURS, KINDS, SIZES) for w in values})
     word_emb = dict(zip(vocabulary, encoder.texts(vocabulary)))
     gold, scores = [], []
@@ -316,8 +306,6 @@ def finished(config: ClipTrainConfig, state: TrainState) -> bool:
 
 
 def make_optimizer(model, config: ClipTrainConfig):
-    import torch
-
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
     return torch.optim.AdamW(
@@ -327,10 +315,6 @@ def make_optimizer(model, config: ClipTrainConfig):
 
 
 def save_training(model, optimizer, state: TrainState, config: ClipTrainConfig) -> None:
-    import torch
-
-    from capscope.demo.clip_model import save_demo_clip, write_atomically
-
     save_demo_clip(model, config.out)
     payload = {"optimizer": optimizer.state_dict(), "state": asdict(state),
                "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}}
@@ -338,8 +322,6 @@ def save_training(model, optimizer, state: TrainState, config: ClipTrainConfig) 
 
 
 def load_training(model, optimizer, config: ClipTrainConfig) -> TrainState:
-    from capscope.metrics.loading import read_checkpoint
-
     model.load_state_dict(read_checkpoint(config.out, "demo CLIP", weights_only=True))
     payload = read_checkpoint(state_path(config.out), "demo CLIP training state")
     optimizer.load_state_dict(payload["optimizer"])
@@ -347,12 +329,6 @@ def load_training(model, optimizer, config: ClipTrainConfig) -> TrainState:
 
 
 def train_clip(config: ClipTrainConfig) -> TrainState:
-    import torch
-    from tqdm import tqdm
-
-    from capscope.demo.clip_model import new_demo_clip
-    from capscope.metrics.loading import resolve_device
-
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)

@@ -13,14 +13,14 @@ import logging
 import shutil
 from pathlib import Path
 
+from capscope.metrics.loading import demo_model_path, read_checkpoint
+from capscope.train.clip import ClipTrainConfig, state_path as clip_state, train_clip
+from capscope.train.infometic_trainer import InfoTrainConfig, state_path as head_state, train_infometic
+
 log = logging.getLogger(__name__)
 
 
 def train_demo(args) -> Path:
-    from capscope.metrics.loading import demo_model_path, read_checkpoint
-    from capscope.train.clip import ClipTrainConfig, state_path as clip_state, train_clip
-    from capscope.train.infometic_trainer import InfoTrainConfig, state_path as head_state, train_infometic
-
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     clip_out, head_out = work / "demo_clip.pt", work / "demo_infometic.pt"

@@ -22,12 +22,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
+from capscope.demo.dataset import phrase_boxes
+from capscope.demo.scenes import caption_true, make_caption, make_scene, pollute, scene_regions
 from capscope.metrics.families import InfoFamilyMetric
+from capscope.metrics.images import read_image
 from capscope.metrics.loading import read_checkpoint
 from capscope.metrics.pairs import PreparedPair
-from capscope.metrics.regions import given_regions
+from capscope.metrics.regions import PROPOSERS, given_regions, select_regions
 from capscope.metrics.text import Token, load_spacy, tokenize
+from capscope.train.training_data import read_training_file
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +74,6 @@ class ImageBank:
 
 def encode_bank(backbone, images_and_regions, total: int, progress: bool = True, chunk: int = 32) -> ImageBank:
     """`images_and_regions` yields (PIL image, [Region]); encoded in chunks."""
-    from tqdm import tqdm
-
     glob, regions, boxes, sizes = [], [], [], []
     pending = []
     bar = tqdm(total=total, desc="image features", unit="img", disable=not progress, mininterval=5.0)
@@ -169,8 +172,6 @@ class DemoSource:
     afresh every step."""
 
     def __init__(self, n_scenes: int, seed: int, pollutions: int = 2):
-        from capscope.demo.scenes import make_scene, scene_regions
-
         self.seed, self.pollutions = seed, pollutions
         self.scenes, self.regions = [], []
         for i in range(n_scenes):
@@ -192,9 +193,6 @@ class DemoSource:
             yield image, given_regions([{"box": r.box} for r in regions], *image.size)
 
     def draw(self, image: int, rng: np.random.Generator) -> Draw:
-        from capscope.demo.dataset import phrase_boxes
-        from capscope.demo.scenes import make_caption, pollute
-
         scene = self.scenes[image]
         clean = make_caption(scene, rng)
         twins = {}
@@ -208,8 +206,6 @@ class DemoSource:
     def _htn(self, image: int, clean, clean_sample: Sample, rng) -> tuple[Sample, Sample] | None:
         """A second true caption that mentions strictly fewer or more of the
         shapes: the one that mentions more should get the higher recall."""
-        from capscope.demo.scenes import make_caption
-
         mine = set(clean.referents)
         for _ in range(4):
             other = make_caption(self.scenes[image], rng)
@@ -221,8 +217,6 @@ class DemoSource:
         return None
 
     def true_of(self, image: int, sample: Sample) -> bool | None:
-        from capscope.demo.scenes import caption_true
-
         if sample.truth is None:
             return None
         return caption_true(sample.truth, self.scenes[image].shapes)
@@ -233,8 +227,6 @@ class FileSource:
     captions of the same image with fewer grounded phrases (or semantic words)."""
 
     def __init__(self, path: Path, nlp=None, pollutions: int = 2):
-        from capscope.train.training_data import read_training_file
-
         self.pollutions = pollutions
         self.pairs = read_training_file(path)
         self.nlp = nlp or load_spacy()
@@ -253,9 +245,6 @@ class FileSource:
         return f"file:{digest.hexdigest()}"
 
     def images(self):
-        from capscope.metrics.images import read_image
-        from capscope.metrics.regions import PROPOSERS, select_regions
-
         proposer = None
         for path in self.image_paths:
             image = read_image(path)

@@ -24,7 +24,25 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import open_clip
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
 
+from capscope.bench.evaluate import evaluate_gold as bench_evaluate_gold
+from capscope.common.jsonl import read_json_lines
+from capscope.demo.clip_model import (
+    DEMO_CLIP_CONFIG, DEMO_CLIP_MODEL, config_path_beside, load_demo_clip, write_atomically,
+)
+from capscope.metrics.encoder import ClipBackbone, CropStyle
+from capscope.metrics.infometic import HeadConfig, InfoMetIC, capscope_checkpoint
+from capscope.metrics import loading
+from capscope.metrics.loading import read_checkpoint, resolve_device
+from capscope.metrics.scorer import Scorer
+from capscope.metrics.text import load_spacy
+from capscope.train.infometic_data import (
+    OTHER, DemoSource, FileSource, Texts, cached_bank, encode_bank, region_labels, state_fingerprint,
+)
 from capscope.train.schedule import TrainState, budget_spent, warmup_cosine
 
 log = logging.getLogger(__name__)
@@ -72,20 +90,12 @@ class InfoTrainConfig:
 
 def load_clip(config: InfoTrainConfig, device):
     """(open_clip model, name, config dict for the checkpoint, crop style dict)."""
-    import open_clip
-
     if config.clip is not None:
-        from capscope.demo.clip_model import DEMO_CLIP_MODEL, config_path_beside, load_demo_clip
-
         model = load_demo_clip(config.clip)
         beside = config_path_beside(config.clip)
-        from capscope.demo.clip_model import DEMO_CLIP_CONFIG
-
         clip_config = json.loads(beside.read_text()) if beside.is_file() else DEMO_CLIP_CONFIG
         name, crop = DEMO_CLIP_MODEL, dict(DEMO_CROP)
     else:
-        from capscope.metrics import loading
-
         name = config.clip_model or "ViT-B-32"
         model = loading.create_open_clip(name, config.clip_pretrained or "openai", device)
         clip_config = open_clip.get_model_config(name)
@@ -100,14 +110,10 @@ def load_clip(config: InfoTrainConfig, device):
 
 
 def make_backbone(model, name: str, crop: dict, device):
-    from capscope.metrics.encoder import ClipBackbone, CropStyle
-
     return ClipBackbone.from_model(model, name, name, device, CropStyle(**crop))
 
 
 def new_head(clip_model, dim: int, config: InfoTrainConfig):
-    from capscope.metrics.infometic import HeadConfig, InfoMetIC
-
     head = HeadConfig(width=dim, heads=max(dim // 32, 1), intra_layers=config.intra_layers,
                       inter_layers=config.inter_layers, text_positions=True, evidence=True, verify=True)
     return InfoMetIC(clip_model, head)
@@ -151,8 +157,6 @@ def build_pairs(draws, images: list[int], shifts: int) -> Pairs:
 
 
 def forward_pairs(model, bank, texts, pairs: Pairs, device):
-    import torch
-
     v_g, regions, boxes, sizes = bank.batch(pairs.images)
     text = texts.batch(pairs.samples, [bank.boxes[i] for i in pairs.images])
     inputs = [v_g, regions, boxes, sizes, text.t_g, text.tokens, text.mask]
@@ -161,16 +165,12 @@ def forward_pairs(model, bank, texts, pairs: Pairs, device):
 
 
 def region_labels_of(sample, boxes):
-    from capscope.train.infometic_data import region_labels
-
     return region_labels(sample, boxes)
 
 
 def nce_losses(scores, pairs: Pairs, source, size: int, extra_negatives: dict | None = None):
     """(image->caption + caption->image) / 2 (eq. 5-7) over the shifted
     negatives, leaving out any "negative" known to be true of the image."""
-    import torch
-
     to_caption, to_image = [], []
     for b in range(size):
         row = [scores[pairs.positive[b]]]
@@ -189,9 +189,6 @@ def nce_losses(scores, pairs: Pairs, source, size: int, extra_negatives: dict | 
 
 
 def _first_wins(logits):
-    import torch
-    import torch.nn.functional as F
-
     if len(logits) < 2:
         return None
     return F.cross_entropy(torch.stack(logits)[None], torch.zeros(1, dtype=torch.long, device=logits[0].device))
@@ -220,10 +217,6 @@ def verify_loss(logits, labels, other_weight: float = 0.5):
     """Class-balanced BCE on the verifier's per-piece logits: 1 for a correct
     semantic piece, 0 for a wrong one and (weighted `other_weight`) for a piece
     of a non-semantic word, which should draw no text attention either."""
-    import torch.nn.functional as F
-
-    from capscope.train.infometic_data import OTHER
-
     parts, weights = [], []
     for value, target, weight in ((1, 1.0, 1.0), (0, 0.0, 1.0), (OTHER, 0.0, other_weight)):
         chosen = labels == value
@@ -235,8 +228,6 @@ def verify_loss(logits, labels, other_weight: float = 0.5):
 
 def grounding_loss(phrase, grounding):
     """Cross-entropy over regions: the phrase of a grounded piece should fit its region best."""
-    import torch.nn.functional as F
-
     if phrase is None:
         return grounding.sum() * 0.0
     chosen = grounding >= 0
@@ -246,9 +237,6 @@ def grounding_loss(phrase, grounding):
 
 
 def step_losses(model, bank, texts, source, draws, images, config: InfoTrainConfig, device) -> dict:
-    import torch
-    import torch.nn.functional as F
-
     pairs = build_pairs(draws, images, config.shifts)
     out, text, regions = forward_pairs(model, bank, texts, pairs, device)
     size = len(draws)
@@ -323,12 +311,6 @@ class Session:
 
 
 def open_session(config: InfoTrainConfig) -> Session:
-    import torch
-
-    from capscope.metrics.loading import resolve_device
-    from capscope.metrics.text import load_spacy
-    from capscope.train.infometic_data import DemoSource, FileSource, Texts, cached_bank, encode_bank, state_fingerprint
-
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
@@ -352,12 +334,8 @@ def train_infometic(config: InfoTrainConfig, evaluate_gold: Callable | None = No
     """Train to the budget, checkpointing as it goes. With `config.probe_gold`,
     each checkpoint is scored on that gold file by `evaluate_gold` (default:
     capscope.bench.evaluate.evaluate_gold; tests pass a stand-in)."""
-    from tqdm import tqdm
-
-    if evaluate_gold is None:
-        from capscope.bench.evaluate import evaluate_gold
     s = open_session(config)
-    s.evaluate_gold = evaluate_gold
+    s.evaluate_gold = evaluate_gold or bench_evaluate_gold
     buckets = s.bank.buckets()
     log.info("training InfoMetIC head on %s from step %d (%.1f min done); %d images; checkpoint %s",
              s.device, s.state.step, s.state.elapsed / 60, len(s.bank), config.out)
@@ -381,8 +359,6 @@ def train_infometic(config: InfoTrainConfig, evaluate_gold: Callable | None = No
 
 
 def train_step(s: Session, buckets) -> dict:
-    import torch
-
     rng = np.random.default_rng(np.random.SeedSequence([s.config.seed, 11, s.state.step]))
     images = pick_images(buckets, rng, s.config.batch_size)
     draws = [s.source.draw(i, rng) for i in images]
@@ -400,11 +376,6 @@ def train_step(s: Session, buckets) -> dict:
 # ---------------------------------------------------------------- checkpoints
 
 def save_checkpoint(s: Session, path: Path, half: bool) -> None:
-    import torch
-
-    from capscope.demo.clip_model import write_atomically
-    from capscope.metrics.infometic import capscope_checkpoint
-
     raw = capscope_checkpoint(s.model, s.clip_name, s.clip_config, crop=dict(s.crop),
                               training={"steps": s.state.step, "minutes": round(s.state.elapsed / 60, 2),
                                         "seed": s.config.seed})
@@ -415,10 +386,6 @@ def save_checkpoint(s: Session, path: Path, half: bool) -> None:
 
 
 def save_training(s: Session) -> None:
-    import torch
-
-    from capscope.demo.clip_model import write_atomically
-
     save_checkpoint(s, s.config.out, s.config.half)
     payload = {"optimizer": s.optimizer.state_dict(), "state": asdict(s.state),
                "head": {k: v.detach().cpu() for k, v in s.model.state_dict().items() if not k.startswith("clip_backbone.")},
@@ -427,8 +394,6 @@ def save_training(s: Session) -> None:
 
 
 def load_training(model, optimizer, config: InfoTrainConfig) -> TrainState:
-    from capscope.metrics.loading import read_checkpoint
-
     payload = read_checkpoint(state_path(config.out), "InfoMetIC training state")
     model.load_state_dict(payload["head"], strict=False)
     optimizer.load_state_dict(payload["optimizer"])
@@ -451,9 +416,6 @@ def checkpoint(s: Session, window: list[dict], bar) -> None:
 
 def probe(s: Session) -> dict:
     """The checkpoint just saved, scored on the probe gold file through the public Scorer."""
-    from capscope.common.jsonl import read_json_lines
-    from capscope.metrics.scorer import Scorer
-
     was_training = s.model.training
     scorer = Scorer(["infometic"], device=str(s.device), regions="given",
                     infometic_checkpoint=str(s.config.out), token_rule="relative")

@@ -16,7 +16,8 @@ import open_clip
 import pytest
 import torch
 
-from capscope.bench.speed import make_pairs, make_shared_pairs, row_gaps, write_pairs_file
+from capscope.bench.speed import row_gaps, write_pairs_file
+from frozen_scenes import make_pairs, make_shared_pairs
 from capscope.cli import main
 from capscope.metrics.scorer import Scorer
 
@@ -118,6 +119,6 @@ def test_the_server_scores_at_its_precision(tmp_path):
     from capscope.server.scoring import Models
 
     app = create_app(f"sqlite:///{tmp_path / 'p.db'}", precision="bf16")
-    assert app.state.models.factory.keywords["precision"] == "bf16"
+    assert app.state.models.factory.keywords["config"].precision == "bf16"
     with pytest.raises(ValueError, match="unknown precision"):
         Models(precision="fp8")

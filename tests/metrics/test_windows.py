@@ -131,7 +131,7 @@ def scorer():
 
 @pytest.fixture(scope="module")
 def long_pair():
-    from capscope.bench.speed import make_pairs
+    from frozen_scenes import make_pairs
 
     pair = make_pairs(1, seed=31)[0]
     sentences = ["there is a large orange triangle on a plain background.", "the triangle is orange and large.",
@@ -239,7 +239,7 @@ def test_the_image_is_encoded_once_whatever_the_number_of_windows(long_pair, mon
 
 
 def test_a_long_caption_scores_the_same_alone_and_in_a_batch(scorer, long_pair):
-    from capscope.bench.speed import make_pairs
+    from frozen_scenes import make_pairs
 
     alone = scorer.score_batch([long_pair])[0]
     batch = scorer.score_batch(make_pairs(3, seed=2) + [long_pair])[-1]
