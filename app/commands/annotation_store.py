@@ -48,7 +48,7 @@ def register(sub) -> None:
     exp.add_argument("--format", default="captokeneval",
                      choices=["captokeneval", "csv", "coco", "label-studio", "label-studio-config"],
                      help="label-studio: tasks with the model's suggestions as predictions; label-studio-config: "
-                          "the labeling config they fit (printed)")
+                          "the labeling config they fit (to --out, else printed) (default captokeneval)")
     exp.add_argument("--out", default=None, help="output file, or - for standard output (required but for "
                                                   "label-studio-config)")
     exp.add_argument("--with-labels", action="store_true",
@@ -139,23 +139,39 @@ def export_label_studio(args) -> int:
     from capscope.annotation import label_studio
 
     if args.format == "label-studio-config":
-        config = label_studio.labeling_config()
-        if args.out in (None, "-"):
-            print(config, end="")
-        else:
-            Path(args.out).write_text(config, encoding="utf-8")
-            print(f"labeling config -> {args.out}")
+        with written(args.out or "-") as out:
+            out.write(label_studio.labeling_config())
         return 0
     if args.out is None:
         raise CapscopeError("--format label-studio needs --out FILE.json")
     store = open_store(args)
     tasks = label_studio.tasks(store, args.dataset, with_labels=args.with_labels, image_root=args.image_root,
                                url_prefix=args.image_url_prefix, masks=args.masks)
-    with (contextlib.nullcontext(sys.stdout) if args.out == "-" else open(args.out, "w", encoding="utf-8")) as out:
+    with written(args.out, lambda: f"{count} tasks") as out:
         count = _write_json_array(tasks, out)
-    if args.out != "-":
-        print(f"{count} tasks -> {args.out}")
     return 0
+
+
+@contextlib.contextmanager
+def written(out: str, what=lambda: ""):
+    """The file every export format writes to: standard output for "-", else
+    OUT.partial renamed to OUT once whole (a reader never sees half a file);
+    says what it wrote (`what()`, read at the end) on standard error."""
+    if out == "-":
+        yield sys.stdout
+        return
+    path = Path(out)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with partial.open("w", encoding="utf-8", newline="") as handle:
+            yield handle
+        partial.replace(path)
+    except OSError as err:
+        raise CapscopeError(f"cannot write {out}: {err.strerror}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    said = what()
+    print(f"wrote {out}" + (f": {said}" if said else ""), file=sys.stderr)
 
 
 def _write_json_array(rows, out) -> int:
@@ -201,7 +217,7 @@ def captions_file(args):
     (ids are image ids, images the annotations' file names, `model` named)."""
     from capscope.batch import inputs
 
-    if not args.captions.is_file() or not inputs.is_json_array(args.captions):
+    if inputs.input_layout(args.captions, otherwise="pairs") != "coco-results":  # the importer reads the rest
         yield args.captions
         return
     if args.annotations is None:
@@ -226,25 +242,18 @@ def run_export(args) -> int:
     if args.with_images and (args.format != "captokeneval" or args.out == "-"):
         raise CapscopeError("--with-images needs --format captokeneval and an --out file")
     store = open_store(args)
-    try:
-        if args.with_images:
-            from capscope.annotation.export import export_benchmark
+    if args.with_images:
+        from capscope.annotation.export import export_benchmark
 
+        try:
             items, images = export_benchmark(store, Path(args.out), args.dataset)
-            print(f"wrote {args.out}: {items} items, {images} images in {Path(args.out).parent / 'images'}",
-                  file=sys.stderr)
-            return 0
-        if args.out == "-":
-            export_to_file(store, args.format, sys.stdout, args.dataset)
-            return 0
-        out = Path(args.out)
-        partial = out.with_name(out.name + ".partial")
-        with partial.open("w", encoding="utf-8", newline="") as handle:
-            export_to_file(store, args.format, handle, args.dataset)
-        partial.replace(out)  # a reader never sees half a file
-    except OSError as err:
-        raise CapscopeError(f"cannot write {args.out}: {err.strerror}") from None
-    print(f"wrote {out}", file=sys.stderr)
+        except OSError as err:
+            raise CapscopeError(f"cannot write {args.out}: {err.strerror}") from None
+        print(f"wrote {args.out}: {items} items, {images} images in {Path(args.out).parent / 'images'}",
+              file=sys.stderr)
+        return 0
+    with written(args.out) as out:
+        export_to_file(store, args.format, out, args.dataset)
     return 0
 
 

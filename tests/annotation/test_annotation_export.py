@@ -109,3 +109,29 @@ def test_benchmark_export_travels_with_its_images(store, tmp_path, capsys):
         labels = lambda r: ([t["label"] for t in r["tokens"]], [g["label"] for g in r["regions"]])  # noqa: E731
         assert labels(again[row["id"]]) == labels(row)
     assert main(["export", "--format", "csv", "--with-images", "--out", str(out), "--db", sqlite_url(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("fmt", ["captokeneval", "csv", "coco", "label-studio", "label-studio-config"])
+def test_every_format_goes_to_out_whole(store, tmp_path, capsys, fmt):
+    """`export --out FILE` writes FILE for every format, and only FILE (no .partial left, nothing printed on
+    standard output); on eb11b64 label-studio-config printed the config and ignored --out."""
+    from capscope.cli import main
+
+    out = tmp_path / "exports" / f"out.{fmt}"
+    out.parent.mkdir()
+    assert main(["export", "--format", fmt, "--out", str(out), "--db", sqlite_url(tmp_path)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == "" and f"wrote {out}" in printed.err
+    assert [p.name for p in out.parent.iterdir()] == [out.name] and out.stat().st_size > 0
+    if fmt in ("coco", "label-studio"):
+        json.loads(out.read_text())
+    if fmt == "label-studio-config":
+        assert out.read_text().lstrip().startswith("<View")
+
+
+def test_an_export_that_cannot_be_written_says_so_in_one_line(store, tmp_path, capsys):
+    from capscope.cli import main
+
+    out = tmp_path / "no-such-folder" / "out.csv"
+    assert main(["export", "--format", "csv", "--out", str(out), "--db", sqlite_url(tmp_path)]) == 2
+    assert "cannot write" in capsys.readouterr().err and not out.parent.exists()
