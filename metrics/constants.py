@@ -13,6 +13,13 @@ HICE_THRESHOLD = 0.2       # HICE-S's phrase/region cosine cut (hice.py says why
 CLIP4DM_EPSILON = -5e-5    # CLIP4DM main.py --epsilon: a word whose attribution is below it is misaligned
 CLIP4DM_LAYERS = 3         # CLIP4DM main.py --start_layer_text -3: relevance from the last three text blocks
 
+# --long-captions: how a caption longer than a model reads is read (windows.py does the reading)
+LONG_CAPTIONS = ("windows", "cut", "all-windows")
+# windows: word-level metrics read every window; CLIP-S and PAC-S read what fits (their papers' way).
+# cut: every metric reads what fits its model, as the released codes do.
+# all-windows: CLIP-S and PAC-S too read every window and give the mean of their scores.
+DEFAULT_LONG_CAPTIONS = "windows"
+
 # --precision: the CLIP towers in float32, or under bfloat16 / float16 autocast (encoder.AUTOCAST_DTYPES)
 PRECISIONS = ("fp32", "bf16", "fp16")
 

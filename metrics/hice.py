@@ -54,7 +54,7 @@ from .loading import ModelUnavailable, load_state_file
 from capscope.common.lru import LRUCache
 from .phrases import phrases as caption_phrases
 from .regions import Region, box_mask
-from .constants import HICE_THRESHOLD as THRESHOLD
+from .constants import BETA, HICE_THRESHOLD as THRESHOLD
 from .result import MetricResult, PhraseScore
 from .text import Phrase, Token, load_spacy, tokenize
 from capscope.common.threads import few_threads
@@ -299,7 +299,7 @@ def match_threshold(backbone: ClipBackbone) -> float:
 class HiceMetric:
     name = "hice"
 
-    def __init__(self, backbone: ClipBackbone, beta: float = 0.1, token_rule: str = "paper", *,
+    def __init__(self, backbone: ClipBackbone, beta: float = BETA, token_rule: str = "paper", *,
                  alpha_clip_checkpoint=None, threshold: float | None = None, whole_image_region: bool = True,
                  nlp=None):
         # beta and token_rule are InfoMetIC's; HICE-S judges phrases with `threshold`.

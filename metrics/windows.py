@@ -36,11 +36,6 @@ from .pairs import PreparedPair
 from .result import MetricResult
 from .text import Token
 
-LONG_CAPTIONS = ("windows", "cut", "all-windows")
-# windows: word-level metrics read every window; CLIP-S and PAC-S read what fits (their papers' way).
-# cut: every metric reads what fits its model, as the released codes do.
-# all-windows: CLIP-S and PAC-S too read every window and give the mean of their scores.
-DEFAULT_LONG_CAPTIONS = "windows"
 SENTENCE_ENDS = {".", "!", "?", "..."}
 CLAUSE_ENDS = {",", ";", ":"}
 
@@ -58,13 +53,6 @@ class Window:
     start: int
     end: int
     fits: bool = True
-
-
-def check_long_captions(mode: str) -> str:
-    """`mode` when it is one of LONG_CAPTIONS; ValueError naming them when not."""
-    if mode not in LONG_CAPTIONS:
-        raise ValueError(f"unknown long-caption reading {mode!r}; choose from {', '.join(LONG_CAPTIONS)}")
-    return mode
 
 
 def reads_windows(mode: str, global_only: bool) -> bool:

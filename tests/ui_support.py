@@ -26,7 +26,7 @@ def make_demo_checkpoint(path: Path, full_size: bool = False) -> Path:
     import torch
 
     from capscope.metrics.infometic import HeadConfig, InfoMetIC, capscope_checkpoint
-    from capscope.metrics.scorer import create_clip_from_config
+    from capscope.metrics.model_sources import create_clip_from_config
 
     torch.manual_seed(0)
     if full_size:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from capscope.batch.command_scorer import build_scorer
 from capscope.batch.resume import batched
 from capscope.common.errors import CapscopeError
 
@@ -188,7 +189,7 @@ class ScorerActor:
     """One Scorer in an actor, for `ScorerPool`."""
 
     def __init__(self, options):
-        self.scorer = options.build()
+        self.scorer = build_scorer(options)
 
     def demo(self) -> bool:
         return bool(self.scorer.demo)

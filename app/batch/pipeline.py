@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from capscope.batch.command_scorer import build_scorer
 from capscope.batch.resume import AnsweredIds, batched, count_lines
-from capscope.metrics.constants import CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_TOKEN_RULE
-from capscope.common.errors import CapscopeError, ModelUnavailable
+from capscope.common.errors import CapscopeError
 from capscope.common.jsonl import json_lines
+from capscope.metrics.config import ScorerConfig
 from capscope.metrics.result import ScoreRow
 
 log = logging.getLogger("capscope")
@@ -31,63 +32,6 @@ FEATURE_BATCH = 8    # rows per batch of `capscope features` (a worker's unit of
 
 
 NO_IMAGE = "row has neither an image nor a features file"  # the scorer's error for such a row
-
-
-@dataclass(frozen=True)
-class ScorerOptions:
-    """What builds a Scorer, without the argparse namespace: it travels to
-    Ray workers, so files are absolute paths (a folder every worker can read)."""
-    metrics: tuple[str, ...]
-    device: str = "auto"
-    clip_model: str | None = None
-    clip_pretrained: str | None = None
-    regions: str = "classic"
-    max_regions: int = 20
-    infometic_checkpoint: str | None = None
-    pacs_checkpoint: str | None = None
-    alpha_clip_checkpoint: str | None = None
-    beta: float = 0.1
-    token_rule: str = DEFAULT_TOKEN_RULE
-    long_captions: str = "windows"
-    clip4dm_epsilon: float = CLIP4DM_EPSILON
-    clip4dm_layers: int = CLIP4DM_LAYERS
-    precision: str = "fp32"
-    demo: bool | None = None  # None: the demo model where weights are missing; True: demo as a whole; False: never
-
-    @classmethod
-    def from_args(cls, args, metrics) -> ScorerOptions:
-        return cls(
-            tuple(metrics), device=args.device, clip_model=args.clip_model,
-            clip_pretrained=_absolute_if_file(args.clip_pretrained),
-            regions=getattr(args, "regions", "classic"), max_regions=getattr(args, "max_regions", 20),
-            infometic_checkpoint=_absolute_if_file(args.infometic_checkpoint),
-            pacs_checkpoint=_absolute_if_file(args.pacs_checkpoint),
-            alpha_clip_checkpoint=_absolute_if_file(args.alpha_clip_checkpoint),
-            beta=args.beta, token_rule=args.token_rule, long_captions=getattr(args, "long_captions", "windows"),
-            clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers, precision=args.precision,
-            demo=bool(getattr(args, "demo", False)),  # the command line never mixes real and demo weights
-        )
-
-    def build(self):
-        from capscope.metrics.scorer import Scorer
-
-        try:
-            scorer = Scorer(list(self.metrics), **{k: v for k, v in vars(self).items() if k != "metrics"})
-        except ModelUnavailable as err:
-            if self.demo is False:
-                raise ModelUnavailable(f"{err}; or --demo to score with capscope's demo model as a whole") from None
-            raise
-        except ValueError as err:
-            raise CapscopeError(str(err)) from None
-        if scorer.demo:
-            log.warning("DEMO MODEL: pretrained weights could not be had; scores come from capscope's "
-                        "tiny coloured-shapes model and mean nothing on photos")
-        return scorer
-
-
-def _absolute_if_file(value: str | None) -> str | None:
-    """A local file as an absolute path; a tag (open_clip's "openai") as given."""
-    return str(Path(value).resolve()) if value and Path(value).is_file() else value
 
 
 def engine_results(task, items: Iterable, batch_size: int, cluster) -> Iterator:
@@ -182,11 +126,11 @@ def error_row(row: dict | None, error: str) -> dict:
 class ScoreTask:
     """What one worker of `capscope score` does: build a Scorer once, then turn
     batches of (line number, row, why not) into output rows."""
-    options: ScorerOptions
+    options: ScorerConfig
     base_dir: Path
 
     def worker(self) -> Callable[[list], list[dict]]:
-        scorer = self.options.build()
+        scorer = build_scorer(self.options)
         return lambda items: score_items(scorer, self.base_dir, items)
 
 
@@ -234,12 +178,12 @@ def _has_id(row: dict) -> bool:
 class FeatureTask:
     """What one worker of `capscope features` does: per row, write its .npz
     into `out_dir` and give back the index row, or why not."""
-    options: ScorerOptions
+    options: ScorerConfig
     base_dir: Path
     out_dir: Path
 
     def worker(self) -> Callable[[list], list[dict]]:
-        scorer = self.options.build()
+        scorer = build_scorer(self.options)
         backbone = next(iter(scorer.metrics.values())).backbone
         self.out_dir.mkdir(parents=True, exist_ok=True)
         return lambda items: [self.one(scorer, backbone, item) for item in items]
@@ -263,7 +207,8 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
     import re
 
     from capscope.metrics.regions import select_regions
-    from capscope.metrics.scorer import RowError, row_image, row_regions, write_features
+    from capscope.metrics.feature_files import write_features
+    from capscope.metrics.scorer import RowError, row_image, row_regions
 
     if not _has_id(row) or row.get("image") is None:
         raise RowError("row needs a string id and an image")
@@ -283,7 +228,7 @@ def extract_features(scorer, backbone, row: dict, base: Path, out_dir: Path) -> 
 
 # ---------------------------------------------------------------- whole files
 
-def score_file(options: ScorerOptions, input_path: Path, output: Path, batch_size: int = 32,
+def score_file(options: ScorerConfig, input_path: Path, output: Path, batch_size: int = 32,
                retry_errors: bool = False, cluster=None) -> tuple[int, int]:
     """Score every pair of `input_path` not yet in `output` (appended, in input
     order); (rows written, rows with errors)."""
@@ -322,7 +267,7 @@ def score_file(options: ScorerOptions, input_path: Path, output: Path, batch_siz
     return done, errors
 
 
-def features_file(options: ScorerOptions, input_path: Path, out_dir: Path, cluster=None) -> tuple[int, int]:
+def features_file(options: ScorerConfig, input_path: Path, out_dir: Path, cluster=None) -> tuple[int, int]:
     """One official-format .npz per row of `input_path` into `out_dir`, listed
     in `out_dir/pairs.jsonl`; (files written, rows failed)."""
     from tqdm import tqdm

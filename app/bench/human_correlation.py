@@ -42,7 +42,10 @@ from capscope.bench.dense import (
     token_dense_captions,
     wants_dense,
 )
+from capscope.bench.evaluate import figures_of, predict_many, word_scale_of
+from capscope.bench.gold_figures import collect_tokens
 from capscope.common.stats import bootstrap_interval
+from capscope.metrics.constants import BETA
 
 CATEGORIES = ("HC", "HI", "HM", "MM")
 BASELINE_KEY = "baseline.words"  # rating benchmarks: caption length in words, a trivial rule
@@ -56,7 +59,7 @@ LISTED_PROBLEMS = 5
 
 def kendall(scores, human, variant: str) -> float:
     """scipy's Kendall tau (variant "b" or "c"), as PAC-S's compute_correlations.py calls it."""
-    from scipy.stats import kendalltau
+    from scipy.stats import kendalltau  # scipy and sklearn load when used: ui.benchmark imports this module
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -237,8 +240,6 @@ def lowest_semantic_word(scored: Scored, metric: str) -> str | None:
 def correlate_tokens(loaded, scorer, metrics: list[str], *, batch_size: int, token_rule: str, beta: float,
                      progress: bool, draws: int = 1000, seed: int = 0) -> tuple[dict, list[str], dict]:
     """Per metric its figures, the problems, and the predictions (`predict_many`'s)."""
-    from capscope.bench.evaluate import figures_of, predict_many, word_scale_of
-
     out, problems = {}, []
     predicted = predict_many(scorer, metrics, loaded.rows, Path(loaded.base_dir), batch_size, progress)
     for metric, (predictions, errors) in predicted.items():
@@ -256,8 +257,6 @@ def incorrect_average_precision(items, predictions, draws: int = 0, seed: int = 
     """Average precision of "incorrect" ranked by the negated word score, and its
     bootstrap interval over images."""
     from sklearn.metrics import average_precision_score
-
-    from capscope.bench.gold_figures import collect_tokens
 
     judged = collect_tokens(items, [p or {} for p in predictions])
     kept = [(g, s, image) for g, s, image in zip(judged.gold, judged.scores, labelled_token_images(items), strict=True)
@@ -282,8 +281,6 @@ def pos_breakdown(items, predictions, nlp) -> tuple[dict | None, str]:
     """Per spaCy part of speech: labelled semantic tokens, how many are
     incorrect, the accuracy of the metric's decisions and the AP of incorrect."""
     from sklearn.metrics import average_precision_score
-
-    from capscope.bench.gold_figures import collect_tokens
 
     if not (nlp.has_pipe("tagger") or nlp.has_pipe("morphologizer")):
         return None, ("no part-of-speech breakdown: spaCy runs a blank pipeline without a tagger "
@@ -326,7 +323,7 @@ class Outcome:
 
 
 def correlate(loaded, scorer, metrics: list[str], *, batch_size: int = 32, bootstrap: int = 1000, seed: int = 0,
-              token_rule: str = "paper", beta: float = 0.1, progress: bool = True) -> Outcome:
+              token_rule: str = "paper", beta: float = BETA, progress: bool = True) -> Outcome:
     problems = list(loaded.problems)
     scorer = ModelNoting(scorer)
     result = {"benchmark": loaded.benchmark, "kind": loaded.kind, "n": 0, "protocol": loaded.protocol,

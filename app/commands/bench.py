@@ -4,11 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from capscope.metrics.config import DEVICES
+
 
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="measure scoring speed against plain open_clip baselines (offline, random weights)")
     bench.add_argument("--json", action="store_true", help="print one JSON object (docs/formats.md §7)")
-    bench.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bench.add_argument("--device", default="auto", choices=DEVICES)
     bench.add_argument("--pairs", type=int, default=24, help="distinct image-caption pairs for pairs/s")
     bench.add_argument("--rescore-runs", type=int, default=50, help="timed re-scores after warm-up (at least 50 for the contract)")
     bench.add_argument("--batch-size", type=int, default=16)

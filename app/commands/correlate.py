@@ -8,9 +8,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from capscope.batch.pipeline import ScorerOptions
 from capscope.bench.human import BENCHMARKS
-from capscope.commands.options import METRICS, add_engine_options, add_model_options, add_region_options, engine_cluster
+from capscope.batch.command_scorer import build_scorer
+from capscope.commands.options import METRICS, add_engine_options, add_scorer_options, engine_cluster
+from capscope.metrics.config import ScorerConfig
 from capscope.common.errors import CapscopeError
 
 log = logging.getLogger("capscope")
@@ -29,8 +30,7 @@ def register(sub) -> None:
     cmd.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of reference draws")
     cmd.add_argument("--plot", type=Path, default=None, help="write the score-vs-human figure to this PNG")
     cmd.add_argument("--batch-size", type=int, default=32)
-    add_region_options(cmd)
-    add_model_options(cmd, long_captions="cut")  # the published tables were made by code that cuts
+    add_scorer_options(cmd, defaults={"long_captions": "cut"})  # the published tables were made by code that cuts
     add_engine_options(cmd)
     cmd.set_defaults(func=run_correlate)
 
@@ -61,7 +61,7 @@ def run_correlate(args) -> int:
         raise CapscopeError(f"no usable rows in {args.data} ({len(loaded.problems)} problems, e.g. "
                             f"{loaded.problems[0] if loaded.problems else 'empty file'})")
     metrics = args.metrics or ["infometic"]
-    with scoring_engine(args, ScorerOptions.from_args(args, metrics)) as (scorer, batch_size):
+    with scoring_engine(args, ScorerConfig.from_args(args, metrics)) as (scorer, batch_size):
         outcome = correlate(loaded, scorer, metrics, batch_size=batch_size, bootstrap=args.bootstrap,
                             seed=args.seed, token_rule=args.token_rule, beta=args.beta, progress=not args.json)
     report_problems(outcome.problems)
@@ -75,13 +75,13 @@ def run_correlate(args) -> int:
 
 
 @contextmanager
-def scoring_engine(args, options: ScorerOptions):
+def scoring_engine(args, options: ScorerConfig):
     """(something with the Scorer's score_batch, the batch size to hand it): a
     Scorer here, or a pool of Ray workers fed batches of one slice per worker
     (their actors end with the block)."""
     cluster = engine_cluster(args)
     if cluster is None:
-        yield options.build(), args.batch_size
+        yield build_scorer(options), args.batch_size
         return
     from capscope.batch.engine_ray import ScorerPool
 

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscope.commands.options import (
-    add_clip4dm_options,
-    add_demo_option,
-    add_long_captions_option,
-    add_precision_option,
-    add_token_rule_option,
-)
+from capscope.commands.options import add_scorer_options
+from capscope.metrics.config import DEVICES
 from capscope.demo.shifts import SHIFTS
-from capscope.metrics.constants import TOKEN_RULES
-from capscope.common.errors import CapscopeError, ModelUnavailable
+from capscope.common.errors import CapscopeError
 from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 
 
@@ -36,7 +30,7 @@ def register(sub) -> None:
     clip.add_argument("--minutes", type=float, default=None, help="training time budget (default 15 unless --steps)")
     clip.add_argument("--steps", type=int, default=None, help="stop after this many steps")
     clip.add_argument("--seed", type=int, default=0)
-    clip.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    clip.add_argument("--device", choices=DEVICES, default="auto")
     clip.add_argument("--resume", action="store_true", help="continue from OUT's training state")
     clip.add_argument("--batch-scenes", type=int, default=48, help="fresh scenes drawn per step")
     clip.add_argument("--lr", type=float, default=5e-4)
@@ -54,7 +48,7 @@ def _training_options(parser, minutes: float) -> None:
     parser.add_argument("--minutes", type=float, default=minutes, help=f"training time budget (default {budget})")
     parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--checkpoint-minutes", type=float, default=5.0)
 
@@ -111,7 +105,7 @@ def register_train_infometic(targets) -> None:
                            "(default off; no mirroring when a caption says left or right)")
     tune.add_argument("--check-gold", type=Path, default=None,
                       help="another CapTokenEval file scored before and after (e.g. the parent's own world)")
-    tune.add_argument("--token-rule", choices=TOKEN_RULES, default="relative", help="the verdict rule of the figures")
+    add_scorer_options(tune, ["token_rule"])  # the verdicts of the before/after figures
     tune.add_argument("--json", action="store_true", help="print the report as one JSON object")
     head.set_defaults(func=run_train_infometic)
 
@@ -123,7 +117,7 @@ def register_train_demo(targets) -> None:
     demo.add_argument("--clip-minutes", type=float, default=65.0)
     demo.add_argument("--head-minutes", type=float, default=36.0)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    demo.add_argument("--device", choices=DEVICES, default="auto")
     demo.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     demo.add_argument("--resume", action="store_true", help="continue both stages from WORK")
     demo.set_defaults(func=run_train_demo)
@@ -134,17 +128,9 @@ def register_evaluate(sub) -> None:
     ev.add_argument("--gold", required=True, type=Path, help="CapTokenEval JSONL")
     ev.add_argument("--metric", required=True, help="infometic, infoclip, hice, ...")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
-    ev.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ev.add_argument("--clip-model", default=None)
-    ev.add_argument("--clip-pretrained", default=None)
-    ev.add_argument("--infometic-checkpoint", default=None)
-    add_token_rule_option(ev)
-    ev.add_argument("--beta", type=float, default=0.1)
-    add_long_captions_option(ev)
-    ev.add_argument("--batch-size", type=int, default=32)
-    add_clip4dm_options(ev)
-    add_precision_option(ev)
-    add_demo_option(ev)
+    ev.add_argument("--batch-size", type=int, default=32, help="pairs scored at once (default 32)")
+    # each gold item brings its own regions; PAC-S and HICE-S's Alpha-CLIP judge no word or region here
+    add_scorer_options(ev, leave_out=("regions", "max_regions", "pacs_checkpoint", "alpha_clip_checkpoint"))
     ev.set_defaults(func=run_evaluate)
 
 
@@ -229,7 +215,6 @@ def _given(args, names: tuple[str, ...]) -> dict:
 def run_finetune(args) -> int:
     import json
 
-    from capscope.bench.evaluate import fit_word_scale
     from capscope.train.finetune import FinetuneConfig, FinetuneError, finetune, format_report
 
     if (args.labels is None) == (args.dataset is None):
@@ -243,10 +228,11 @@ def run_finetune(args) -> int:
         out=args.out, init=init_checkpoint(args.init), items=items, base_dir=base_dir, labels=labels,
         holdout=args.holdout, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
         threads=args.threads, token_rule=args.token_rule, check=check_set(args.check_gold), progress=not args.json,
-        train=args.train, replay=args.replay, **_given(args, FINETUNE_TUNABLES),
+        train=args.train, replay=args.replay, fit_threshold=not args.no_fit_threshold,
+        **_given(args, FINETUNE_TUNABLES),
     )
     try:
-        report = finetune(config, fit_word_scale=None if args.no_fit_threshold else fit_word_scale)
+        report = finetune(config)
     except FinetuneError as err:
         raise CapscopeError(str(err)) from None
     print(json.dumps(report) if args.json else format_report(report, args.out))
@@ -313,7 +299,8 @@ def scorer_for(args):
     the metric and models asked for. A demo CLIP (`--clip-model
     capscope-demo-clip`) is registered with open_clip from the config beside its
     checkpoint and fed crops in the style it was trained on."""
-    from capscope.metrics.scorer import Scorer
+    from capscope.batch.command_scorer import build_scorer
+    from capscope.metrics.config import ScorerConfig
 
     crop = None
     if args.clip_model == "capscope-demo-clip":
@@ -324,17 +311,8 @@ def scorer_for(args):
         beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
         register_demo_clip_config(beside if beside is not None and beside.is_file() else None)
         crop = CropStyle(**DEMO_CROP)
-    try:
-        return Scorer([args.metric], device=args.device, clip_model=args.clip_model,
-                      clip_pretrained=args.clip_pretrained, clip_crop=crop, regions="given",
-                      infometic_checkpoint=args.infometic_checkpoint, beta=args.beta, token_rule=args.token_rule,
-                      clip4dm_epsilon=args.clip4dm_epsilon, clip4dm_layers=args.clip4dm_layers,
-                      precision=args.precision, long_captions=getattr(args, "long_captions", "windows"),
-                      demo=bool(getattr(args, "demo", False)))
-    except ModelUnavailable as err:
-        if getattr(args, "demo", False):
-            raise
-        raise ModelUnavailable(f"{err}; or --demo to score with capscope's demo model as a whole") from None
+    config = ScorerConfig.from_args(args, [args.metric]).replace(regions="given", clip_crop=crop)
+    return build_scorer(config)
 
 
 def run_evaluate(args) -> int:

@@ -5,10 +5,9 @@ import logging
 from pathlib import Path
 
 from capscope.batch import inputs, pipeline
-from capscope.batch.pipeline import ScorerOptions
-from capscope.commands.options import (METRICS, add_engine_options, add_model_options, add_region_options,
-                                       engine_cluster, ScoringOptionsHidden)
+from capscope.commands.options import METRICS, add_engine_options, add_scorer_options, engine_cluster
 from capscope.common.errors import CapscopeError
+from capscope.metrics.config import ScorerConfig
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +22,14 @@ def register(sub) -> None:
     score.add_argument("--retry-errors", action="store_true",
                        help="resuming: score again the rows saved with an error (each id stays once in --output)")
     add_input_format_options(score)
-    add_region_options(score)
-    add_model_options(score)
+    add_scorer_options(score)
     add_engine_options(score)
     score.set_defaults(func=run_score)
 
     features = sub.add_parser("features", help="write official-format InfoMetIC image features (.npz) for a JSONL of images")
     features.add_argument("--input", required=True, type=Path)
     features.add_argument("--out", required=True, type=Path)
-    add_region_options(features)
-    add_model_options(ScoringOptionsHidden(features))
+    add_scorer_options(features, hide_scoring=True)  # it judges no caption; the flags stay accepted
     add_engine_options(features)
     features.set_defaults(func=run_features)
 
@@ -48,10 +45,8 @@ def add_input_format_options(parser) -> None:
 def pairs_input(args) -> Path:
     """The pairs file to score: --input itself, or the pairs of a COCO results
     file written beside --output (OUTPUT_STEM-pairs.jsonl)."""
-    layout = args.input_format
-    if layout == "auto":  # a bad first line of a pairs file stays that line's error row, as always
-        layout = "coco-results" if inputs.is_json_array(args.input) else "pairs"
-    if layout == "pairs":
+    # scored rows are pairs too; a bad first line of a pairs file stays that line's error row, as always
+    if inputs.input_layout(args.input, args.input_format, otherwise="pairs") != "coco-results":
         return args.input
     pairs = args.output.with_name(args.output.stem + "-pairs.jsonl")
     coco = inputs.CocoCaptions(args.annotations) if args.annotations else None
@@ -64,13 +59,13 @@ def run_score(args) -> int:
     if args.batch_size < 1:
         raise CapscopeError("--batch-size must be at least 1")
     cluster = engine_cluster(args)
-    options = ScorerOptions.from_args(args, args.metrics or ["infometic"])
+    options = ScorerConfig.from_args(args, args.metrics or ["infometic"])
     pipeline.score_file(options, pairs_input(args), args.output, args.batch_size, args.retry_errors, cluster)
     return 0
 
 
 def run_features(args) -> int:
     cluster = engine_cluster(args)
-    options = ScorerOptions.from_args(args, ["infometic"] if args.infometic_checkpoint else ["infoclip"])
+    options = ScorerConfig.from_args(args, ["infometic"] if args.infometic_checkpoint else ["infoclip"])
     written, failed = pipeline.features_file(options, args.input, args.out, cluster)
     return 0 if written or not failed else 1

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscope.commands.options import add_db_option, add_precision_option, open_store
-from capscope.metrics.constants import TOKEN_RULES
+from capscope.commands.options import add_db_option, add_scorer_options, open_store
 from capscope.common.errors import CapscopeError
 
 
@@ -13,10 +12,8 @@ def register(sub) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=7860)
     serve.add_argument("--lease-minutes", type=float, default=30.0, help="an unsaved item returns to the queue after this")
-    serve.add_argument("--token-rule", default="relative", choices=TOKEN_RULES,
-                       help="how the API and the UI decide a wrong word: paper (share <= beta) or relative "
-                            "(beta scaled by the number of semantic words; default)")
-    add_precision_option(serve)
+    # the server's one scorer: the rest of its options are the defaults (every metric whose weights load)
+    add_scorer_options(serve, ["token_rule", "precision"])
     serve.add_argument("--data-root", action="append", type=Path, dest="data_roots", metavar="DIR",
                        help="a folder whose files admins may name to the server (Benchmark's judgement files and "
                             "their images, Compare's scored files, /api/diagnose folders); repeatable; default: the "
@@ -41,7 +38,9 @@ def register(sub) -> None:
 def run_serve(args) -> int:
     import uvicorn
 
+    from capscope.metrics.config import ScorerConfig
     from capscope.server.api import create_app
+    from capscope.server.scoring import SERVER_CONFIG
     from capscope.server.data_roots import check_folders
     from capscope.server.training import RESCORE_LIMIT
 
@@ -52,7 +51,7 @@ def run_serve(args) -> int:
         raise CapscopeError(f"--session-hours must be more than 0, not {args.session_hours}")
     rescore_limit = RESCORE_LIMIT if args.rescore_limit is None else (args.rescore_limit or None)
     app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
-                     token_rule=args.token_rule, precision=args.precision, data_roots=roots,
+                     scorer_config=ScorerConfig.from_args(args, base=SERVER_CONFIG), data_roots=roots,
                      rescore_limit=rescore_limit, cors_origins=check_origins(args.cors_origins),
                      score_gate=score_gate(args.score_waiting, args.score_timeout))
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app

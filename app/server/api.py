@@ -41,10 +41,11 @@ from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.common.jsonl import JsonTextError, loads_limited
 from capscope.common import limits
 from capscope.metrics.text import check_caption, check_references
+from capscope.metrics.config import ScorerConfig
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
                                     script_or_json)
-from capscope.server.scoring import DEFAULT_TOKEN_RULE, Models, ScoreGate, ScoringBusy, ScoringTimeout
+from capscope.server.scoring import SERVER_CONFIG, Models, ScoreGate, ScoringBusy, ScoringTimeout
 from capscope.server.signin import guard_for
 from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 
@@ -223,15 +224,16 @@ def public_version(version: dict) -> dict:
 # ---------------------------------------------------------------- the app
 
 def create_app(db_url: str | None = None, scorer_factory: Callable | None = None, *, store: Store | None = None,
-               lease_seconds: int | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
-               data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
+               lease_seconds: int | None = None, scorer_config: ScorerConfig = SERVER_CONFIG,
+               token_rule: str | None = None, precision: str | None = None, data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
                rescore_limit: int | None = RESCORE_LIMIT, cors_origins: tuple[str, ...] = (),
                score_gate: ScoreGate | None = None) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
-    scorer, which the UI mounted on this app shares: capscope's Scorer under
-    `token_rule` at `precision`, or what `scorer_factory(metrics)` builds (given every metric
-    to try; again without those whose loading failed). `app.state.data_roots`:
+    scorer, which the UI mounted on this app shares: capscope's Scorer as
+    `scorer_config` says (`token_rule` and `precision`, when given, replace its
+    own), or what `scorer_factory(metrics)` builds (given every metric to try;
+    again without those whose loading failed). `app.state.data_roots`:
     the folders whose files the UI may read when a user names them (default
     the data folder). `app.state.training` and `app.state.activations`: the
     fine-tuning jobs and model versions (app/server/training.py); fine-tuned
@@ -245,7 +247,8 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     # time slice instead of 5 (Python's default): a label save beside busy scoring needs many such turns
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     app.state.store = store or Store(db_url)
-    app.state.models = Models(scorer_factory, token_rule=token_rule, precision=precision, gate=score_gate)
+    given = {name: value for name, value in (("token_rule", token_rule), ("precision", precision)) if value is not None}
+    app.state.models = Models(scorer_factory, config=scorer_config, gate=score_gate, **given)
     app.state.data_roots = data_roots or DataRoots()
     app.state.data_roots.protect(app.state.store.private_files())
     app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))

@@ -17,7 +17,8 @@ from collections import OrderedDict, deque
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES, check_precision
+from capscope.metrics.config import ScorerConfig
+from capscope.metrics.constants import BETA
 from capscope.common.errors import CapscopeError, ModelUnavailable
 from capscope.metrics.registry import metric_names
 from capscope.common.threads import few_threads
@@ -25,20 +26,23 @@ from capscope.common.threads import few_threads
 log = logging.getLogger(__name__)
 
 TOKEN_RULE_NOTES = {
-    "paper": "a word is wrong when its share of the caption's attention is at most β = 0.1 (InfoMetIC sec. 3.3)",
+    "paper": f"a word is wrong when its share of the caption's attention is at most β = {BETA} (InfoMetIC sec. 3.3)",
     "relative": "a word is wrong when its share of the caption's attention is under β scaled to the caption's "
-                "length (β·5/n for n content words, at most β = 0.1)",
+                f"length (β·5/n for n content words, at most β = {BETA})",
 }
 
 
-def default_factory(metrics: list[str], token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
-                    infometic_checkpoint: str | None = None):
+SERVER_CONFIG = ScorerConfig(skip_unavailable=True)  # every metric whose weights load, on a GPU where there is one
+
+
+def default_factory(metrics: list[str], config: ScorerConfig = SERVER_CONFIG, infometic_checkpoint: str | None = None):
     """capscope's Scorer with the metrics whose models load (the others in its
     `unavailable`); InfoMetIC from `infometic_checkpoint` when given (a model version)."""
     from capscope.metrics.scorer import Scorer
 
-    return Scorer(metrics, device="auto", token_rule=token_rule, precision=precision, skip_unavailable=True,
-                  infometic_checkpoint=infometic_checkpoint)
+    if infometic_checkpoint is not None:
+        config = config.replace(infometic_checkpoint=infometic_checkpoint)
+    return Scorer(metrics, config=config.replace(skip_unavailable=True))
 
 
 def takes_checkpoint(factory: Callable) -> bool:
@@ -160,18 +164,16 @@ class Models:
 
     `factory(metrics)` builds a scorer with `.metrics`, `.unavailable`
     (name -> why, optional) and `.score(image, caption, references=,
-    regions=, tokens=, only=)`; the default builds capscope's Scorer under
-    `token_rule` at `precision`. Calls take the scorer in turns by user
-    (`gate`, a ScoreGate: pass `user=` the caller's name)."""
+    regions=, tokens=, only=)`; the default builds capscope's Scorer from
+    `config` (`SERVER_CONFIG`), with any `options` (ScorerConfig fields:
+    `token_rule`, `precision`, ...) replacing its own. Calls take the scorer in
+    turns by user (`gate`, a ScoreGate: pass `user=` the caller's name)."""
 
     def __init__(self, factory: Callable[[list[str]], object] | None = None,
-                 metrics: Sequence[str] | None = None, token_rule: str = DEFAULT_TOKEN_RULE, precision: str = "fp32",
-                 gate: ScoreGate | None = None):
-        if token_rule not in TOKEN_RULES:
-            raise ValueError(f"unknown token rule {token_rule!r}; choose from {', '.join(TOKEN_RULES)}")
-        check_precision(precision)
-        self.token_rule = token_rule
-        self.factory = factory or functools.partial(default_factory, token_rule=token_rule, precision=precision)
+                 metrics: Sequence[str] | None = None, config: ScorerConfig = SERVER_CONFIG,
+                 gate: ScoreGate | None = None, **options):
+        self.config = config.replace(**options)  # an unknown option or a bad choice raises here
+        self.factory = factory or functools.partial(default_factory, config=self.config)
         self._wanted = list(metrics) if metrics is not None else None
         self.unavailable: dict[str, str] = {}
         self.checkpoint: str | None = None  # the active model version's InfoMetIC file (None: the default model)
@@ -179,6 +181,11 @@ class Models:
         self._scorer = None
         self._build_lock = threading.Lock()
         self.gate = gate or ScoreGate()
+
+    @property
+    def token_rule(self) -> str:
+        """The rule every verdict of this server follows (the page and the API say it)."""
+        return self.config.token_rule
 
     @property
     def wanted(self) -> list[str]:

@@ -88,3 +88,40 @@ def test_features_help_offers_no_option_that_judges_captions():
     shown = features.format_help()
     assert "--token-rule" not in shown and "--clip4dm-epsilon" not in shown and "--clip-model" in shown
     assert features.parse_args(["--input", "x", "--out", "y", "--token-rule", "paper"]).token_rule == "paper"
+
+
+# The import paths the docs give users, as of eb11b64 (README, docs/api.md, docs/diagnose.md, docs/formats.md,
+# docs/human-judgements.md, docs/train-infometic.md): module -> names it must offer.
+PUBLIC_PATHS = {
+    "capscope.metrics.scorer": ["Scorer", "RowError"],
+    "capscope.metrics.registry": ["get_spec", "metric_names", "metric_title"],
+    "capscope.metrics.errors": ["CapscopeError", "ModelUnavailable"],
+    "capscope.metrics.result": ["ScoreRow"],
+    "capscope.metrics.infometic": ["capscope_checkpoint"],
+    "capscope.diagnose": ["diagnose_captioners", "DiagnosisSummary"],
+    "capscope.bench.human": ["load"],
+    "capscope.train.training_data": ["read_training_file"],
+    "capscope.demo.scenes": [],
+    "capscope.server": ["create_app"],
+    "capscope.annotation.importer": ["import_captions", "import_captokeneval", "import_predictions"],
+    "capscope.db": ["Store"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC_PATHS))
+def test_every_documented_import_path_of_before_holds(module):
+    import importlib
+
+    loaded = importlib.import_module(module)
+    assert [name for name in PUBLIC_PATHS[module] if not hasattr(loaded, name)] == []
+
+
+def test_import_capscope_offers_the_main_names_without_loading_models():
+    script = ("import sys, capscope; assert 'torch' not in sys.modules and 'capscope.metrics' not in sys.modules; "
+              "from capscope import Scorer, ScorerConfig, diagnose_captioners, DiagnosisSummary, CapscopeError, "
+              "metric_names, METRIC_NAMES; "
+              "from capscope.metrics.scorer import Scorer as S; from capscope.common.errors import CapscopeError as E; "
+              "assert Scorer is S and CapscopeError is E and 'infometic' in metric_names(); "
+              "assert sorted(dir(capscope)) == sorted(capscope.__all__)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-800:]

@@ -94,16 +94,17 @@ def test_score_all_metrics_classic_regions(workdir):
 
 def test_a_finished_run_loads_no_model(workdir, monkeypatch, caplog):
     from capscope.batch import pipeline
+    from capscope.metrics.config import ScorerConfig
 
     root = workdir[0]
     pairs, out = root / "two.jsonl", root / "finished.jsonl"
     pairs.write_text("".join(json.dumps({"id": f"p{i}", "image": f"img{i}.png", "caption": CAPTION}) + "\n"
                              for i in (0, 1)))
     out.write_text("".join(json.dumps({"id": f"p{i}", "error": None}) + "\n" for i in (0, 1)))
-    monkeypatch.setattr(pipeline.ScorerOptions, "build", lambda self: pytest.fail("a scorer was built"))
+    monkeypatch.setattr(pipeline, "build_scorer", lambda config: pytest.fail("a scorer was built"))
     before = out.read_text()
     with caplog.at_level("INFO"):
-        assert pipeline.score_file(pipeline.ScorerOptions(("clip-s",)), pairs, out) == (0, 0)
+        assert pipeline.score_file(ScorerConfig(("clip-s",)), pairs, out) == (0, 0)
     assert out.read_text() == before and "nothing to score" in caplog.text
 
 

@@ -52,12 +52,12 @@ def sample():
         rss = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS"))
         peak[0] = max(peak[0], int(rss.split()[1]) / 1024)
         time.sleep(0.02)
-build = pipeline.ScorerOptions.build
-def build_then_sample(self):
-    scorer = build(self)
+build = pipeline.build_scorer
+def build_then_sample(config):
+    scorer = build(config)
     threading.Thread(target=sample, daemon=True).start()
     return scorer
-pipeline.ScorerOptions.build = build_then_sample
+pipeline.build_scorer = build_then_sample
 code = main(sys.argv[1:])
 import resource
 print("WHOLE", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

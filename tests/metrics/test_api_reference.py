@@ -1,11 +1,14 @@
 """docs/api.md against the code: its example runs, and every `Scorer` option
-is documented both in the constructor's docstring and on the page."""
+is declared once, in `ScorerConfig`, whose table the page shows."""
 import inspect
 import math
 import re
 from pathlib import Path
 
 
+from capscope.metrics import model_sources
+from capscope.metrics import scorer as scorer_module
+from capscope.metrics.config import option_names, options_table
 from capscope.metrics.scorer import Scorer
 
 API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
@@ -13,7 +16,7 @@ SECTION = re.compile(r"^\s*(Args|Arguments|Returns|Raises|Yields|Attributes|Exam
 
 
 def options() -> list[str]:
-    return [name for name in inspect.signature(Scorer.__init__).parameters if name != "self"]
+    return option_names()
 
 
 def example_code(page: str) -> str:
@@ -38,18 +41,23 @@ def args_section(doc: str) -> str:
     return "\n".join(body)
 
 
-def test_every_option_in_the_docstring_args():
-    args = args_section(Scorer.__init__.__doc__ or "")
-    documented = set(re.findall(r"^\s{4}(\w+)(?:\s*\([^)]*\))?:", args, re.M))
-    missing = [name for name in options() if name not in documented]
-    assert not missing, f"Scorer.__init__ Args lacks {missing}"
-    assert len(options()) == 20
+def test_the_scorer_declares_no_option_of_its_own():
+    """Scorer(metrics, *, config, **options): every option is a ScorerConfig field, nowhere else."""
+    assert list(inspect.signature(Scorer.__init__).parameters) == ["self", "metrics", "config", "options"]
+    assert "**options" in args_section(Scorer.__init__.__doc__ or "") and "ScorerConfig" in Scorer.__init__.__doc__
+    assert {"device", "regions", "beta", "token_rule", "precision", "demo"} <= set(options())
 
 
-def test_every_option_on_the_api_page():
+def test_the_api_page_table_is_the_one_the_config_makes():
     page = API_PAGE.read_text(encoding="utf-8")
-    missing = [name for name in options() if f"`{name}`" not in page]
-    assert not missing, f"docs/api.md does not name {missing}"
+    assert options_table() in page, "docs/api.md's table is stale: python -m capscope.metrics.config prints it"
+
+
+def test_every_option_is_read_where_the_scorer_is_built():
+    """An option declared but never read would be a flag that does nothing."""
+    code = "".join(Path(module.__file__).read_text(encoding="utf-8") for module in (scorer_module, model_sources))
+    unread = [name for name in options() if f"config.{name}" not in code]
+    assert unread == []
 
 
 def test_methods_documented():

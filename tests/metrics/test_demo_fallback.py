@@ -5,7 +5,8 @@ from PIL import Image
 
 from capscope.metrics.infometic import HeadConfig, InfoMetIC, capscope_checkpoint
 from capscope.metrics.loading import ModelUnavailable
-from capscope.metrics.scorer import Scorer, create_clip_from_config
+from capscope.metrics.model_sources import create_clip_from_config
+from capscope.metrics.scorer import Scorer
 
 TINY_CLIP = {
     "embed_dim": 64,

@@ -10,7 +10,8 @@ import gdown
 import pytest
 
 from capscope.cli import main
-from capscope.common import checksums, downloads, loading
+from capscope.common import checksums
+from capscope.metrics import downloads, loading
 from capscope.metrics.loading import ModelUnavailable
 
 

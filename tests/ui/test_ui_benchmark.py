@@ -18,7 +18,7 @@ from capscope.demo.judgements import write_judgements
 from capscope.ui.benchmark import (
     AgreementView, SharedScorer, agreement_with_people, demo_judgements, outputs_of,
 )
-from capscope.server.scoring import Models, default_factory
+from capscope.server.scoring import SERVER_CONFIG, Models, default_factory
 from ui_support import use_demo_checkpoint
 
 METRICS = ["infometic", "clip-s"]
@@ -40,7 +40,7 @@ def models(tmp_path_factory):
 
     def factory(metrics):
         built.append(list(metrics))
-        return default_factory(metrics, token_rule="paper")
+        return default_factory(metrics, SERVER_CONFIG.replace(token_rule="paper"))
 
     models = Models(factory, metrics=("infometic", "clip-s", "pac-s"), token_rule="paper")
     models.built = built
