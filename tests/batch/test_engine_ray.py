@@ -166,6 +166,7 @@ def test_missing_ray_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch)
     assert len(err.splitlines()) == 1 and 'pip install -e ".[ray]"' in err
 
 
+@pytest.mark.slow
 def test_local_run_imports_nothing_of_ray(tmp_path):
     from capscope.demo.dataset import demo_scene
 
@@ -262,6 +263,7 @@ def local_rows(world):
     return rows
 
 
+@pytest.mark.slow
 def test_ray_rows_identical_to_local_run(cluster, world, local_rows):
     """One worker sees the batches in the local run's order: same floats, to 1e-6."""
     out = world / "ray.jsonl"
@@ -295,6 +297,7 @@ def ray_worker_pids(title: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_killed_worker_every_id_written_once(cluster, world, local_rows):
     """The CLI as a separate driver on the cluster's address, resuming a run
     whose first rows are written; one of its two workers is killed mid-run."""
@@ -353,6 +356,7 @@ def test_ray_reads_the_input_as_the_workers_need_it(cluster):
     assert len(read) <= 4 * (2 * IN_FLIGHT + 6)
 
 
+@pytest.mark.slow
 def test_features_on_ray_same_files_and_index(cluster, world, one_torch_thread):
     lines = (world / "pairs.jsonl").read_text().splitlines()[:7]  # a broken line among them
     (world / "few.jsonl").write_text("\n".join(lines) + "\n")
@@ -370,6 +374,7 @@ def test_features_on_ray_same_files_and_index(cluster, world, one_torch_thread):
                 np.testing.assert_allclose(have[key], want[key], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_correlate_on_ray_same_figures(cluster, tmp_path, capsys):
     """FOIL layout from demo scenes: the same accuracy and figures from a pool of two workers."""
     write_foil_file(tmp_path)
@@ -386,6 +391,7 @@ def test_correlate_on_ray_same_figures(cluster, tmp_path, capsys):
     assert {k: v["n"] for k, v in ray["foil_word"].items()} == {k: v["n"] for k, v in local["foil_word"].items()}
 
 
+@pytest.mark.slow
 def test_bench_ray_figure_against_the_local_run(cluster, monkeypatch):
     from capscope.bench import speed
 

@@ -66,6 +66,7 @@ def check_row(row):
         assert 0 <= x0 < x1 <= 224 and 0 <= y0 < y1 <= 160
 
 
+@pytest.mark.slow
 def test_score_all_metrics_classic_regions(workdir):
     root = workdir[0]
     out = root / "out.jsonl"
@@ -92,6 +93,7 @@ def test_score_all_metrics_classic_regions(workdir):
     assert [r["id"] for r in read(out)][len(rows):] == [None, None]  # only the id-less rows again
 
 
+@pytest.mark.slow
 def test_a_finished_run_loads_no_model(workdir, monkeypatch, caplog):
     from capscope.batch import pipeline
     from capscope.metrics.config import ScorerConfig
@@ -108,6 +110,7 @@ def test_a_finished_run_loads_no_model(workdir, monkeypatch, caplog):
     assert out.read_text() == before and "nothing to score" in caplog.text
 
 
+@pytest.mark.slow
 def test_given_regions_through_a_real_process(workdir):
     root = workdir[0]
     out = root / "given.jsonl"
@@ -124,6 +127,7 @@ def test_given_regions_through_a_real_process(workdir):
     assert "pairs/s" in proc.stderr
 
 
+@pytest.mark.slow
 def test_features_round_trip_equals_scoring_from_pixels(workdir):
     root = workdir[0]
     feats = root / "feats"
@@ -150,6 +154,7 @@ def test_features_round_trip_equals_scoring_from_pixels(workdir):
         assert a["overall"] == pytest.approx(b["overall"], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_features_report_unusable_regions_per_row_and_go_on(workdir, capsys):
     root = workdir[0]
     image = json.loads((root / "pairs.jsonl").read_text().splitlines()[0])["image"]
@@ -165,6 +170,7 @@ def test_features_report_unusable_regions_per_row_and_go_on(workdir, capsys):
     assert "line 1: bad regions" in errors and "line 2: bad regions" in errors
 
 
+@pytest.mark.slow
 def test_features_rows_refuse_pixel_metrics(workdir):
     root = workdir[0]
     feats = root / "feats2"
@@ -178,6 +184,7 @@ def test_features_rows_refuse_pixel_metrics(workdir):
     assert "clip-s needs pixels" in result["error"] and "infoclip" in result["metrics"]
 
 
+@pytest.mark.slow
 def test_offline_a_new_user_is_told_what_is_missing_and_demo_is_whole(workdir, tmp_path, capsys, monkeypatch):
     """Never a mixed run: without --demo a weight that cannot be had stops the
     command before scoring, in one line; with --demo every row is the demo's."""

@@ -2,14 +2,18 @@
 import json
 import time
 
+import pytest
+
 from capscope.bench import speed
 from capscope.cli import main
 
 
+@pytest.mark.slow
 def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     plot = tmp_path / "rescore.png"
     code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "3", "--batch-size", "2", "--metric", "hice",
-                 "--region-sources", "", "--ray-workers", "0", "--plot", str(plot), "--caption-words", "80", "--repeats", "2"])
+                 "--region-sources", "", "--ray-workers", "0", "--plot", str(plot), "--caption-words", "80", "--repeats", "2",
+                 "--precision", "fp32"])  # the precisions have tests of their own (tests/metrics/test_precision.py)
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"device", "clip_model", "word_encoding_speedup", "pairs_per_s", "naive_pairs_per_s",
@@ -56,10 +60,11 @@ def test_pairs_per_second_is_the_best_of_its_repeats():
     assert 4 / 0.10 * 0.8 < rate <= 4 / 0.10  # the 0.10 s run, not the mean (20 pairs/s)
 
 
+@pytest.mark.slow
 def test_bench_measures_clip4dm_against_the_released_loop(capsys):
     code = main(["bench", "--json", "--device", "cpu", "--pairs", "2", "--rescore-runs", "2", "--batch-size", "2",
                  "--metric", "clip4dm", "--captions-per-image", "1", "--region-sources", "", "--ray-workers", "0",
-                 "--caption-words", "", "--repeats", "1"])
+                 "--caption-words", "", "--repeats", "1", "--precision", "fp32"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["pairs_per_s"]["clip4dm"] > 0 and result["naive_pairs_per_s"]["clip4dm"] > 0

@@ -293,6 +293,7 @@ def assert_dense_equals(dense: dict, expected: dict) -> None:
     assert f_clip["LA_ci95"] is not None and 0 <= f_clip["LA_ci95"][0] <= f_clip["LA_ci95"][1] <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["foil", "nocaps-foil", "hat"])
 def test_dense_section_end_to_end_equals_the_readings_of_score_rows(name, benchmarks, clip_checkpoint, capsys):
     root, scored = benchmarks

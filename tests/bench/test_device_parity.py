@@ -25,6 +25,7 @@ def test_row_gaps_by_hand():
     assert within_tolerance("clip4dm", {**gaps, "region": 0.0})  # relative 5e-4 <= 1e-3
 
 
+@pytest.mark.slow
 def test_a_cpu_scorer_is_reported_off_a_gpu(tmp_path):
     from capscope.metrics.scorer import Scorer
 

@@ -93,6 +93,7 @@ def fresh_scenes(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not demo_model_path().is_file(), reason="the demo model is not shipped yet")
 def test_shipped_demo_model_meets_the_bars(fresh_scenes, capsys):
     tmp_path = fresh_scenes

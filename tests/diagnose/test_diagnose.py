@@ -115,6 +115,7 @@ def diagnosed(coco_files, tmp_path_factory):
     return out, args
 
 
+@pytest.mark.slow
 def test_diagnose_recovers_what_each_captioner_gets_wrong(coco_files, diagnosed):
     from capscope.diagnose import DiagnosisSummary
     from capscope.studies.diagnose_recovery import compare_with_truth
@@ -137,6 +138,7 @@ def test_diagnose_recovers_what_each_captioner_gets_wrong(coco_files, diagnosed)
     assert summary.to_dict() == json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_report_says_what_scored(diagnosed):
     """The demo model scored these rows: summary.json says so, and index.html opens with a banner."""
     from capscope import __version__
@@ -166,6 +168,7 @@ def test_rows_that_could_not_be_scored_are_listed_with_their_reasons(tmp_path):
     assert "Rows that could not be scored" in page and "image not found: cat.png" in page
 
 
+@pytest.mark.slow
 def test_diagnose_writes_a_report_and_scores_nothing_twice(diagnosed, capsys):
     out, args = diagnosed
     summary = json.loads((out / "summary.json").read_text())
@@ -186,6 +189,7 @@ def test_diagnose_writes_a_report_and_scores_nothing_twice(diagnosed, capsys):
     assert "report:" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_scored_rows_are_used_as_they_are(diagnosed, tmp_path):
     out, _ = diagnosed
     again = tmp_path / "again"

@@ -43,6 +43,7 @@ def scored(scorer, pairs: list[dict], batch_size: int) -> dict[str, dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_every_metric_gives_a_pair_the_same_numbers_in_any_batch(scorer):
     pairs = make_pairs(3, seed=11) + make_shared_pairs(2, captions_per_image=2, seed=12)
     for i, pair in enumerate(pairs):

@@ -90,6 +90,7 @@ def test_clip4dm_equals_the_released_clip4dm(epsilon_scorer, reference_model, im
     assert verdicts[True] >= 5 and verdicts[False] >= 5, verdicts  # both verdicts were compared
 
 
+@pytest.mark.slow
 def test_words_past_the_context_get_no_score_when_cut(clip_checkpoint, reference_model, images):
     scorer = Scorer(["clip4dm"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
                     clip4dm_epsilon=0.0, long_captions="cut")  # the released code's reading
@@ -145,6 +146,7 @@ def test_a_caption_scores_the_same_alone_and_in_any_batch(epsilon_scorer, images
             assert ours["token_correct"] == single["token_correct"]
 
 
+@pytest.mark.slow
 def test_options_land_in_the_model_block_and_bad_layers_are_one_line(clip_checkpoint, images):
     scorer = Scorer(["clip4dm"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
                     clip4dm_layers=2, clip4dm_epsilon=-1e-4)

@@ -122,6 +122,7 @@ def test_unknown_name_is_a_user_error(capsys):
     assert "choose from infometic, pacs" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_infometic_download_records_sha256_and_scorer_checks_it(cache, online, monkeypatch, released_checkpoint, capsys):
     from capscope.metrics.scorer import Scorer
 
@@ -280,6 +281,7 @@ def test_a_download_cut_half_way_resumes_where_it_stopped(mirror, cache, small_c
     assert not part.exists()
 
 
+@pytest.mark.slow
 def test_a_scorer_fetches_the_released_infometic_on_first_use(cache, monkeypatch, released_checkpoint):
     from capscope.metrics.scorer import Scorer
 

@@ -28,6 +28,7 @@ def scorer(clip_checkpoint, tmp_path_factory):
                   clip_pretrained=str(clip_checkpoint), pacs_checkpoint=str(path))
 
 
+@pytest.mark.slow
 def test_dynamic_length_equals_full_context(scorer):
     backbone = scorer.metrics["clip-s"].backbone
     with torch.no_grad():
@@ -98,6 +99,7 @@ def test_wrong_architecture_is_one_clear_line(clip_checkpoint):
         create_open_clip("ViT-B-16", str(clip_checkpoint), torch.device("cpu"))
 
 
+@pytest.mark.slow
 def test_offline_error_is_one_line_without_traceback(tmp_path):
     pairs = tmp_path / "p.jsonl"
     pairs.write_text('{"id": "a", "image": "x.png", "caption": "a cat"}\n')

@@ -171,6 +171,7 @@ def alpha_clip_state(visual: torch.nn.Module) -> dict:
     return state
 
 
+@pytest.mark.slow
 def test_alpha_clip_visual_checkpoint_loads(backbone, tmp_path):
     torch.manual_seed(3)
     donor = open_clip.create_model("ViT-B-32", pretrained=None).visual
@@ -216,6 +217,7 @@ def test_an_image_with_several_captions_is_encoded_once_per_batch(backbone, monk
 
 # ---------------------------------------------------------------- end to end
 
+@pytest.mark.slow
 def test_capscope_score_hice_on_generated_pngs(tmp_path, clip_checkpoint):
     from capscope.bench.speed import scene
 

@@ -63,6 +63,7 @@ def test_fp32_gives_the_rows_it_gave_before_precisions_existed():
             assert result["region_mentioned"] == before["region_mentioned"]
 
 
+@pytest.mark.slow
 def test_bf16_and_fp16_stay_close_to_fp32_on_demo_scenes(demo_rows):
     base = demo_rows["fp32"]
     for precision in ("bf16", "fp16"):
@@ -80,6 +81,7 @@ def test_bf16_and_fp16_stay_close_to_fp32_on_demo_scenes(demo_rows):
             assert gaps["verdicts_changed_share"] <= 0.05, (precision, metric, gaps)
 
 
+@pytest.mark.slow
 def test_each_precision_runs_pac_s_too(tmp_path):
     torch.manual_seed(3)
     checkpoint = tmp_path / "pacs.pth"

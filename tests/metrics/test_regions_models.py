@@ -39,6 +39,7 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("capscope-cache")
 
 
+@pytest.mark.slow
 def test_sam_vit_b_from_the_cache_folder(cache, image, monkeypatch):
     from segment_anything import sam_model_registry
 
@@ -181,6 +182,7 @@ def test_the_scorer_makes_its_proposer_once_on_its_own_device(monkeypatch, clip_
     assert made == [{"device": "cpu"}]
 
 
+@pytest.mark.slow
 def test_regions_are_proposed_only_for_metrics_that_read_them(monkeypatch, clip_checkpoint):
     """CLIP-S reads no regions: its rows propose none and say so; HICE-S's do."""
     from PIL import Image, ImageDraw

@@ -227,6 +227,7 @@ def test_files_a_metric_loads_are_hashed_into_the_row(tmp_path):
     assert model["prompt"] == "A photo depicts "
 
 
+@pytest.mark.slow
 def test_released_checkpoint_digest_and_versions(released_checkpoint):
     import open_clip
     import PIL

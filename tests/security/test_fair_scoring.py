@@ -78,6 +78,7 @@ class Flood:
         self.codes = {int(k): v for k, v in json.loads(out).items()}
 
 
+@pytest.mark.slow
 def test_a_rest_flood_leaves_the_others_their_saves_and_scores(team, tmp_path):
     png = scene_png(team)
     bob = httpx.Client(base_url=team.url, timeout=60, headers=basic(BOB))
@@ -132,6 +133,7 @@ print(json.dumps(counts))
 """
 
 
+@pytest.mark.slow
 def test_a_flood_in_the_ui_leaves_the_others_their_scores(team):
     """One annotator keeps 20 Inspect scores in flight (from a process of their own, as the page sends
     them); another's Inspect score waits for one of them at most, and the flooder's scorings past the

@@ -83,6 +83,7 @@ def hostile_bodies(spec: dict, schema: dict, rng: random.Random) -> list[bytes]:
     return bodies
 
 
+@pytest.mark.slow
 def test_fuzzing_every_operation_finds_no_server_error(http):
     """Every operation as an admin (the widest surface): hostile path values,
     query values and JSON bodies. Bounded: a few hundred requests."""

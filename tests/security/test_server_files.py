@@ -124,6 +124,7 @@ def capscope(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
 
 
+@pytest.mark.slow
 def test_no_label_is_lost_beside_path_fields_and_the_command_line(team, tmp_path):
     db = team.store.private_files()[0]
     hard_link, symlink = team.data / "copy.db", team.data / "link.db"

@@ -118,6 +118,7 @@ def row_shas(row: dict) -> set:
 
 # ---------------------------------------------------------------- training
 
+@pytest.mark.slow
 def test_training_through_the_api_records_a_version(world, trained):
     client = serve(world)
     listing = client.get("/api/models", auth=ADMIN).json()
@@ -136,6 +137,7 @@ def test_training_through_the_api_records_a_version(world, trained):
     assert trained["fraction"] == 1.0 and trained["step"] == 5 and trained["loss"] is not None
 
 
+@pytest.mark.slow
 def test_the_checkpoint_loads_through_the_scorer(world, trained):
     from capscope.common.checksums import file_sha256
     from capscope.metrics.scorer import Scorer
@@ -148,6 +150,7 @@ def test_the_checkpoint_loads_through_the_scorer(world, trained):
     assert result["metrics"]["infometic"]["scores"] and row_shas(result) == {row.sha256}
 
 
+@pytest.mark.slow
 def test_a_cancelled_job_leaves_nothing(world, trained):
     client = serve(world)
     before, files = [v.id for v in versions(world)], checkpoint_files(world)
@@ -161,6 +164,7 @@ def test_a_cancelled_job_leaves_nothing(world, trained):
     assert client.get("/api/models", auth=ADMIN).json()["job"]["status"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_a_failing_job_leaves_nothing_and_keeps_the_active_version(world, trained, monkeypatch):
     import capscope.train.finetune as finetune_module
 
@@ -230,6 +234,7 @@ def test_the_panel_and_the_api_pass_holdout_and_augment_to_the_fine_tuning(world
 
 # ---------------------------------------------------------------- activation
 
+@pytest.mark.slow
 def test_activation_under_concurrent_scoring_loses_no_request(world, trained):
     client = serve(world)
     new_sha = next(v.sha256 for v in versions(world) if v.id == trained["version_id"])
@@ -258,6 +263,7 @@ def test_activation_under_concurrent_scoring_loses_no_request(world, trained):
     assert row_shas(client.post("/api/score", json=body, auth=ANN).json()) == {new_sha}
 
 
+@pytest.mark.slow
 def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
     from capscope.annotation.model_versions import activate_version, queued_items
     from capscope.metrics.images import read_image
@@ -302,6 +308,7 @@ def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
     set_queue_order(store, DATASET, "sequential")
 
 
+@pytest.mark.slow
 def test_going_back_to_the_default_model(world, trained):
     """After a version, the default model again: scored with, kept across a
     restart, and its predictions of the queue stored and shown as its own."""
@@ -383,6 +390,7 @@ def test_bad_input_is_4xx_with_a_reason(world, method, url, body, status, says):
 
 # ---------------------------------------------------------------- the Admin tab's Models panel
 
+@pytest.mark.slow
 def test_models_panel_logic(world, trained):
     from capscope.ui.page import build_ui
     from capscope.ui.admin import activate_click, job_line, start_training, version_choices, versions_rows

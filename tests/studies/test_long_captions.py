@@ -1,5 +1,7 @@
 """The long-caption study (capscope.studies.long_captions) on a few scenes:
 words past the old window are judged, and about as well as those inside it."""
+import pytest
+
 from capscope.studies import long_captions
 from capscope.studies.long_captions import long_item
 
@@ -14,6 +16,7 @@ def test_a_long_item_has_one_wrong_word_and_gold_labels():
     assert len(item["caption"].split()) > 40
 
 
+@pytest.mark.slow
 def test_words_past_the_old_window_are_judged_as_well_as_those_inside(tmp_path, capsys):
     assert long_captions.main(["--n", "96", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out

@@ -37,6 +37,7 @@ def fixed_batch(session, seed=3):
     raise AssertionError("no batch with a hard textual negative")
 
 
+@pytest.mark.slow
 def test_a_few_steps_lower_every_loss(tmp_path, tiny_clip):
     session = open_session(tiny_config(tmp_path, tiny_clip, lr=2e-3))
     images, draws = fixed_batch(session)

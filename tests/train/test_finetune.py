@@ -111,6 +111,7 @@ def finetuned(dark_world, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_fine_tuning_on_a_shift_moves_held_out_figures_up(finetuned):
     report = json.loads(figures_path(finetuned).read_text())
     before, after = report["before"], report["after"]
@@ -120,6 +121,7 @@ def test_fine_tuning_on_a_shift_moves_held_out_figures_up(finetuned):
     assert after["text_accuracy"] > before["text_accuracy"]
 
 
+@pytest.mark.slow
 def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(finetuned, dark_world):
     from capscope.metrics.scorer import Scorer
 
@@ -142,6 +144,7 @@ def test_the_child_records_its_parent_and_labels_and_loads_through_the_scorer(fi
     assert len(row["metrics"]["infometic"]["token_scores"]) == len(row["tokens"])
 
 
+@pytest.mark.slow
 def test_the_child_carries_the_word_threshold_scale_fitted_on_its_training_items(finetuned, dark_world):
     from capscope.metrics.scorer import Scorer
 
@@ -165,6 +168,7 @@ def test_the_child_carries_the_word_threshold_scale_fitted_on_its_training_items
     assert recorded == fit["scale"]
 
 
+@pytest.mark.slow
 def test_a_bad_word_threshold_scale_is_a_clear_load_error(finetuned, tmp_path):
     from capscope.metrics.loading import ModelUnavailable
     from capscope.metrics.scorer import Scorer

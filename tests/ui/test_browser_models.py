@@ -105,6 +105,7 @@ def table_row(page, selector: str, row: int) -> list[str]:
                                      "cells => cells.map(c => c.innerText.trim())")
 
 
+@pytest.mark.slow
 def test_browser_label_train_activate_and_see_the_new_versions_suggestions(chromium, served):
     from capscope.annotation.model_versions import DEFAULT_TAG, list_versions
     from capscope.common.checksums import file_sha256

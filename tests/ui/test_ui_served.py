@@ -174,6 +174,7 @@ def saved_revision(page) -> str:
     return page.inner_text("#cs-saved")
 
 
+@pytest.mark.slow
 @browser
 def test_browser_annotate_clicks_survive_reload(chromium, served):
     page = logged_in_page(chromium, served, "ann2", "ann2-password-1")
@@ -275,6 +276,7 @@ def _click_region(page, selector, boxes, width, region):
     page.mouse.click(left + (x0 + x1) / 2 * scale * fit, top + (y0 + y1) / 2 * scale * fit)
 
 
+@pytest.mark.slow
 @browser
 def test_browser_inspect_shades_tokens_and_regions_and_rescores_fast(chromium, served):
     page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
@@ -320,6 +322,7 @@ def test_browser_inspect_shades_tokens_and_regions_and_rescores_fast(chromium, s
     page.close()
 
 
+@pytest.mark.slow
 @browser
 def test_browser_inspect_shows_clip4dm_like_any_word_metric(chromium, served):
     page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
@@ -337,6 +340,7 @@ def test_browser_inspect_shows_clip4dm_like_any_word_metric(chromium, served):
     page.close()
 
 
+@pytest.mark.slow
 @browser
 def test_browser_inspect_shades_every_sentence_of_a_150_word_caption(chromium, served):
     page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
@@ -379,6 +383,7 @@ def _rescore_ms(page, caption: str) -> float:
     return page.evaluate("() => performance.now()") - started
 
 
+@pytest.mark.slow
 @browser
 def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
     page = logged_in_page(chromium, served, "ann1", "ann1-password-1")
@@ -429,6 +434,7 @@ def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
     page.close()
 
 
+@pytest.mark.slow
 @browser
 def test_browser_benchmark_agreement_with_people(chromium, served, monkeypatch):
     monkeypatch.setattr("capscope.ui.benchmark.DEMO_JUDGEMENT_SCENES", 4)  # the server runs in this process
@@ -459,6 +465,7 @@ def test_browser_benchmark_agreement_with_people(chromium, served, monkeypatch):
     page.close()
 
 
+@pytest.mark.slow
 @browser
 def test_browser_admin_compares_captioners_and_opens_a_caption_in_inspect(chromium, served):
     from ui_support import scored
