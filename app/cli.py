@@ -61,10 +61,11 @@ RESUME_HINTS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+    logging.basicConfig(  # other packages' INFO lines (open_clip's "Loading config ...") only with --verbose
+        level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("capscope").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         return int(args.func(args) or 0)
     except CapscopeError as err:  # every layer's user errors (ModelUnavailable, AnnotationError, ...)
