@@ -198,4 +198,5 @@ def summary(result: dict) -> str:
     lines.append(f"peak RSS: {result['peak_rss_mb']:.0f} MB")
     if result.get("peak_gpu_mb") is not None:
         lines.append(f"peak GPU memory (torch): {result['peak_gpu_mb']:.0f} MB")
+    lines += [f"left out: {part}" for part in result["details"].get("left_out", [])]
     return "\n".join(lines)

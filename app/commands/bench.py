@@ -7,6 +7,26 @@ import json
 from capscope.metrics.config import DEVICES
 
 
+ALL_REGION_SOURCES = "classic,sam,yolo,fastsam,mobilesam"
+# The parts a plain `capscope bench` leaves out, to finish in minutes: what each measures and the flag that adds it
+# (all of them took the default run past 15 minutes on 2 cores)
+LONG_PARTS = {
+    "region_sources": ("region sources on a 640 px image", f"--region-sources {ALL_REGION_SOURCES}"),
+    "caption_words": ("long captions read in windows", "--caption-words 20,80,200"),
+    "ray_workers": ("capscope score --engine ray against the local run", "--ray-workers 2"),
+    "precision": ("bf16 and fp16 against fp32", "--precision fp32,bf16,fp16"),
+    "throughput_pairs": ("CLIP-S alone at scale, with the host's ceiling", "--throughput-pairs 256"),
+}
+
+
+def left_out(args: argparse.Namespace) -> list[str]:
+    """The long parts this run does not measure, each with the flag that adds it."""
+    skipped = {"region_sources": not args.region_sources.strip(), "caption_words": not args.caption_words.strip(),
+               "ray_workers": args.ray_workers == 0, "precision": args.precision.strip() == "fp32",
+               "throughput_pairs": args.throughput_pairs == 0}
+    return [f"{what} ({flag})" for part, (what, flag) in LONG_PARTS.items() if skipped[part]]
+
+
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="measure scoring speed against plain open_clip baselines (offline, random weights)")
     bench.add_argument("--json", action="store_true", help="print one JSON object (docs/formats.md §7)")
@@ -21,24 +41,25 @@ def register(sub) -> None:
                        help="also time files where each image carries this many captions (details.shared_images; 1: skip)")
     bench.add_argument("--metric", action="append", choices=["clip-s", "infometic", "hice", "clip4dm"],
                        help="default: all four")
-    bench.add_argument("--region-sources", default="classic,sam,yolo,fastsam,mobilesam",
-                       help="comma-separated region sources timed on a 640 px image ('' for none)")
+    bench.add_argument("--region-sources", default="",
+                       help=f"comma-separated region sources timed on a 640 px image, e.g. {ALL_REGION_SOURCES} "
+                            "(default: none)")
     bench.add_argument("--region-weights", default="auto", choices=["auto", "random"],
                        help="auto: a region source's real weights where they can be had, else random ones of the same "
                             "architecture; random: never look for real ones (a machine that must not download)")
     bench.add_argument("--throughput-pairs", type=int, default=0,
                        help="also time CLIP-S alone on this many distinct images at each precision, with the host's "
                             "ceiling (details.clip_s_throughput; 0: skip)")
-    bench.add_argument("--caption-words", default="20,80,200",
+    bench.add_argument("--caption-words", default="",
                        help="also time each metric on captions of about these many words, read in windows, beside "
-                            "the short ones (details.caption_length; '' to skip)")
-    bench.add_argument("--ray-workers", type=int, default=2,
+                            "the short ones, e.g. 20,80,200 (details.caption_length; default: none)")
+    bench.add_argument("--ray-workers", type=int, default=0,
                        help="also time capscope score --engine ray with this many workers on this machine against "
-                            "the local run (details.ray; needs the ray extra; 0: skip)")
+                            "the local run, e.g. 2 (details.ray; needs the ray extra; default 0: skip)")
     bench.add_argument("--ray-rows", type=int, default=100, help="rows of the file both runs score")
-    bench.add_argument("--precision", default="fp32,bf16,fp16",
+    bench.add_argument("--precision", default="fp32",
                        help="comma-separated precisions timed against fp32 on the same pairs, with the change in "
-                            "scores and verdicts (details.precision; 'fp32' alone to skip)")
+                            "scores and verdicts, e.g. fp32,bf16,fp16 (details.precision; default fp32 alone: skip)")
     bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
     bench.set_defaults(func=run_bench)
 
@@ -85,6 +106,7 @@ def run_bench(args: argparse.Namespace) -> int:
         throughput_pairs=args.throughput_pairs, caption_words=caption_words(args.caption_words),
         repeats=at_least_one(args.repeats, "--repeats"),
     )
+    result["details"]["left_out"] = left_out(args)
     if args.plot:
         from capscope.bench.plot import rescore_plot
 

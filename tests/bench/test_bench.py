@@ -70,3 +70,23 @@ def test_bench_measures_clip4dm_against_the_released_loop(capsys):
     assert result["pairs_per_s"]["clip4dm"] > 0 and result["naive_pairs_per_s"]["clip4dm"] > 0
     assert "clip4dm" not in result["details"]["naive_image_tower_share"]  # one graph there: not split out
     assert result["details"]["rescore_breakdown_ms"]["clip4dm"]["text tower forward and backward"] > 0
+
+
+def test_a_plain_bench_leaves_the_long_parts_out_and_says_so():
+    """`capscope bench` with no flags ran past 15 minutes on 2 cores; now the long parts wait for their flags
+    and the run names each one it left out, with the flag that adds it."""
+    import argparse
+
+    from capscope.cli import build_parser
+    from capscope.commands.bench import LONG_PARTS, left_out
+
+    bench = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["bench"]
+    plain = left_out(bench.parse_args([]))
+    assert len(plain) == len(LONG_PARTS) == 5
+    assert "bf16 and fp16 against fp32 (--precision fp32,bf16,fp16)" in plain
+    fuller = left_out(bench.parse_args(["--precision", "fp32,bf16", "--ray-workers", "2", "--caption-words", "80"]))
+    assert [part.split(" (")[0] for part in fuller] == ["region sources on a 640 px image",
+                                                        "CLIP-S alone at scale, with the host's ceiling"]
+    result = {"device": "cpu", "clip_model": "x", "word_encoding_speedup": 2.0, "pairs_per_s": {},
+              "naive_pairs_per_s": {}, "rescore_ms": {}, "peak_rss_mb": 1.0, "details": {"left_out": fuller}}
+    assert speed.summary(result).splitlines()[-2:] == [f"left out: {part}" for part in fuller]
