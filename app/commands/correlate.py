@@ -10,8 +10,8 @@ from pathlib import Path
 
 from capscope.bench.human import BENCHMARKS
 from capscope.batch.command_scorer import build_scorer
-from capscope.commands.options import METRICS, add_engine_options, add_scorer_options, engine_cluster
-from capscope.metrics.config import ScorerConfig
+from capscope.commands.options import METRICS, add_engine_options, engine_cluster
+from capscope.metrics.config import ScorerConfig, add_flags
 from capscope.common.errors import CapscopeError
 
 log = logging.getLogger("capscope")
@@ -30,7 +30,7 @@ def register(sub) -> None:
     cmd.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of reference draws")
     cmd.add_argument("--plot", type=Path, default=None, help="write the score-vs-human figure to this PNG")
     cmd.add_argument("--batch-size", type=int, default=32)
-    add_scorer_options(cmd, defaults={"long_captions": "cut"})  # the published tables were made by code that cuts
+    add_flags(cmd, defaults={"long_captions": "cut"})  # the published tables were made by code that cuts
     add_engine_options(cmd)
     cmd.set_defaults(func=run_correlate)
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscope.commands.options import add_scorer_options
-from capscope.metrics.config import DEVICES
+from capscope.metrics.config import DEVICES, add_flags
 from capscope.demo.shifts import SHIFTS
 from capscope.common.errors import CapscopeError
 from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
@@ -105,7 +104,7 @@ def register_train_infometic(targets) -> None:
                            "(default off; no mirroring when a caption says left or right)")
     tune.add_argument("--check-gold", type=Path, default=None,
                       help="another CapTokenEval file scored before and after (e.g. the parent's own world)")
-    add_scorer_options(tune, ["token_rule"])  # the verdicts of the before/after figures
+    add_flags(tune, ["token_rule"])  # the verdicts of the before/after figures
     tune.add_argument("--json", action="store_true", help="print the report as one JSON object")
     head.set_defaults(func=run_train_infometic)
 
@@ -130,7 +129,7 @@ def register_evaluate(sub) -> None:
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--batch-size", type=int, default=32, help="pairs scored at once (default 32)")
     # each gold item brings its own regions; PAC-S and HICE-S's Alpha-CLIP judge no word or region here
-    add_scorer_options(ev, leave_out=("regions", "max_regions", "pacs_checkpoint", "alpha_clip_checkpoint"))
+    add_flags(ev, leave_out=("regions", "max_regions", "pacs_checkpoint", "alpha_clip_checkpoint"))
     ev.set_defaults(func=run_evaluate)
 
 

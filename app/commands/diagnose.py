@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscope.batch.inputs import FORMATS
-from capscope.commands.options import METRICS, add_engine_options, add_scorer_options, engine_cluster
-from capscope.metrics.config import ScorerConfig
+from capscope.commands.options import METRICS, add_engine_options, engine_cluster
+from capscope.metrics.config import ScorerConfig, add_flags
 from capscope.common.errors import CapscopeError
 
 
@@ -25,7 +25,7 @@ def register(sub) -> None:
     cmd.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws for the 95%% intervals")
     cmd.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     cmd.add_argument("--batch-size", type=int, default=32)
-    add_scorer_options(cmd)
+    add_flags(cmd)
     add_engine_options(cmd)
     cmd.set_defaults(func=run_diagnose)
 

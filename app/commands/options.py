@@ -1,25 +1,16 @@
-"""The flags that several commands share (the Scorer's options, made from
-`ScorerConfig`; the engine and database options) and `open_store`."""
+"""The flags that several commands share (the engine and database options)
+and `open_store`; the Scorer's flags come from `capscope.metrics.config.add_flags`."""
 from __future__ import annotations
 
 import argparse
 
 from capscope.common.errors import CapscopeError
-from capscope.metrics.config import add_flags
 from capscope.metrics.registry import METRIC_NAMES
 
 METRICS = METRIC_NAMES  # live: a metric registered later is a valid choice
 
 
 ENGINES = ("local", "ray")
-
-
-def add_scorer_options(parser: argparse.ArgumentParser, names=None, *, leave_out=(), defaults=None,
-                       hide_scoring: bool = False) -> None:
-    """The flags of every Scorer option a command takes (all that have a flag,
-    or `names`), made from `ScorerConfig`'s fields: the one place an option is
-    declared. `ScorerConfig.from_args` reads them back."""
-    add_flags(parser, names, leave_out=leave_out, defaults=defaults, hide_scoring=hide_scoring)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

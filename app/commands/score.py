@@ -5,9 +5,9 @@ import logging
 from pathlib import Path
 
 from capscope.batch import inputs, pipeline
-from capscope.commands.options import METRICS, add_engine_options, add_scorer_options, engine_cluster
+from capscope.commands.options import METRICS, add_engine_options, engine_cluster
 from capscope.common.errors import CapscopeError
-from capscope.metrics.config import ScorerConfig
+from capscope.metrics.config import ScorerConfig, add_flags
 
 log = logging.getLogger(__name__)
 
@@ -22,14 +22,14 @@ def register(sub) -> None:
     score.add_argument("--retry-errors", action="store_true",
                        help="resuming: score again the rows saved with an error (each id stays once in --output)")
     add_input_format_options(score)
-    add_scorer_options(score)
+    add_flags(score)
     add_engine_options(score)
     score.set_defaults(func=run_score)
 
     features = sub.add_parser("features", help="write official-format InfoMetIC image features (.npz) for a JSONL of images")
     features.add_argument("--input", required=True, type=Path)
     features.add_argument("--out", required=True, type=Path)
-    add_scorer_options(features, hide_scoring=True)  # it judges no caption; the flags stay accepted
+    add_flags(features, hide_scoring=True)  # it judges no caption; the flags stay accepted
     add_engine_options(features)
     features.set_defaults(func=run_features)
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscope.commands.options import add_db_option, add_scorer_options, open_store
+from capscope.commands.options import add_db_option, open_store
+from capscope.metrics.config import add_flags
 from capscope.common.errors import CapscopeError
 
 
@@ -13,7 +14,7 @@ def register(sub) -> None:
     serve.add_argument("--port", type=int, default=7860)
     serve.add_argument("--lease-minutes", type=float, default=30.0, help="an unsaved item returns to the queue after this")
     # the server's one scorer: the rest of its options are the defaults (every metric whose weights load)
-    add_scorer_options(serve, ["token_rule", "precision"])
+    add_flags(serve, ["token_rule", "precision"])
     serve.add_argument("--data-root", action="append", type=Path, dest="data_roots", metavar="DIR",
                        help="a folder whose files admins may name to the server (Benchmark's judgement files and "
                             "their images, Compare's scored files, /api/diagnose folders); repeatable; default: the "
