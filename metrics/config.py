@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .constants import (BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, DEFAULT_LONG_CAPTIONS, DEFAULT_TOKEN_RULE,
-                        LONG_CAPTIONS, PRECISIONS, TOKEN_RULES)
+                        LONG_CAPTIONS, PRECISIONS, RUNTIMES, TOKEN_RULES)
 
 if TYPE_CHECKING:
     from .encoder import CropStyle
@@ -90,6 +90,11 @@ class ScorerConfig:
         "fp32", "`fp32`, `bf16` or `fp16`: the CLIP towers in float32 or under autocast (bf16 is the CPU's fast "
         "one); the rest stays float32; on CUDA fp32 runs with TF32 off; `capscope bench` shows the speed and the "
         "change in scores of each", choices=PRECISIONS, checked_as="precision")
+    runtime: str = option(
+        "auto", "what runs the CLIP text towers: `onnx` (ONNX Runtime, CPU and fp32 only: a caption's pass in "
+        "about half eager's time, features within 4e-6; its graph is exported once per model architecture into "
+        "capscope's cache), `eager` (PyTorch) or `auto` (onnx where it can run and onnxruntime is installed, else "
+        "eager); rows say which ran (`model.runtime`)", choices=RUNTIMES, checked_as="runtime")
     beta: float = option(
         BETA, "InfoMetIC's β for `infometic`/`infoclip`: the attention share above which a word is correct, a "
         "region mentioned (sec. 3.3)", scoring_only=True, kind=float)

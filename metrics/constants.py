@@ -20,6 +20,9 @@ LONG_CAPTIONS = ("windows", "cut", "all-windows")
 # all-windows: CLIP-S and PAC-S too read every window and give the mean of their scores.
 DEFAULT_LONG_CAPTIONS = "windows"
 
+# --runtime: what runs the CLIP text towers (runtime.py): ONNX Runtime on the CPU in fp32, or PyTorch eager
+RUNTIMES = ("auto", "eager", "onnx")
+
 # --precision: the CLIP towers in float32, or under bfloat16 / float16 autocast (encoder.AUTOCAST_DTYPES)
 PRECISIONS = ("fp32", "bf16", "fp16")
 

@@ -29,6 +29,8 @@ import torch
 from PIL import Image
 
 from .constants import PRECISIONS, check_precision
+from .loading import cache_dir
+from .runtime import resolve_runtime, text_tower_graph
 from capscope.common.lru import LRUCache
 from .regions import Region
 from .text import EOT_ID, SOT_ID
@@ -38,10 +40,12 @@ TEXT_LENGTHS = (4, 8, 16, 24, 32, 48, 77)  # a sequence runs padded to the first
 # costs little more than its share of a batched one, so long texts run one to a pass
 TEXT_ROWS = {"cpu": 1, "cuda": 32}
 # and short ones fill a pass up to this many tokens (a 4-token bucket 16 rows, 8 tokens 8, 16
-# tokens 4): a short pass costs its fixed overhead more than its tokens (BENCHMARKS.md run 9)
-TEXT_TOKENS = {"cpu": 64}
+# tokens 4): a short eager pass costs its fixed overhead more than its tokens (BENCHMARKS.md run 9).
+# On ONNX Runtime a pass costs about 7 ms plus 0.75 ms a token row (one thread), so a pass filled
+# with copies costs a lone re-score more than it saves a batch: 16 tokens (runtime.py)
+TEXT_TOKENS = {"cpu": 64, "onnx": 16}
 TEXT_CACHE_SIZE = 4096  # texts' features kept (2 KB each at 512 dimensions)
-PIECE_ROWS = 64  # `<sot> piece <eot>` sequences per pass, any device: 4 tokens each, cheap in bulk
+PIECE_ROWS = {"eager": 64, "onnx": 8}  # `<sot> piece <eot>` sequences per pass: 4 tokens each, cheap in bulk
 IMAGE_ROWS = {"cpu": 8, "cuda": 32}  # on an AMD EPYC CPU, ViT-B-32: 131 ms/image alone, 75 at 4, 66 at 8
 # The towers' autocast dtype by precision. Their outputs are cast back to float32, so what reads
 # them (the InfoMetIC head, HICE-S's and CLIP-S's cosines, CLIP4DM's gradients) stays in float32.
@@ -65,11 +69,12 @@ def pass_rows(table: dict[str, int], device: torch.device) -> int:
     return table.get(device.type, table["cpu"])
 
 
-def text_rows(device: torch.device, length: int) -> int:
-    """Rows per pass of texts padded to `length` tokens: fixed per device and
-    bucket, so that a text's features never depend on what it is batched with."""
+def text_rows(device: torch.device, length: int, runtime: str = "eager") -> int:
+    """Rows per pass of texts padded to `length` tokens: fixed per device,
+    runtime and bucket, so that a text's features never depend on what it is
+    batched with."""
     rows = pass_rows(TEXT_ROWS, device)
-    budget = TEXT_TOKENS.get(device.type)
+    budget = TEXT_TOKENS.get("onnx" if runtime == "onnx" else device.type)
     return max(rows, budget // length) if budget else rows
 
 
@@ -127,7 +132,8 @@ class ClipBackbone:
     """One open_clip model with its tokenizer, preprocessing and caches."""
 
     def __init__(self, model, tokenizer, preprocess, name: str, device: torch.device, cache_size: int = 512,
-                 crop: CropStyle = CropStyle(), precision: str = "fp32", text_cache_size: int = TEXT_CACHE_SIZE):
+                 crop: CropStyle = CropStyle(), precision: str = "fp32", text_cache_size: int = TEXT_CACHE_SIZE,
+                 runtime: str = "eager"):
         self.model = model.eval().to(device)
         self.crop = crop
         self.precision = check_precision(precision)
@@ -139,10 +145,12 @@ class ClipBackbone:
         self._images = LRUCache(cache_size)
         self._texts = LRUCache(text_cache_size)  # by (rows a pass, ids): the pass's whole shape
         self._pieces: dict[int, torch.Tensor] = {}  # bounded by the BPE vocabulary
+        self.runtime = resolve_runtime(runtime, device, self.precision)
+        self._onnx = text_tower_graph(self._tower, cache_dir() / "onnx") if self.runtime == "onnx" else None
 
     @classmethod
     def from_model(cls, model, model_name: str, name: str, device: torch.device, crop: CropStyle | None = None,
-                   precision: str = "fp32"):
+                   precision: str = "fp32", runtime: str = "eager"):
         import open_clip
 
         tokenizer = open_clip.get_tokenizer(model_name)
@@ -151,7 +159,16 @@ class ClipBackbone:
             model.visual.image_size, is_train=False,
             mean=cfg.get("mean"), std=cfg.get("std"),
         )
-        return cls(model, tokenizer, preprocess, name, device, crop=crop or CropStyle(), precision=precision)
+        return cls(model, tokenizer, preprocess, name, device, crop=crop or CropStyle(), precision=precision,
+                   runtime=runtime)
+
+    @property
+    def first_use_costs(self) -> dict:
+        """What the ONNX text tower's graph cost at first use: `export_s` (None:
+        found in capscope's cache) and `session_s`; empty when eager."""
+        if self._onnx is None:
+            return {}
+        return {"export_s": self._onnx.export_seconds, "session_s": self._onnx.load_seconds}
 
     @property
     def text_tower(self):
@@ -226,7 +243,8 @@ class ClipBackbone:
         if not sequences:
             return torch.zeros(0, self.dim)
         context = self.context
-        keys = [(rows or text_rows(self.device, bucket_of(len(seq), context)), tuple(seq)) for seq in sequences]
+        keys = [(rows or text_rows(self.device, bucket_of(len(seq), context), self.runtime), tuple(seq))
+                for seq in sequences]
 
         def fresh(todo: list[int]) -> list[torch.Tensor]:
             return self._encode_fresh([sequences[i] for i in todo], rows)
@@ -240,7 +258,7 @@ class ClipBackbone:
         done = []
         with self.running():
             for length, group in bucket_groups([len(s) for s in sequences], context).items():
-                size = rows or text_rows(self.device, length)
+                size = rows or text_rows(self.device, length, self.runtime)
                 for start in range(0, len(group), size):
                     chunk = group[start : start + size]
                     ids = padded_ids([sequences[i] for i in filled_to(chunk, size)], length)
@@ -256,6 +274,8 @@ class ClipBackbone:
         x = tower.token_embedding(ids)
         x = x + tower.positional_embedding[:length].to(x.dtype)
         mask = tower.attn_mask[:length, :length] if tower.attn_mask is not None else None
+        if self._onnx is not None and mask is not None:
+            return self._onnx(x, mask, ids.argmax(dim=-1))
         if getattr(tower.transformer, "batch_first", True):
             x = tower.transformer(x, attn_mask=mask)
         else:
@@ -280,7 +300,7 @@ class ClipBackbone:
         ids = [int(i) for i in ids]
         missing = sorted({i for i in ids if i not in self._pieces})
         if missing:
-            feats = self._encode_fresh([[SOT_ID, i, EOT_ID] for i in missing], PIECE_ROWS)  # kept here, not in _texts
+            feats = self._encode_fresh([[SOT_ID, i, EOT_ID] for i in missing], PIECE_ROWS[self.runtime])  # not in _texts
             self._pieces.update(zip(missing, feats))
         if not ids:
             return torch.zeros(0, self.dim)

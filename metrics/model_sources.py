@@ -36,8 +36,9 @@ class ModelSources:
     it stood in and `checkpoints` maps a role to the {"file", "sha256"} of each
     checkpoint file loaded."""
 
-    def __init__(self, device: torch.device, precision: str, demo_choice: bool | None):
+    def __init__(self, device: torch.device, precision: str, demo_choice: bool | None, runtime: str = "eager"):
         self.device, self.precision, self.demo_choice = device, precision, demo_choice
+        self.runtime = runtime  # of the CLIP text towers (metrics/runtime.py)
         self.demo = False
         self.checkpoints: dict[str, dict] = {}
         self._demo: tuple[InfoMetIC, ClipBackbone] | None = None
@@ -67,7 +68,8 @@ class ModelSources:
             return demo[1]
         if Path(tag).is_file():
             self.record_file("clip", tag)
-        return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device, crop, self.precision)
+        return ClipBackbone.from_model(model, name, f"{name}/{Path(tag).name}", self.device, crop, self.precision,
+                                      self.runtime)
 
     def _demo_model(self) -> tuple[InfoMetIC, ClipBackbone] | None:
         """capscope's bundled demo model, when pretrained weights cannot be had
@@ -104,7 +106,7 @@ class ModelSources:
         loading.load_clip_state(model, state, str(path))
         self.record_file("pac-s", path)
         return ClipBackbone.from_model(model.to(self.device), model_name, f"PAC-S {model_name}/{Path(path).name}",
-                                       self.device, precision=self.precision)
+                                       self.device, precision=self.precision, runtime=self.runtime)
 
     def infometic(self, checkpoint) -> tuple[InfoMetIC, ClipBackbone]:
         if self.demo_choice:
@@ -134,7 +136,8 @@ class ModelSources:
         model = model.float().to(self.device).eval()
         crop = CropStyle(**raw["crop"]) if isinstance(raw, dict) and isinstance(raw.get("crop"), dict) else None
         label = f"{clip_name} (demo)" if demo else f"InfoMetIC {clip_name}"
-        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, label, self.device, crop, self.precision)
+        backbone = ClipBackbone.from_model(model.clip_backbone, clip_name, label, self.device, crop, self.precision,
+                                           self.runtime)
         return model, backbone
 
 

@@ -137,6 +137,7 @@ class ModelInfo:
     pillow: str = ""
     dtype: str = ""
     precision: str = ""  # fp32, bf16 or fp16: the --precision the towers ran at
+    runtime: str = ""  # what ran the text towers and InfoMetIC's head: eager (PyTorch) or onnxruntime X.Y.Z
     device: str = ""
     prompt: str = ""
     beta: float | None = None
@@ -231,7 +232,7 @@ def checkpoint_digest(path: str | Path) -> dict:
 
 def reproducibility(*, dtype: str, precision: str, device: str, prompt: str, beta: float, token_rule: str,
                     checkpoints: dict[str, dict], metric_options: dict[str, dict] | None = None,
-                    long_captions: str = "") -> dict:
+                    long_captions: str = "", runtime: str = "eager") -> dict:
     """The `ModelInfo` fields beyond the first four, as keyword arguments."""
-    return {**library_versions(), "dtype": dtype, "precision": precision, "device": device, "prompt": prompt, "beta": beta,
+    return {**library_versions(), "dtype": dtype, "precision": precision, "runtime": runtime, "device": device, "prompt": prompt, "beta": beta,
             "token_rule": token_rule, "region_rule": token_rule, "long_captions": long_captions, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}

@@ -33,6 +33,7 @@ from .images import ImageError, read_image
 from .loading import ModelUnavailable
 from .model_sources import ModelSources
 from .pairs import PreparedPair
+from .runtime import onnxruntime_version, resolve_runtime
 from .regions import PROPOSERS, Region, given_regions, select_regions
 from .registry import MetricParts, Needs, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, reproducibility
@@ -138,7 +139,8 @@ class Scorer:
         self.region_source, self.max_regions = config.regions, config.max_regions
         self.nlp = load_spacy(config.spacy_model)
         self.text_model = config.spacy_model if self.nlp.pipe_names else "spacy.blank('en') (fallback)"
-        self.sources = ModelSources(self.device, self.precision, config.demo)
+        self.runtime = resolve_runtime(config.runtime, self.device, self.precision)
+        self.sources = ModelSources(self.device, self.precision, config.demo, self.runtime)
         self._proposer = None
         self._regions_cache = LRUCache(REGIONS_CACHE_SIZE)
         self.beta, self.token_rule = config.beta, config.token_rule
@@ -375,6 +377,7 @@ class Scorer:
         if self._provenance is None:
             self._provenance = reproducibility(
                 dtype=self._compute_dtype(), precision=self.precision, device=self._device_kind(), prompt=PROMPT,
+                runtime=self._runtime_label(),
                 beta=self.beta,
                 token_rule=self.token_rule, long_captions=self.long_captions, checkpoints=self.checkpoints,
                 metric_options={name: m.options for name, m in self.metrics.items() if getattr(m, "options", None)})
@@ -385,6 +388,10 @@ class Scorer:
         autocast = {m.backbone.autocast_dtype for m in self.metrics.values() if getattr(m, "backbone", None) is not None}
         autocast.discard(None)
         return "float32" + "".join(f", {str(d).removeprefix('torch.')} autocast" for d in autocast)
+
+    def _runtime_label(self) -> str:
+        """What ran the CLIP text towers: `eager` (PyTorch) or `onnxruntime X.Y.Z`."""
+        return f"onnxruntime {onnxruntime_version()}" if self.runtime == "onnx" else "eager"
 
     def _device_kind(self) -> str:
         if self.device.type == "cuda":

@@ -37,7 +37,7 @@ import torch
 
 from capscope.bench.speed_models import (
     BENCH_METRICS, CLIP_MODEL, NaiveRunner, build_models, clear_caches, model_files, naive_pairs_per_second,
-    text_backbone,
+    runtime_costs, text_backbone,
 )
 from capscope.bench.speed_pairs import (
     OPENINGS, make_long_pairs, make_pairs, make_shared_pairs, scene, write_pairs_file,
@@ -68,11 +68,11 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
         metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), breakdown: bool = True,
         captions_per_image: int = 5, ray_workers: int = 2, ray_rows: int = 100,
         precisions=("fp32", "bf16", "fp16"), region_weights: str = "auto", throughput_pairs: int = 0,
-        caption_words=(20, 80, 200), repeats: int = 3) -> dict:
+        caption_words=(20, 80, 200), repeats: int = 3, runtime: str = "auto") -> dict:
     dev = resolve_device(device)
     pairs = make_pairs(n_pairs)
     with tempfile.TemporaryDirectory(prefix="capscope-bench-") as tmp:
-        scorers = build_models(Path(tmp), str(dev), metrics)
+        scorers = build_models(Path(tmp), str(dev), metrics, runtime)
     first = next(iter(scorers.values()))
     speed = word_encoding_speedup(scorers.get("infometic", first), [p["caption"] for p in pairs])
     result = {
@@ -86,7 +86,7 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
     shared_pairs = make_shared_pairs(n_pairs, captions_per_image) if captions_per_image > 1 else []
     naive_timing, peak_gpu = _per_metric(scorers, dev, pairs, shared_pairs, batch_size, repeats, rescore_runs,
                                          result, shared)
-    extra = {"word_encoding": speed, "n_pairs": n_pairs, "batch_size": batch_size, "repeats": repeats,
+    extra = {"runtime": runtime_costs(scorers), "word_encoding": speed, "n_pairs": n_pairs, "batch_size": batch_size, "repeats": repeats,
              "regions_per_pair": float(np.mean([len(p["regions"]) for p in pairs])),
              "naive_image_tower_share": {k: v["image_tower_share"] for k, v in naive_timing.items() if v}}
     if shared_pairs:
@@ -149,9 +149,19 @@ def _other_runs(dev, pairs: list[dict], metrics, batch_size: int, precisions, th
     return extra
 
 
+def first_use(cost: dict) -> str:
+    """What an ONNX graph cost the first time it ran, as a summary line's end."""
+    if "export_s" not in cost:
+        return ""
+    export = "found in the cache" if cost["export_s"] is None else f"exported in {cost['export_s']:.1f} s"
+    return f" (graph {export}, sessions built in {cost['session_s']:.1f} s)"
+
+
 def summary(result: dict) -> str:
     lines = [f"device: {result['device']}", f"CLIP: {result['clip_model']}",
              f"word encoding speed-up: {result['word_encoding_speedup']:.1f}x"]
+    for name, cost in result["details"].get("runtime", {}).items():
+        lines.append(f"{name}: text tower on {cost['runtime']}{first_use(cost)}")
     best = f"best of {result['details'].get('repeats', 1)} runs"
     for name, rate in result["pairs_per_s"].items():
         naive = result["naive_pairs_per_s"][name]

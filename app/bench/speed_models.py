@@ -26,10 +26,19 @@ BENCH_METRICS = ("clip-s", "infometic", "hice", "clip4dm")  # registry names wit
 # pac-s and infoclip cost what clip-s and infometic cost: the same towers and passes, other weights or no head
 
 
-def build_models(workdir: Path, device: str, metrics=BENCH_METRICS) -> dict:
+def build_models(workdir: Path, device: str, metrics=BENCH_METRICS, runtime: str = "auto") -> dict:
     """Random-weight checkpoints saved to `workdir`, loaded back through Scorer."""
-    return {name: Scorer([name], device=device, regions="given", **files)
+    return {name: Scorer([name], device=device, regions="given", runtime=runtime, **files)
             for name, files in model_files(workdir, metrics).items()}
+
+
+def runtime_costs(scorers: dict) -> dict:
+    """What ran each metric's text tower, and what its ONNX graph cost at first
+    use: the export (None: found in capscope's cache) and building the sessions."""
+    out = {}
+    for name, scorer in scorers.items():
+        out[name] = {"runtime": scorer.provenance()["runtime"], **text_backbone(scorer.metrics[name]).first_use_costs}
+    return out
 
 
 def model_files(workdir: Path, metrics=BENCH_METRICS) -> dict[str, dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from capscope.metrics.config import DEVICES
+from capscope.metrics.config import DEVICES, add_flags
 
 
 ALL_REGION_SOURCES = "classic,sam,yolo,fastsam,mobilesam"
@@ -60,6 +60,7 @@ def register(sub) -> None:
     bench.add_argument("--precision", default="fp32",
                        help="comma-separated precisions timed against fp32 on the same pairs, with the change in "
                             "scores and verdicts, e.g. fp32,bf16,fp16 (details.precision; default fp32 alone: skip)")
+    add_flags(bench, ["runtime"])
     bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
     bench.set_defaults(func=run_bench)
 
@@ -104,7 +105,7 @@ def run_bench(args: argparse.Namespace) -> int:
         captions_per_image=args.captions_per_image, ray_workers=args.ray_workers, ray_rows=args.ray_rows,
         precisions=checked_precisions(args.precision), region_weights=args.region_weights,
         throughput_pairs=args.throughput_pairs, caption_words=caption_words(args.caption_words),
-        repeats=at_least_one(args.repeats, "--repeats"),
+        repeats=at_least_one(args.repeats, "--repeats"), runtime=args.runtime,
     )
     result["details"]["left_out"] = left_out(args)
     if args.plot:
