@@ -6,8 +6,6 @@ from __future__ import annotations
 import torch
 
 from .clipscore import PROMPT, clip_s, ref_score
-from .loading import cache_dir
-from .runtime import infometic_head_graph
 from .encoder import TEXT_ROWS, ClipBackbone, ImageFeatures, filled_to, pass_rows
 from .infometic import InfoMetIC, infoclip
 from .constants import BETA, TOKEN_RULES
@@ -161,14 +159,12 @@ class InfoMetICMetric(InfoFamilyMetric):
         super().__init__("infometic", backbone, word_scale=getattr(model, "word_threshold_scale", 1.0), **kwargs)
         self.model = model
         self.max_len = model.config.text_len
-        # the head on ONNX Runtime where the text tower is: 1.5x eager's speed for one pair on one thread
-        self.onnx_head = infometic_head_graph(model, cache_dir() / "onnx") if backbone.runtime == "onnx" else None
 
-    def run_head(self, regions: int, inputs: list[torch.Tensor]) -> tuple:
-        """The head's five outputs for one pass of pairs of `regions` regions (on
-        ONNX Runtime from 2 regions on: the exported graph fixes sizes 0 and 1)."""
-        head = self.onnx_head if self.onnx_head is not None and regions >= 2 else self.model
-        return head(*inputs)
+    def run_head(self, inputs: list[torch.Tensor]) -> tuple:
+        """The head's five outputs for one pass of pairs. Eager at every runtime: on ONNX Runtime
+        (1.5x faster for one pair) the demo model's recall moved by 3.4e-4, past the 1e-4 a
+        runtime may move a score (the text tower's features move InfoMetIC's scores by 5e-6)."""
+        return self.model(*inputs)
 
     @torch.inference_mode()
     def compute(self, pairs, images) -> list[MetricResult]:
@@ -189,7 +185,7 @@ class InfoMetICMetric(InfoFamilyMetric):
             # the head runs in float32 at every --precision: its softmaxes over up to 20 regions and 32
             # tokens decide the verdicts at a cut of 0.1, and it costs a fraction of the towers
             with few_threads(size * (n + 2 + self.max_len), device=device):
-                recall, precision, cos, a_v, a_t = (x[: len(idx)] for x in self.run_head(n, [x.to(device) for x in batch]))
+                recall, precision, cos, a_v, a_t = (x[: len(idx)] for x in self.run_head([x.to(device) for x in batch]))
             scores = [
                 {"precision": float(p), "recall": float(r), "overall": float(p + r),
                  "overall_plus": float(p + r + 100.0 * c)}

@@ -112,13 +112,13 @@ class MetricResult:
             out["windows"] = self.windows
             out["truncated"] = bool(self.truncated)
         if self.pieces is not None:
-            out["pieces"] = [asdict(p) for p in self.pieces]
+            out["pieces"] = [plain(p) for p in self.pieces]
         if self.phrases is not None:
-            out["phrases"] = [asdict(p) for p in self.phrases]
+            out["phrases"] = [plain(p) for p in self.phrases]
         if self.features is not None:
             out["features"] = self.features
         if self.words is not None:
-            out["words"] = [asdict(w) for w in self.words]
+            out["words"] = [plain(w) for w in self.words]
         return out
 
 
@@ -137,7 +137,7 @@ class ModelInfo:
     pillow: str = ""
     dtype: str = ""
     precision: str = ""  # fp32, bf16 or fp16: the --precision the towers ran at
-    runtime: str = ""  # what ran the text towers and InfoMetIC's head: eager (PyTorch) or onnxruntime X.Y.Z
+    runtime: str = ""  # what ran the CLIP text towers: eager (PyTorch) or onnxruntime X.Y.Z
     device: str = ""
     prompt: str = ""
     beta: float | None = None
@@ -148,7 +148,7 @@ class ModelInfo:
     metric_options: dict[str, dict] = field(default_factory=dict)  # metric -> its own settings (clip4dm's epsilon, layers)
 
     def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {name: getattr(self, name) for name in field_names(type(self))}
         out["checkpoints"] = {role: dict(entry) for role, entry in self.checkpoints.items()}  # rows share none
         out["metric_options"] = {name: dict(entry) for name, entry in self.metric_options.items()}
         return out
@@ -198,12 +198,38 @@ class ScoreRow:
             "id": self.id,
             "image": self.image,
             "caption": self.caption,
-            "tokens": [t.to_dict() for t in self.tokens],
+            "tokens": [plain(t) for t in self.tokens],  # Token.to_dict's dict, without asdict's deep copy
             "regions": [r.to_dict() for r in self.regions],
             "metrics": {name: result.to_dict() for name, result in self.metrics.items()},
             "model": None if self.model is None else self.model.to_dict(),
             "error": self.error,
         }
+
+
+# ---------------------------------------------------------------- plain dicts
+
+SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def field_names(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def plain(item) -> dict:
+    """`dataclasses.asdict(item)` for a dataclass of scalars and lists of
+    scalars (a row's tokens, pieces, phrases, words), built directly: asdict
+    walks and deep-copies every value, which was a tenth of a CLIP-S row's host
+    time (issue 59). Anything else goes through asdict itself."""
+    out = {}
+    for name in field_names(type(item)):
+        value = getattr(item, name)
+        if type(value) not in SCALARS:
+            if type(value) is not list or any(type(v) not in SCALARS for v in value):
+                return asdict(item)
+            value = list(value)  # asdict's copy: the row does not share the result's list
+        out[name] = value
+    return out
 
 
 # ---------------------------------------------------------------- reproducibility

@@ -278,7 +278,7 @@ class Scorer:
             needs = self.specs[name].needs
             usable = [p for p in ready if not needs.pixels or p.image is not None]
             for p in ready:
-                if p not in usable:
+                if needs.pixels and p.image is None:  # not in `usable` (a test by value was quadratic)
                     p.errors.append(f"{name} needs pixels; this row gives only a features file")
             usable = [p for p in usable if not (needs.image and self._dim_mismatch(p, metric))]
             if not usable:

@@ -93,18 +93,3 @@ def test_rows_say_which_runtime_ran_and_both_give_the_same_verdicts():
             assert onnx["scores"][key] == pytest.approx(value, abs=1e-4), (name, key)
         assert onnx.get("token_correct") == eager.get("token_correct"), name
 
-
-def test_the_infometic_head_on_onnx_runtime_gives_eagers_outputs_for_two_regions_or_more():
-    metric = Scorer(["infometic"], device="cpu", demo=True, runtime="onnx").metrics["infometic"]
-    assert metric.onnx_head is not None
-    width, text = metric.model.config.width, metric.model.config.text_len
-    torch.manual_seed(0)
-    for n in (0, 1, 2, 7):
-        inputs = [torch.randn(1, width), torch.randn(1, n, width), torch.rand(1, n, 4) * 60, torch.full((1, 2), 64.0),
-                  torch.randn(1, width), torch.randn(1, text, width), (torch.rand(1, text) > 0.5).float()]
-        with torch.inference_mode():
-            eager = metric.model(*inputs)
-            ours = metric.run_head(n, inputs)
-        for a, b in zip(eager, ours):
-            assert torch.allclose(a, b, atol=1e-5), n
-    assert metric.onnx_head.export_seconds is not None or metric.onnx_head.load_seconds > 0  # it did run
