@@ -32,7 +32,10 @@ TOKEN_RULE_NOTES = {
 }
 
 
-SERVER_CONFIG = ScorerConfig(skip_unavailable=True)  # every metric whose weights load, on a GPU where there is one
+# every metric whose weights load, on a GPU where there is one. The text towers stay eager here: with many
+# annotators scoring at once, ONNX Runtime's shared sessions let one user's flood of Inspect scores slow
+# another's to 5.7x its idle time (tests/security/test_fair_scoring.py), eager's stays within its bound
+SERVER_CONFIG = ScorerConfig(skip_unavailable=True, runtime="eager")
 
 
 def default_factory(metrics: list[str], config: ScorerConfig = SERVER_CONFIG, infometic_checkpoint: str | None = None):
