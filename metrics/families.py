@@ -160,12 +160,6 @@ class InfoMetICMetric(InfoFamilyMetric):
         self.model = model
         self.max_len = model.config.text_len
 
-    def run_head(self, inputs: list[torch.Tensor]) -> tuple:
-        """The head's five outputs for one pass of pairs. Eager at every runtime: on ONNX Runtime
-        (1.5x faster for one pair) the demo model's recall moved by 3.4e-4, past the 1e-4 a
-        runtime may move a score (the text tower's features move InfoMetIC's scores by 5e-6)."""
-        return self.model(*inputs)
-
     @torch.inference_mode()
     def compute(self, pairs, images) -> list[MetricResult]:
         pieces, t_g, tokens, masks = self.text_inputs(pairs)
@@ -185,7 +179,7 @@ class InfoMetICMetric(InfoFamilyMetric):
             # the head runs in float32 at every --precision: its softmaxes over up to 20 regions and 32
             # tokens decide the verdicts at a cut of 0.1, and it costs a fraction of the towers
             with few_threads(size * (n + 2 + self.max_len), device=device):
-                recall, precision, cos, a_v, a_t = (x[: len(idx)] for x in self.run_head([x.to(device) for x in batch]))
+                recall, precision, cos, a_v, a_t = (x[: len(idx)] for x in self.model(*[x.to(device) for x in batch]))
             scores = [
                 {"precision": float(p), "recall": float(r), "overall": float(p + r),
                  "overall_plus": float(p + r + 100.0 * c)}

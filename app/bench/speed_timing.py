@@ -123,7 +123,7 @@ def timed_sections(scorer, metric: str):
         targets.append((metric_obj.relevance, "attribute_chunk", "text tower forward and backward"))
         targets.append((metric_obj, "word_scores", "word aggregation"))
     else:
-        targets.append((metric_obj, "run_head", "InfoMetIC head"))
+        targets.append((metric_obj.model, "forward", "InfoMetIC head"))
         targets.append((families, "bpe_pieces", "BPE pieces"))
     patched = []
     for owner, attr, label in targets:
