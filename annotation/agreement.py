@@ -182,7 +182,7 @@ def _add_item(item: ItemData, tokens: _Figures, regions: _Figures, names: dict, 
             continue
         tokens.add_unit({j.user_id: i in j.incorrect_tokens for j in raters}, names)
     for i in range(len(item.regions)):
-        regions.add_unit({j.user_id: i in j.mentioned_regions for j in raters}, names)
+        regions.add_unit({j.user_id: i in j.mentioned_regions for j in item.region_seers(i)}, names)
 
 
 def _pair_report(tokens: _Figures, regions: _Figures, names: dict) -> list[dict]:
@@ -227,16 +227,21 @@ def _annotator_report(tokens: _Figures, regions: _Figures, names, judgements, sp
 # ---------------------------------------------------------------- gold
 
 def majority_labels(item: ItemData) -> tuple[list[str | None], list[str | None]]:
-    """Majority labels from the store's judgements alone (ties and unjudged: None)."""
+    """Majority labels from the store's judgements alone (ties and unjudged: None).
+    A region counts the votes of those who saw it; one that most of them call junk has none."""
     def label(votes: list[bool], yes: str, no: str) -> str | None:
         verdict = majority(sum(votes), len(votes))
         return None if verdict is None else (yes if verdict else no)
 
+    def region_label(i: int) -> str | None:
+        seers = item.region_seers(i)
+        if 2 * sum(i in j.junk_regions for j in seers) > len(seers):
+            return None
+        return label([i in j.mentioned_regions for j in seers], "mentioned", "unmentioned")
+
     tokens = [label([i in j.incorrect_tokens for j in item.judgements], "incorrect", "correct")
               for i in range(len(item.tokens))]
-    regions = [label([i in j.mentioned_regions for j in item.judgements], "mentioned", "unmentioned")
-               for i in range(len(item.regions))]
-    return tokens, regions
+    return tokens, [region_label(i) for i in range(len(item.regions))]
 
 
 def gold_from_majority(store: Store, dataset: str | None = None, *, min_judgements: int = 2,

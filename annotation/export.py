@@ -63,11 +63,15 @@ def captokeneval_row(item: ItemData) -> dict:
         row["tokens"].append(entry)
     row["regions"] = []
     for i, region in enumerate(item.regions):
-        entry = {"box": region["box"], "mask": region["mask"], "label": item.region_label(i)}
+        entry = {"box": region["box"], "mask": region["mask"], "label": item.region_label(i),
+                 "source": region["source"], "added_by": region["added_by"]}
         mentioned, total = item.region_votes(i)
         if total:
-            entry["votes"] = {"mentioned": mentioned, "total": total}
+            entry["votes"] = {"mentioned": mentioned, "junk": item.junk_votes(i), "total": total}
         row["regions"].append(entry)
+    links = item.link_votes()
+    if links:
+        row["links"] = links
     row["dataset"] = item.dataset
     return row
 

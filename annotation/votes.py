@@ -8,7 +8,7 @@ from typing import Iterator
 
 from sqlalchemy import func, select
 
-from capscope.db import Assignment, Caption, Dataset, GoldLabel, Image, Label, Region, Store, Token, User
+from capscope.db import Assignment, Caption, Dataset, GoldLabel, Image, Label, Link, Region, Store, Token, User
 
 CHUNK = 500
 
@@ -29,6 +29,14 @@ class Judgement:
     time_spent_ms: int
     incorrect_tokens: set[int] = field(default_factory=set)
     mentioned_regions: set[int] = field(default_factory=set)
+    junk_regions: set[int] = field(default_factory=set)
+    links: set[tuple[int, int]] = field(default_factory=set)
+    updated_at: object = None  # the last label change: regions added later were not seen
+
+
+def _entry(values: list | None, index: int):
+    """values[index], None past the end (gold written before regions were added)."""
+    return values[index] if values is not None and index < len(values) else None
 
 
 @dataclass
@@ -51,28 +59,67 @@ class ItemData:
         """(incorrect, total) over the store's judgements and any imported votes."""
         positive = sum(index in j.incorrect_tokens for j in self.judgements)
         total = len(self.judgements)
-        imported = (self.gold.token_votes or [None] * len(self.tokens))[index] if self.gold else None
+        imported = _entry(self.gold.token_votes, index) if self.gold else None
         if imported:
             positive, total = positive + imported["incorrect"], total + imported["total"]
         return positive, total
 
+    def region_seers(self, index: int) -> list[Judgement]:
+        """The judgements made while region `index` existed (a proposal: all of them)."""
+        added = self.regions[index].get("created_at")
+        return [j for j in self.judgements if added is None or j.updated_at is None or j.updated_at >= added]
+
     def region_votes(self, index: int) -> tuple[int, int]:
-        positive = sum(index in j.mentioned_regions for j in self.judgements)
-        total = len(self.judgements)
-        imported = (self.gold.region_votes or [None] * len(self.regions))[index] if self.gold else None
+        """(mentioned, total) over the judgements that saw the region and any imported votes."""
+        seers = self.region_seers(index)
+        positive, total = sum(index in j.mentioned_regions for j in seers), len(seers)
+        imported = _entry(self.gold.region_votes, index) if self.gold else None
         if imported:
             positive, total = positive + imported["mentioned"], total + imported["total"]
         return positive, total
 
+    def junk_votes(self, index: int) -> int:
+        """How many of those who saw the region called it no object (imported votes included)."""
+        imported = _entry(self.gold.region_votes, index) if self.gold else None
+        return sum(index in j.junk_regions for j in self.region_seers(index)) + ((imported or {}).get("junk") or 0)
+
+    def is_junk(self, index: int) -> bool:
+        return 2 * self.junk_votes(index) > self.region_votes(index)[1]
+
+    def link_votes(self) -> list[dict]:
+        """Every tie any annotator made: {"token", "region", "votes", "total"} (total: those who saw the region)."""
+        counted: dict[tuple[int, int], list[int]] = {}
+        for j in self.judgements:
+            for pair in j.links:
+                counted.setdefault(pair, [0, 0])
+        for entry in (self.gold.link_votes or []) if self.gold else []:
+            counted.setdefault((entry["token"], entry["region"]), [0, 0])
+        for (token, region), tally in counted.items():
+            if region >= len(self.regions):
+                continue
+            seers = self.region_seers(region)
+            tally[0], tally[1] = sum((token, region) in j.links for j in seers), len(seers)
+        for entry in (self.gold.link_votes or []) if self.gold else []:
+            tally = counted[(entry["token"], entry["region"])]
+            tally[0], tally[1] = tally[0] + entry["votes"], tally[1] + entry["total"]
+        return [{"token": t, "region": r, "votes": v, "total": n} for (t, r), (v, n) in sorted(counted.items())
+                if r < len(self.regions)]
+
     def token_label(self, index: int) -> str | None:
-        gold = self.gold.token_labels[index] if self.gold else None
+        gold = _entry(self.gold.token_labels, index) if self.gold else None
         if gold is not None:
             return gold
         verdict = majority(*self.token_votes(index))
         return None if verdict is None else ("incorrect" if verdict else "correct")
 
     def region_label(self, index: int) -> str | None:
-        gold = self.gold.region_labels[index] if self.gold else None
+        """An adjudicated label; else None for a region most of those who saw it call junk;
+        else imported gold, or the majority of those who saw it."""
+        gold = _entry(self.gold.region_labels, index) if self.gold else None
+        if gold is not None and self.gold.source == "adjudicated":
+            return gold
+        if self.is_junk(index):
+            return None
         if gold is not None:
             return gold
         verdict = majority(*self.region_votes(index))
@@ -116,7 +163,7 @@ def _load_chunk(session, rows) -> list[ItemData]:
     for r in session.scalars(select(Region).where(Region.image_id.in_(image_ids))
                              .order_by(Region.image_id, Region.index)):
         regions[r.image_id].append({"box": r.box, "mask": r.mask_rle, "confidence": r.confidence,
-                                    "source": r.source})
+                                    "source": r.source, "added_by": r.added_by, "created_at": r.created_at})
     judgements = _judgements(session, caption_ids)
     golds = {g.caption_id: g for g in session.scalars(select(GoldLabel).where(GoldLabel.caption_id.in_(caption_ids)))}
     session.expunge_all()  # keep the identity map from growing over a long walk
@@ -129,12 +176,12 @@ def _judgements(session, caption_ids: list[int]) -> dict[int, list[Judgement]]:
     by_caption: dict[int, list[Judgement]] = defaultdict(list)
     rows = session.execute(
         select(Assignment.id, Assignment.caption_id, Assignment.user_id, User.name, Assignment.submitted_at,
-               Assignment.time_spent_ms)
+               Assignment.time_spent_ms, Assignment.updated_at)
         .join(User, Assignment.user_id == User.id)
         .where(Assignment.caption_id.in_(caption_ids), Assignment.status == "submitted")
         .order_by(Assignment.caption_id, User.name))
-    for assignment_id, caption_id, user_id, name, submitted_at, spent in rows:
-        judgement = Judgement(user_id, name, submitted_at, spent)
+    for assignment_id, caption_id, user_id, name, submitted_at, spent, updated_at in rows:
+        judgement = Judgement(user_id, name, submitted_at, spent, updated_at=updated_at)
         by_assignment[assignment_id] = judgement
         by_caption[caption_id].append(judgement)
     if by_assignment:
@@ -142,7 +189,12 @@ def _judgements(session, caption_ids: list[int]) -> dict[int, list[Judgement]]:
                                  .where(Label.assignment_id.in_(list(by_assignment))))
         for assignment_id, kind, index in labels:
             target = by_assignment[assignment_id]
-            (target.incorrect_tokens if kind == "token" else target.mentioned_regions).add(index)
+            {"token": target.incorrect_tokens, "region": target.mentioned_regions,
+             "junk": target.junk_regions}[kind].add(index)
+        links = session.execute(select(Link.assignment_id, Link.token_index, Link.region_index)
+                                .where(Link.assignment_id.in_(list(by_assignment))))
+        for assignment_id, token, region in links:
+            by_assignment[assignment_id].links.add((token, region))
     return by_caption
 
 

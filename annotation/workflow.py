@@ -17,7 +17,7 @@ JSON-ready dicts.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from sqlalchemy import and_, delete, exists, func, or_, select
 
@@ -31,6 +31,7 @@ from capscope.db import (
     Image,
     Label,
     LabelRevision,
+    Link,
     Prediction,
     Region,
     Store,
@@ -137,8 +138,7 @@ def item_view(session, assignment: Assignment | None, caption: Caption | None = 
         "references": caption.references,
         "tokens": [{"text": t.text, "start": t.start, "end": t.end, "semantic": t.semantic}
                    for t in caption.tokens],
-        "regions": [{"box": r.box, "confidence": r.confidence, "source": r.source, "mask": r.mask_rle}
-                    for r in regions],
+        "regions": [region_view(r) for r in regions],
         "labels": labels_view(session, assignment) if assignment else None,
     }
     if include_predictions:
@@ -146,18 +146,26 @@ def item_view(session, assignment: Assignment | None, caption: Caption | None = 
     return view
 
 
-def labels_view(session, assignment: Assignment, known: tuple[set[int], set[int], bool] | None = None) -> dict:
-    """The assignment's label state; `known` = (tokens, regions, can_undo) when the caller has them."""
+def region_view(region: Region) -> dict:
+    return {"index": region.index, "box": region.box, "confidence": region.confidence, "source": region.source,
+            "added_by": region.added_by, "mask": region.mask_rle,
+            "created_at": None if region.created_at is None else region.created_at.isoformat() + "Z"}
+
+
+def labels_view(session, assignment: Assignment, known: tuple[LabelState, bool] | None = None) -> dict:
+    """The assignment's label state; `known` = (state, can_undo) when the caller has them."""
     if known is None:
-        tokens, regions = current_labels(session, assignment.id)
+        state = current_state(session, assignment)
         head = _head_revision(session, assignment)
         can_undo = head is not None and head.undo_to is not None
     else:
-        tokens, regions, can_undo = known
+        state, can_undo = known
     return {
         "item_id": assignment.caption_id,
-        "incorrect_tokens": sorted(tokens),
-        "mentioned_regions": sorted(regions),
+        "incorrect_tokens": sorted(state.tokens),
+        "mentioned_regions": sorted(state.regions),
+        "junk_regions": sorted(state.junk),
+        "links": [list(pair) for pair in sorted(state.links)],
         "status": assignment.status,
         "revision": assignment.revision,
         "can_undo": can_undo,
@@ -176,9 +184,23 @@ def predictions_of(session, caption_id: int) -> list[dict]:
             for p in rows]
 
 
-def current_labels(session, assignment_id: int) -> tuple[set[int], set[int]]:
-    rows = session.execute(select(Label.kind, Label.index).where(Label.assignment_id == assignment_id)).all()
-    return {i for k, i in rows if k == "token"}, {i for k, i in rows if k == "region"}
+class LabelState(NamedTuple):
+    """One annotator's labels of one item: incorrect tokens, mentioned regions,
+    the status, junk regions and (token, region) ties."""
+    tokens: frozenset[int]
+    regions: frozenset[int]
+    status: str
+    junk: frozenset[int] = frozenset()
+    links: frozenset[tuple[int, int]] = frozenset()
+
+
+def current_state(session, assignment: Assignment) -> LabelState:
+    rows = session.execute(select(Label.kind, Label.index).where(Label.assignment_id == assignment.id)).all()
+    links = session.execute(select(Link.token_index, Link.region_index)
+                            .where(Link.assignment_id == assignment.id)).all()
+    return LabelState(frozenset(i for k, i in rows if k == "token"), frozenset(i for k, i in rows if k == "region"),
+                      assignment.status, frozenset(i for k, i in rows if k == "junk"),
+                      frozenset((t, r) for t, r in links))
 
 
 def _head_revision(session, assignment: Assignment) -> LabelRevision | None:
@@ -216,7 +238,6 @@ def image_path(store: Store, user: UserInfo, image_id: int) -> str:
 
 # ---------------------------------------------------------------- changing labels
 
-LabelState = tuple[set[int], set[int], str]
 Change = Callable[[object, Assignment, LabelState], tuple[LabelState, str, int | None] | None]
 
 
@@ -237,16 +258,17 @@ def _apply(store: Store, user: UserInfo, item_id: int, change: Change, *,
     def work(session):
         current_time = now or utcnow()
         assignment = _locked_assignment(session, user, item_id)
-        tokens, regions = current_labels(session, assignment.id)
-        outcome = change(session, assignment, (tokens, regions, assignment.status))
-        if outcome is None or outcome[0] == (tokens, regions, assignment.status):
+        state = current_state(session, assignment)
+        outcome = change(session, assignment, state)
+        if outcome is None or outcome[0] == state:
             return labels_view(session, assignment)
-        (new_tokens, new_regions, status), action, undo_to = outcome
-        _write_label_rows(session, assignment, "token", tokens, new_tokens)
-        _write_label_rows(session, assignment, "region", regions, new_regions)
-        _record_revision(session, assignment, (new_tokens, new_regions, status), action, undo_to,
-                         current_time, lease_seconds)
-        return labels_view(session, assignment, (new_tokens, new_regions, undo_to is not None))
+        new, action, undo_to = outcome
+        _write_label_rows(session, assignment, "token", state.tokens, new.tokens)
+        _write_label_rows(session, assignment, "region", state.regions, new.regions)
+        _write_label_rows(session, assignment, "junk", state.junk, new.junk)
+        _write_links(session, assignment, state.links, new.links)
+        _record_revision(session, assignment, new, action, undo_to, current_time, lease_seconds)
+        return labels_view(session, assignment, (new, undo_to is not None))
 
     return store.run_write(work)
 
@@ -260,9 +282,17 @@ def _write_label_rows(session, assignment: Assignment, kind: str, old: set[int],
                     for i in sorted(new - old))
 
 
+def _write_links(session, assignment: Assignment, old: frozenset, new: frozenset) -> None:
+    for token, region in old - new:
+        session.execute(delete(Link).where(Link.assignment_id == assignment.id, Link.token_index == token,
+                                           Link.region_index == region))
+    session.add_all(Link(assignment_id=assignment.id, caption_id=assignment.caption_id, token_index=t,
+                         region_index=r) for t, r in sorted(new - old))
+
+
 def _record_revision(session, assignment: Assignment, state: LabelState, action: str, undo_to: int | None,
                      now: datetime, lease_seconds: int) -> None:
-    tokens, regions, status = state
+    status = state.status
     elapsed = max(timedelta(0), min(now - assignment.updated_at, IDLE_CAP))
     assignment.time_spent_ms += int(elapsed.total_seconds() * 1000)
     if status == "submitted" and assignment.status != "submitted":
@@ -272,8 +302,9 @@ def _record_revision(session, assignment: Assignment, state: LabelState, action:
     assignment.updated_at = now
     assignment.lease_expires_at = now + timedelta(seconds=lease_seconds)
     session.add(LabelRevision(assignment_id=assignment.id, revision=assignment.revision, action=action,
-                              status=status, incorrect_tokens=sorted(tokens), mentioned_regions=sorted(regions),
-                              undo_to=undo_to, created_at=now))
+                              status=status, incorrect_tokens=sorted(state.tokens),
+                              mentioned_regions=sorted(state.regions), junk_regions=sorted(state.junk),
+                              links=[list(pair) for pair in sorted(state.links)], undo_to=undo_to, created_at=now))
     session.flush()
 
 
@@ -302,35 +333,57 @@ def _resolved_status(current: str, requested: str) -> str:
     return "submitted" if requested == "draft" and current == "submitted" else requested
 
 
-def _edit(new_tokens: set[int] | None, new_regions: set[int] | None, requested_status: str | None) -> Change:
-    def change(session, assignment, state):
-        tokens, regions, status = state
+def _checked_links(values: Iterable, n_tokens: int, n_regions: int) -> frozenset[tuple[int, int]]:
+    pairs = set()
+    for value in values:
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise Invalid(f"a link is [token_index, region_index], got {value!r}")
+        (token,) = _checked_indices([value[0]], n_tokens, "token")
+        (region,) = _checked_indices([value[1]], n_regions, "region")
+        pairs.add((token, region))
+    return frozenset(pairs)
+
+
+def _edit(new_tokens: Iterable[int] | None, new_regions: Iterable[int] | None, requested_status: str | None,
+          new_junk: Iterable[int] | None = None, new_links: Iterable | None = None) -> Change:
+    """A change to the given parts of the label state (None: that part stays)."""
+    def change(session, assignment, state: LabelState):
         n_tokens, n_regions = _item_size(session, assignment.caption_id)
-        tokens2 = tokens if new_tokens is None else _checked_indices(new_tokens, n_tokens, "token")
-        regions2 = regions if new_regions is None else _checked_indices(new_regions, n_regions, "region")
-        status2 = status if requested_status is None else _resolved_status(status, requested_status)
+        tokens = state.tokens if new_tokens is None else frozenset(_checked_indices(new_tokens, n_tokens, "token"))
+        regions = state.regions if new_regions is None else frozenset(
+            _checked_indices(new_regions, n_regions, "region"))
+        junk = state.junk if new_junk is None else frozenset(_checked_indices(new_junk, n_regions, "region"))
+        links = state.links if new_links is None else _checked_links(new_links, n_tokens, n_regions)
+        both = regions & junk
+        if both:
+            raise Invalid(f"region {min(both)} cannot be both mentioned and junk (no object)")
+        status = state.status if requested_status is None else _resolved_status(state.status, requested_status)
         head = _head_revision(session, assignment)
-        labels_changed = (tokens2, regions2) != (tokens, regions)
+        edited = LabelState(tokens, regions, status, junk, links)
+        labels_changed = edited._replace(status=state.status) != state
         # a change of status alone is not an undo step: undo skips over it
         undo_to = assignment.revision if labels_changed else (head.undo_to if head else None)
-        action = "edit" if labels_changed else status2
-        return (tokens2, regions2, status2), action, undo_to
+        action = "edit" if labels_changed else status
+        return edited, action, undo_to
 
     return change
 
 
 def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],
-                mentioned_regions: Iterable[int], status: str = "draft", **kw) -> dict:
-    """Set the whole label state of an item (the REST PUT). Idempotent."""
-    return _apply(store, user, item_id, _edit(set(incorrect_tokens), set(mentioned_regions), status), **kw)
+                mentioned_regions: Iterable[int], status: str = "draft", *, junk_regions: Iterable[int] | None = None,
+                links: Iterable | None = None, **kw) -> dict:
+    """Set the label state of an item (the REST PUT); junk regions and links
+    stay as they are when not given. Idempotent."""
+    return _apply(store, user, item_id, _edit(incorrect_tokens, mentioned_regions, status, junk_regions, links), **kw)
 
 
 def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],
-                     mentioned_regions: Iterable[int]) -> bool:
+                     mentioned_regions: Iterable[int], links: Iterable | None = None) -> bool:
     """A judgement made elsewhere (another annotation tool) as this user's
     submitted labels of the item, its assignment created when there is none.
     False when the user's submitted labels were already these (nothing written)."""
-    wanted = (set(incorrect_tokens), set(mentioned_regions))
+    wanted = (frozenset(incorrect_tokens), frozenset(mentioned_regions))
+    wanted_links = None if links is None else frozenset(tuple(pair) for pair in links)
 
     def claim(session):
         now = utcnow()
@@ -340,23 +393,25 @@ def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_token
             if session.get(Caption, item_id) is None:
                 raise NotFound(f"no item {item_id}")
             assignment = _create_assignment(session, item_id, user, now, now)
-        return (*current_labels(session, assignment.id), assignment.status)
+        return current_state(session, assignment)
 
-    if store.run_write(claim) == (*wanted, "submitted"):
+    state = store.run_write(claim)
+    if ((state.tokens, state.regions) == wanted and state.status == "submitted"
+            and wanted_links in (None, state.links)):
         return False
-    save_labels(store, user, item_id, *wanted, status="submitted")
+    save_labels(store, user, item_id, *wanted, status="submitted", links=wanted_links)
     return True
 
 
 def _toggle(kind: str, index: int) -> Change:
-    def change(session, assignment, state):
-        tokens, regions, _ = state
+    def change(session, assignment, state: LabelState):
         n_tokens, n_regions = _item_size(session, assignment.caption_id)
-        size, current = (n_tokens, tokens) if kind == "token" else (n_regions, regions)
-        _checked_indices([index], size, kind)
-        flipped = current ^ {index}
-        return _edit(flipped if kind == "token" else None, flipped if kind == "region" else None, None)(
-            session, assignment, state)
+        _checked_indices([index], n_tokens if kind == "token" else n_regions, "token" if kind == "token" else "region")
+        if kind == "token":
+            return _edit(state.tokens ^ {index}, None, None)(session, assignment, state)
+        if kind == "region":  # mentioning a region takes back a junk mark on it
+            return _edit(None, state.regions ^ {index}, None, state.junk - {index})(session, assignment, state)
+        return _edit(None, state.regions - {index}, None, state.junk ^ {index})(session, assignment, state)
 
     return change
 
@@ -371,6 +426,26 @@ def toggle_region(store: Store, user: UserInfo, item_id: int, index: int, **kw) 
     return _apply(store, user, item_id, _toggle("region", index), **kw)
 
 
+def toggle_junk(store: Store, user: UserInfo, item_id: int, index: int, **kw) -> dict:
+    """Flip one region between junk (no object) and not; junk is never mentioned."""
+    return _apply(store, user, item_id, _toggle("junk", index), **kw)
+
+
+def toggle_link(store: Store, user: UserInfo, item_id: int, token: int, region: int, **kw) -> dict:
+    """Tie a word to a region, or untie it; saved at once."""
+    def change(session, assignment, state: LabelState):
+        n_tokens, n_regions = _item_size(session, assignment.caption_id)
+        pair = next(iter(_checked_links([(token, region)], n_tokens, n_regions)))
+        return _edit(None, None, None, None, state.links ^ {pair})(session, assignment, state)
+
+    return _apply(store, user, item_id, change, **kw)
+
+
+def _revision_state(revision: LabelRevision, status: str) -> LabelState:
+    return LabelState(frozenset(revision.incorrect_tokens), frozenset(revision.mentioned_regions), status,
+                      frozenset(revision.junk_regions or ()), frozenset(tuple(p) for p in revision.links or ()))
+
+
 def undo(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
     """Restore the labels before the last label change (the status stays)."""
     def change(session, assignment, state):
@@ -380,8 +455,7 @@ def undo(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
         target = session.scalar(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id,
                                                             LabelRevision.revision == head.undo_to))
         # every label change differs from the state it undoes to, so this always writes
-        restored = (set(target.incorrect_tokens), set(target.mentioned_regions), state[2])
-        return restored, "undo", target.undo_to
+        return _revision_state(target, state.status), "undo", target.undo_to
 
     return _apply(store, user, item_id, change, **kw)
 
@@ -407,6 +481,7 @@ def history(store: Store, user: UserInfo, item_id: int) -> list[dict]:
                                     .order_by(LabelRevision.revision))
         return [{"revision": r.revision, "action": r.action, "status": r.status,
                  "incorrect_tokens": r.incorrect_tokens, "mentioned_regions": r.mentioned_regions,
+                 "junk_regions": r.junk_regions or [], "links": r.links or [],
                  "at": r.created_at.isoformat() + "Z"} for r in revisions]
 
 

@@ -10,6 +10,7 @@ from capscope.db.models import (  # noqa: F401
     Image,
     Label,
     LabelRevision,
+    Link,
     ModelVersion,
     Prediction,
     Region,

@@ -34,7 +34,7 @@ NAMING = {
 
 ROLES = ("admin", "annotator")
 ASSIGNMENT_STATUSES = ("draft", "submitted", "skipped")
-LABEL_KINDS = ("token", "region")
+LABEL_KINDS = ("token", "region", "junk")  # junk: a region that is no object
 GOLD_SOURCES = ("import", "majority", "adjudicated")
 
 
@@ -92,6 +92,11 @@ class Region(Base):
     y1: Mapped[float] = mapped_column(Float)
     mask_rle: Mapped[dict | None] = mapped_column(JSON, default=None)  # COCO RLE, counts as str
     confidence: Mapped[float | None] = mapped_column(Float, default=None)
+    # a region an annotator added: who (the user's name, kept through export and import), when,
+    # and the clicks and box that made it; None for a proposal, which every annotator saw
+    added_by: Mapped[str | None] = mapped_column(String(100), default=None)
+    created_at: Mapped[datetime | None] = mapped_column(default=None)
+    prompts: Mapped[dict | None] = mapped_column(JSON, default=None)
 
     image: Mapped[Image] = relationship(back_populates="regions")
 
@@ -192,6 +197,23 @@ class Label(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Link(Base):
+    """A word an annotator tied to the region it speaks of (current state, like `Label`)."""
+
+    __tablename__ = "links"
+    __table_args__ = (
+        UniqueConstraint("assignment_id", "token_index", "region_index"),
+        Index("ix_links_caption", "caption_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"))
+    caption_id: Mapped[int] = mapped_column(ForeignKey("captions.id", ondelete="CASCADE"))
+    token_index: Mapped[int] = mapped_column(Integer)
+    region_index: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class LabelRevision(Base):
     """Append-only history: the full label state after every change.
     `undo_to` is the revision whose labels an undo from this state restores."""
@@ -206,6 +228,9 @@ class LabelRevision(Base):
     status: Mapped[str] = mapped_column(String(20))
     incorrect_tokens: Mapped[list] = mapped_column(JSON)
     mentioned_regions: Mapped[list] = mapped_column(JSON)
+    # None in revisions written before regions could be junk and words tied: none were
+    junk_regions: Mapped[list | None] = mapped_column(JSON, default=None)
+    links: Mapped[list | None] = mapped_column(JSON, default=None)  # [[token, region], ...]
     undo_to: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -254,7 +279,8 @@ class GoldLabel(Base):
     region_labels: Mapped[list] = mapped_column(JSON)  # "mentioned" | "unmentioned" | None per region
     # votes carried in from an imported file, added to the store's own votes on export
     token_votes: Mapped[list | None] = mapped_column(JSON, default=None)
-    region_votes: Mapped[list | None] = mapped_column(JSON, default=None)
+    region_votes: Mapped[list | None] = mapped_column(JSON, default=None)  # may carry "junk" counts
+    link_votes: Mapped[list | None] = mapped_column(JSON, default=None)  # [{"token", "region", "votes", "total"}]
     source: Mapped[str] = mapped_column(String(20))
     adjudicator_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -23,6 +23,9 @@ DEFAULT_LONG_CAPTIONS = "windows"
 # --runtime: what runs the CLIP text towers (runtime.py): ONNX Runtime on the CPU in fp32, or PyTorch eager
 RUNTIMES = ("auto", "eager", "onnx")
 
+# capscope serve --segmenter: what turns an annotator's clicks into a mask (click_segmenters.py)
+CLICK_SEGMENTERS = ("auto", "classic", "sam", "sam2")
+
 # --precision: the CLIP towers in float32, or under bfloat16 / float16 autocast (encoder.AUTOCAST_DTYPES)
 PRECISIONS = ("fp32", "bf16", "fp16")
 

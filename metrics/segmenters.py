@@ -354,6 +354,7 @@ def component_rows() -> list[dict]:
             "from": f"{value} (${variable})", "present": Path(value).is_file(),
             "get": "downloaded on first use from the ultralytics releases",
         })
+    rows += click_segmenter_rows()
     alpha = os.environ.get("CAPSCOPE_ALPHA_CLIP_CHECKPOINT")
     rows.append({
         "component": "Alpha-CLIP", "loads": "Alpha-CLIP visual checkpoint for hice (else masked crops)",
@@ -361,3 +362,25 @@ def component_rows() -> list[dict]:
         "get": "download e.g. clip_l14_grit20m_fultune_2xe.pth from the Alpha-CLIP model zoo; use --clip-model ViT-L-14 --clip-pretrained openai",
     })
     return rows
+
+
+def click_segmenter_rows() -> list[dict]:
+    """SAM 2 and the fallback behind `capscope serve --segmenter` (SAM's row is above)."""
+    from .click_segmenters import SAM2_URL
+
+    sam2_file = os.environ.get("CAPSCOPE_SAM2_CHECKPOINT") or cache_dir() / "sam2" / SAM2_URL.rsplit("/", 1)[-1]
+    try:
+        import sam2  # noqa: F401
+        installed = True
+    except ImportError:
+        installed = False
+    return [{
+        "component": "SAM 2", "loads": "SAM 2.1 hiera-small, click to segment (serve --segmenter sam2)"
+                                        + ("" if installed else "; needs pip install 'capscope[sam2]'"),
+        "from": f"{sam2_file} ($CAPSCOPE_SAM2_CHECKPOINT)", "present": installed and Path(sam2_file).is_file(),
+        "get": f"downloaded on first use from {SAM2_URL}",
+    }, {
+        "component": "click fallback", "loads": "random walker (scikit-image), click to segment without SAM "
+                                                "weights (serve --segmenter classic; auto's fallback)",
+        "from": "scikit-image, no weights", "present": True, "get": "installed with capscope",
+    }]

@@ -5,10 +5,14 @@
   const keys = {
     n: "cs-next", b: "cs-previous", s: "cs-submit", Enter: "cs-submit", k: "cs-skip",
     u: "cs-undo", z: "cs-undo", p: "cs-prelabels", g: "cs-guidelines",
+    a: "cs-add-region", Escape: "cs-drop-region",
   };
   document.addEventListener("keydown", (event) => {
     const target = event.target;
-    if (/INPUT|TEXTAREA|SELECT/.test(target.tagName) || target.isContentEditable) return;
+    // keys typed into a field are text; a focused radio button or checkbox (a mode just picked) still takes them
+    const choice = target.tagName === "INPUT" && /^(radio|checkbox)$/.test(target.type);
+    if ((/INPUT|TEXTAREA|SELECT/.test(target.tagName) && !choice) || target.isContentEditable) return;
+    if (choice && (event.key === "Enter" || event.key === " ")) return;
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const annotate = document.querySelector("#cs-annotate");
     if (!annotate || annotate.offsetParent === null) return;  // only on the Annotate tab

@@ -32,8 +32,18 @@ def checked_regions(raw, width: int, height: int) -> list[dict]:
             "mask": _checked_mask(item.get("mask"), width, height),
             "confidence": confidence,
             "source": str(item.get("source") or "file")[:40],
+            "added_by": _added_by(item.get("added_by"), i),
         })
     return regions
+
+
+def _added_by(name, index: int) -> str | None:
+    """The annotator who added the region (a name, kept as text), or None for a proposal."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not 0 < len(name) <= 100:
+        raise RowProblem(f"region {index}: added_by must be a user name of at most 100 characters, or null")
+    return name
 
 
 def _checked_mask(mask, width: int, height: int) -> dict | None:

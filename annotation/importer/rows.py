@@ -157,17 +157,38 @@ def _gold_from_row(obj: dict, n_regions: int) -> dict | None:
     token_labels = [_checked_label(t.get("label"), TOKEN_LABELS, f"token {i}") for i, t in enumerate(tokens)]
     region_labels = [_checked_label(r.get("label"), REGION_LABELS, f"region {i}") for i, r in enumerate(regions)]
     token_votes = [_checked_votes(t.get("votes"), "incorrect", f"token {i}") for i, t in enumerate(tokens)]
-    region_votes = [_checked_votes(r.get("votes"), "mentioned", f"region {i}") for i, r in enumerate(regions)]
+    region_votes = [_checked_votes(r.get("votes"), "mentioned", f"region {i}", extra="junk")
+                    for i, r in enumerate(regions)]
     if len(region_labels) != n_regions:
         raise RowProblem("region labels do not match the regions")
-    if not any(token_labels + region_labels + token_votes + region_votes):
+    links = _checked_links(obj.get("links"), len(tokens), n_regions)
+    if not any(token_labels + region_labels + token_votes + region_votes) and not links:
         return None
     return {
         "token_labels": token_labels,
         "region_labels": region_labels,
         "token_votes": token_votes if any(token_votes) else None,
         "region_votes": region_votes if any(region_votes) else None,
+        "link_votes": links or None,
     }
+
+
+def _checked_links(links, n_tokens: int, n_regions: int) -> list[dict]:
+    """An item's `links`: [{"token", "region", "votes", "total"}], each a word tied to a region."""
+    if links is None:
+        return []
+    if not isinstance(links, list):
+        raise RowProblem("'links' must be a list")
+    checked = {}
+    for i, link in enumerate(links):
+        values = [link.get(k) for k in ("token", "region", "votes", "total")] if isinstance(link, dict) else []
+        if len(values) != 4 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise RowProblem(f"link {i} must be {{'token': int, 'region': int, 'votes': int, 'total': int}}")
+        token, region, votes, total = values
+        if not (0 <= token < n_tokens and 0 <= region < n_regions and 0 <= votes <= total):
+            raise RowProblem(f"link {i}: token or region out of range, or votes past total")
+        checked[(token, region)] = {"token": token, "region": region, "votes": votes, "total": total}
+    return [checked[key] for key in sorted(checked)]
 
 
 def _checked_label(label, allowed: tuple[str, ...], where: str) -> str | None:
@@ -176,12 +197,14 @@ def _checked_label(label, allowed: tuple[str, ...], where: str) -> str | None:
     return label
 
 
-def _checked_votes(votes, key: str, where: str) -> dict | None:
+def _checked_votes(votes, key: str, where: str, extra: str | None = None) -> dict | None:
+    """{key: int, "total": int} (and an optional `extra` count, as regions' "junk"), each within total."""
     if votes is None:
         return None
+    keys = (key, "total") + ((extra,) if extra and isinstance(votes, dict) and votes.get(extra) is not None else ())
     ok = isinstance(votes, dict) and all(
-        isinstance(votes.get(k), int) and not isinstance(votes.get(k), bool) for k in (key, "total")
+        isinstance(votes.get(k), int) and not isinstance(votes.get(k), bool) for k in keys
     )
-    if not ok or not 0 <= votes[key] <= votes["total"]:
+    if not ok or not all(0 <= votes[k] <= votes["total"] for k in keys):
         raise RowProblem(f"{where}: votes must be {{'{key}': int, 'total': int}} with {key} <= total")
-    return {key: votes[key], "total": votes["total"]}
+    return {k: votes[k] for k in keys}

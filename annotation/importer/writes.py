@@ -100,7 +100,8 @@ def _attach_regions(session, image: Image, row: PreparedRow) -> str:
     for index, region in enumerate(row.regions):
         x0, y0, x1, y1 = region["box"]
         session.add(Region(image_id=image.id, index=index, source=region["source"], x0=x0, y0=y0, x1=x1, y1=y1,
-                           mask_rle=region["mask"], confidence=region["confidence"]))
+                           mask_rle=region["mask"], confidence=region["confidence"],
+                           added_by=region.get("added_by")))
     image.regions_source = row.regions[0]["source"] if row.regions else "empty"
     session.flush()
     session.expire(image, ["regions"])
@@ -117,3 +118,4 @@ def _add_caption(session, dataset: Dataset, image: Image, row: PreparedRow, anno
     if row.gold:
         gold = write_gold(session, caption.id, row.gold["token_labels"], row.gold["region_labels"], "import")
         gold.token_votes, gold.region_votes = row.gold.get("token_votes"), row.gold.get("region_votes")
+        gold.link_votes = row.gold.get("link_votes")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from capscope.commands.options import add_db_option, open_store
 from capscope.metrics.config import add_flags
+from capscope.metrics.constants import CLICK_SEGMENTERS
 from capscope.common.errors import CapscopeError
 
 
@@ -32,6 +33,10 @@ def register(sub) -> None:
                             "(default 8; a user with several pages open types in each)")
     serve.add_argument("--score-timeout", type=float, default=60.0, metavar="S",
                        help="a scoring that waits this long for the scorer is refused (REST: 503) (default 60)")
+    serve.add_argument("--segmenter", choices=CLICK_SEGMENTERS, default="auto",
+                       help="click to segment in Annotate and POST /api/items/{id}/segment: SAM ViT-B, SAM 2.1 "
+                            "small (the sam2 extra), or the classic random walker (a labelled fallback); auto: SAM "
+                            "when its weights are here, else the fallback (default auto)")
     add_db_option(serve)
     serve.set_defaults(func=run_serve)
 
@@ -42,7 +47,9 @@ def run_serve(args) -> int:
     from capscope.metrics.config import ScorerConfig
     from capscope.server.api import create_app
     from capscope.server.scoring import SERVER_CONFIG
+    from capscope.metrics.loading import resolve_device
     from capscope.server.data_roots import check_folders
+    from capscope.server.segmenting import ClickService
     from capscope.server.training import RESCORE_LIMIT
 
     roots = check_folders(args.data_roots)
@@ -54,7 +61,8 @@ def run_serve(args) -> int:
     app = create_app(store=open_store(args), lease_seconds=max(1, int(args.lease_minutes * 60)),
                      scorer_config=ScorerConfig.from_args(args, base=SERVER_CONFIG), data_roots=roots,
                      rescore_limit=rescore_limit, cors_origins=check_origins(args.cors_origins),
-                     score_gate=score_gate(args.score_waiting, args.score_timeout))
+                     score_gate=score_gate(args.score_waiting, args.score_timeout),
+                     click_service=ClickService(args.segmenter, str(resolve_device(getattr(args, "device", "auto")))))
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app
         from capscope.ui.page import mount_ui
     except ModuleNotFoundError as err:

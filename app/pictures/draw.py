@@ -13,6 +13,8 @@ MAX_DISPLAY_SCALE = 4
 UNMENTIONED = (255, 0, 200)      # magenta: what the caption left out
 CHOSEN = (20, 170, 70)           # an annotator's "mentioned"
 SUGGESTED = (90, 90, 90)         # a model's suggestion, dashed
+JUNK = (120, 120, 120)           # a region marked "no object", crossed out
+DRAFT = (40, 110, 255)           # the mask of a region being made by clicks
 
 
 def display_scale(size: tuple[int, int]) -> int:
@@ -105,9 +107,11 @@ def outside(box, scale: int, width: int, size: tuple[int, int]) -> list[float]:
     return [max(0, x0 - width), max(0, y0 - width), min(size[0] - 1, x1 + width), min(size[1] - 1, y1 + width)]
 
 
-def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested: set[int] | None = None) -> Image.Image:
+def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested: set[int] | None = None,
+                   junk: set[int] | None = None) -> Image.Image:
     """Annotate view: every region outlined thinly and numbered; the ones the
-    annotator marked "mentioned" thick green and tinted; model suggestions dashed."""
+    annotator marked "mentioned" thick green and tinted; model suggestions dashed;
+    junk regions ("no object") crossed out."""
     canvas, scale = enlarged(image)
     tint = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
     tint_draw = ImageDraw.Draw(tint)
@@ -124,8 +128,30 @@ def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested:
             draw.rectangle(rect, outline=(70, 70, 70), width=1 + scale // 2)
         if suggested and i in suggested:
             _dashed_rectangle(draw, [rect[0] + 3, rect[1] + 3, rect[2] - 3, rect[3] - 3], SUGGESTED, 2, 3 * scale)
-        _label(draw, (rect[0] + 2, rect[1] + 1), str(i + 1), CHOSEN if i in chosen else (70, 70, 70), scale)
+        if junk and i in junk:
+            draw.line([rect[0], rect[1], rect[2], rect[3]], fill=JUNK, width=1 + scale // 2)
+            draw.line([rect[0], rect[3], rect[2], rect[1]], fill=JUNK, width=1 + scale // 2)
+        _label(draw, (rect[0] + 2, rect[1] + 1), f"{i + 1}{'×' if junk and i in junk else ''}",
+               CHOSEN if i in chosen else (70, 70, 70), scale)
     return canvas
+
+
+def with_draft(canvas: Image.Image, image_size: tuple[int, int], mask, points) -> Image.Image:
+    """A region being made: its mask tinted blue over a picture drawn by this module,
+    positive clicks as green dots, negative ones as red."""
+    scale = canvas.width // max(1, image_size[0])
+    out = canvas.convert("RGBA")
+    if mask is not None:
+        shown = Image.fromarray((mask * 110).astype("uint8")).resize(canvas.size, Image.Resampling.NEAREST)
+        tint = Image.new("RGBA", canvas.size, DRAFT + (0,))
+        tint.putalpha(shown)
+        out = Image.alpha_composite(out, tint)
+    draw = ImageDraw.Draw(out)
+    for x, y, positive in points:
+        r = 3 + scale
+        draw.ellipse([x * scale - r, y * scale - r, x * scale + r, y * scale + r],
+                     fill=(30, 170, 60) if positive else (220, 30, 30), outline=(255, 255, 255), width=2)
+    return out.convert("RGB")
 
 
 def region_at(boxes: list, x: float, y: float) -> int | None:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt
 from starlette.background import BackgroundTask
 
 from capscope import __version__
-from capscope.annotation import agreement, browse, export, gold, model_versions, queue, workflow
+from capscope.annotation import agreement, browse, export, gold, model_versions, queue, regions, workflow
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
@@ -45,6 +45,7 @@ from capscope.metrics.config import ScorerConfig
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
                                     script_or_json)
+from capscope.server.segmenting import MAX_POINTS, ClickService, SegmentingBusy
 from capscope.server.scoring import SERVER_CONFIG, Models, ScoreGate, ScoringBusy, ScoringTimeout
 from capscope.server.signin import guard_for
 from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
@@ -77,6 +78,22 @@ class LabelsRequest(BaseModel):
     incorrect_tokens: list[StrictInt] = Field(default_factory=list, max_length=MAX_INDICES)
     mentioned_regions: list[StrictInt] = Field(default_factory=list, max_length=MAX_INDICES)
     status: Literal["draft", "submitted", "skipped"] = "draft"
+    junk_regions: list[StrictInt] | None = Field(default=None, max_length=MAX_INDICES,
+                                                 description="regions that are no object (absent: unchanged)")
+    links: list[tuple[StrictInt, StrictInt]] | None = Field(
+        default=None, max_length=MAX_INDICES, description="[token_index, region_index] ties (absent: unchanged)")
+
+
+class SegmentRequest(BaseModel):
+    points: list[tuple[float, float, StrictInt]] = Field(default_factory=list, max_length=MAX_POINTS,
+                                                             description="[x, y, 1] positive, [x, y, 0] negative")
+    box: tuple[float, float, float, float] | None = None
+
+
+class RegionRequest(BaseModel):
+    mask: dict | None = Field(default=None, description="COCO RLE {size: [h, w], counts: str}")
+    box: tuple[float, float, float, float] | None = None
+    prompts: SegmentRequest | None = Field(default=None, description="the clicks that made the mask (kept with it)")
 
 
 class FlagRequest(BaseModel):
@@ -227,7 +244,8 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
                lease_seconds: int | None = None, scorer_config: ScorerConfig = SERVER_CONFIG,
                token_rule: str | None = None, precision: str | None = None, data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
                rescore_limit: int | None = RESCORE_LIMIT, cors_origins: tuple[str, ...] = (),
-               score_gate: ScoreGate | None = None) -> FastAPI:
+               score_gate: ScoreGate | None = None, segmenter: str = "auto",
+               click_service: ClickService | None = None) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
     scorer, which the UI mounted on this app shares: capscope's Scorer as
@@ -240,7 +258,8 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     checkpoints go to `models_dir` (default a `models` folder beside the
     SQLite file, else in the data folder); after an activation, the first
     `rescore_limit` queued items (None: all) are scored again. The active
-    model version, if any, is what the scorer loads."""
+    model version, if any, is what the scorer loads. `app.state.clicks`: click
+    to segment with `segmenter` (app/server/segmenting.py), loaded on first use."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
     # a thread that waits on the database gets the interpreter back within 1 ms of a scoring thread's
@@ -254,6 +273,7 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))
     app.state.activations = Activations(app.state.store, app.state.models, rescore_limit=rescore_limit)
     app.state.activations.load_active()
+    app.state.clicks = click_service or ClickService(segmenter)
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
     _add_guards(app, cors_origins)
 
@@ -342,7 +362,15 @@ def _add_routes(app: FastAPI) -> None:
             return Response(status_code=204)
         if predictions:
             item = workflow.get_item(store, user, item["item_id"], include_predictions=True)
+        _prefetch_embedding(user, item["item_id"])
         return item
+
+    segmenting_users: set[str] = set()
+
+    def _prefetch_embedding(user: UserInfo, item_id: int) -> None:
+        """Compute the item's image embedding ahead for users who click to segment."""
+        if user.name in segmenting_users:
+            app.state.clicks.prefetch(*regions.item_image_file(store, user, item_id))
 
     @app.get("/api/items/previous", responses={204: {"description": "no earlier submitted item"}})
     def previous_item(user: User, before: ItemQuery = None):
@@ -364,7 +392,36 @@ def _add_routes(app: FastAPI) -> None:
     @app.put("/api/items/{item_id}/labels")
     def put_labels(item_id: ItemId, body: LabelsRequest, user: User) -> dict:
         return workflow.save_labels(store, user, item_id, body.incorrect_tokens, body.mentioned_regions,
-                                    body.status, lease_seconds=lease)
+                                    body.status, junk_regions=body.junk_regions, links=body.links,
+                                    lease_seconds=lease)
+
+    @app.post("/api/items/{item_id}/segment", responses={422: {"description": "no prompt, or a point outside"}})
+    def segment(item_id: ItemId, body: SegmentRequest, user: User) -> dict:
+        """A mask from clicks (and a box) on the item's image; nothing is stored."""
+        image_id, path = regions.item_image_file(store, user, item_id)
+        segmenting_users.add(user.name)
+        try:
+            return app.state.clicks.segment(image_id, path, body.points, body.box, user=user.name)
+        except SegmentingBusy as err:
+            raise HTTPException(429, str(err), headers={"Retry-After": "1"}) from None
+        except ModelUnavailable as err:
+            raise HTTPException(503, str(err)) from None
+        except OSError:
+            raise HTTPException(404, f"the image of item {item_id} is missing on disk") from None
+        except ImageError as err:
+            raise HTTPException(422, str(err)) from None
+
+    @app.post("/api/items/{item_id}/regions", status_code=201,
+              responses={200: {"description": "an existing region is the same object (IoU >= 0.9): nothing added"}})
+    def add_region(item_id: ItemId, body: RegionRequest, user: User, response: Response) -> dict:
+        """Append a region (a mask or a box) to the item's image; indexes never change."""
+        prompts = None if body.prompts is None else body.prompts.model_dump()
+        if prompts is not None:
+            prompts["segmenter"] = app.state.clicks.describe()["segmenter"]
+        region, added = regions.add_region(store, user, item_id, mask=body.mask, box=body.box, prompts=prompts)
+        if not added:
+            response.status_code = 200
+        return region
 
     @app.post("/api/items/{item_id}/undo")
     def undo(item_id: ItemId, user: User) -> dict:

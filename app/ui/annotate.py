@@ -18,7 +18,7 @@ from typing import Callable
 import gradio as gr
 from PIL import Image
 
-from capscope.annotation import browse, workflow
+from capscope.annotation import browse, regions as added_regions, workflow
 from capscope.annotation.captioners import stored_verdicts
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
@@ -29,6 +29,7 @@ from capscope.common.lru import LRUCache
 from capscope.metrics.registry import metric_names
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.server.scoring import Models
+from capscope.server.segmenting import ClickService, SegmentingBusy
 from capscope.ui.shared import SCORING_EVENTS
 from capscope.pictures import draw as ui_draw
 
@@ -38,6 +39,7 @@ SUGGESTIONS_KEPT = 2048  # items whose pre-labels are kept in memory
 
 MAX_REGION_KEYS = 10
 KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
+             "<kbd>a</kbd> add the region being made · <kbd>Esc</kbd> drop it · "
              "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · "
              "<kbd>u</kbd>/<kbd>z</kbd> undo · "
              "<kbd>n</kbd> next · <kbd>b</kbd> previous (submitted items stay editable) · <kbd>p</kbd> model suggestions · <kbd>g</kbd> guidelines · "
@@ -136,9 +138,11 @@ def _decided(item: dict, stored: dict, metric: str, token_rule: str, word_scale:
 class Annotator:
     """What the Annotate tab does for one user, independent of Gradio."""
 
-    def __init__(self, store: Store, models: Models | None = None, lease_seconds: int = workflow.LEASE_SECONDS):
+    def __init__(self, store: Store, models: Models | None = None, lease_seconds: int = workflow.LEASE_SECONDS,
+                 clicks: ClickService | None = None):
         self.store = store
         self.lease = lease_seconds
+        self.clicks = clicks or ClickService("auto")
         self.suggestions = Suggestions(store, models)
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -174,6 +178,20 @@ class Annotator:
 
     def toggle_region(self, user: UserInfo, item_id: int, index: int) -> dict:
         return workflow.toggle_region(self.store, user, item_id, index, lease_seconds=self.lease)
+
+    def toggle_junk(self, user: UserInfo, item_id: int, index: int) -> dict:
+        return workflow.toggle_junk(self.store, user, item_id, index, lease_seconds=self.lease)
+
+    def toggle_link(self, user: UserInfo, item_id: int, token: int, region: int) -> dict:
+        return workflow.toggle_link(self.store, user, item_id, token, region, lease_seconds=self.lease)
+
+    def segment(self, user: UserInfo, item_id: int, points: list) -> dict:
+        image_id, path = added_regions.item_image_file(self.store, user, item_id)
+        return self.clicks.segment(image_id, path, points, user=user.name)
+
+    def add_region(self, user: UserInfo, item_id: int, mask: dict, points: list) -> tuple[dict, bool]:
+        prompts = {"points": [list(p) for p in points], "segmenter": self.clicks.describe()["segmenter"]}
+        return added_regions.add_region(self.store, user, item_id, mask=mask, prompts=prompts)
 
     def region_at_click(self, user: UserInfo, item_id: int, point) -> int | None:
         item = self.item(user, item_id)
@@ -255,8 +273,13 @@ def build_annotate(annotator: Annotator) -> dict:
             c["saved"] = gr.Markdown("", elem_id="cs-saved", elem_classes="cs-saved")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
-                c["image"] = gr.Image(label="Click a region to mark it mentioned", interactive=False, buttons=[],
-                                      height=420, elem_id="cs-annotate-image")
+                c["image"] = gr.Image(label="Click a region: what it does is the mode below", interactive=False,
+                                      buttons=[], height=420, elem_id="cs-annotate-image")
+                with gr.Row():
+                    c["mode"] = gr.Radio(MODES, value="mark", label="A click on the picture", scale=4,
+                                         elem_id="cs-click-mode")
+                    c["add_region"] = gr.Button("Add region (a)", size="sm", scale=1, elem_id="cs-add-region")
+                    c["drop_region"] = gr.Button("Drop (Esc)", size="sm", scale=1, elem_id="cs-drop-region")
                 c["gallery"] = gr.Gallery(label="Regions (click to toggle)", columns=10, rows=1, height=150,
                                           allow_preview=False, object_fit="contain", interactive=False,
                                           elem_id="cs-gallery")
@@ -265,6 +288,7 @@ def build_annotate(annotator: Annotator) -> dict:
                                                  interactive=False, elem_id="cs-annotate-tokens",
                                                  elem_classes="cs-tokens")
                 c["suggested"] = gr.Markdown("", visible=True, elem_id="cs-suggested")
+                c["ties"] = gr.HTML("", elem_id="cs-ties")
                 with gr.Row():
                     c["submit"] = gr.Button("Submit & next (s)", variant="primary", elem_id="cs-submit")
                     c["skip"] = gr.Button("Skip (k)", elem_id="cs-skip")
@@ -287,6 +311,7 @@ def build_annotate(annotator: Annotator) -> dict:
         with gr.Row(elem_classes="cs-hidden"):
             c["region_keys"] = [gr.Button(str(i), elem_id=f"cs-region-{i}") for i in range(1, MAX_REGION_KEYS + 1)]
     c["item_id"] = gr.State(None)  # which item is on screen; its labels always come from the store
+    c["draft"] = gr.State(empty_draft())  # the region being made and the word picked for ties
     _wire_annotate(annotator, c)
     return c
 
@@ -332,13 +357,123 @@ def finish_item(annotator: Annotator, user: UserInfo, item_id: int | None, step:
     return annotator.next(user), f"item {item_id} {word if status == word else 'stays ' + status}"
 
 
-def toggle_region_at_point(annotator: Annotator, user: UserInfo, item_id: int | None, point):
+# ---------------------------------------------------------------- regions the annotator makes, junk, ties
+# A click on the picture does what the mode says. The region being made (its
+# clicks and mask) and the word picked for a tie live in the page's `draft`
+# state, tied to its item; nothing of it is stored until "Add region".
+
+MODES = [("Mark mentioned", "mark"), ("Segment +", "segment+"), ("Segment −", "segment-"),
+         ("Junk (no object)", "junk"), ("Tie word → regions", "tie")]
+
+
+def empty_draft(item_id: int | None = None) -> dict:
+    return {"item": item_id, "points": [], "mask": None, "word": None}
+
+
+def draft_of(draft: dict | None, item_id: int | None) -> dict:
+    """The draft when it belongs to this item, else an empty one for it."""
+    return dict(draft) if isinstance(draft, dict) and draft.get("item") == item_id else empty_draft(item_id)
+
+
+def with_draft(item: dict | None, draft: dict) -> dict | None:
+    if item is not None and draft.get("item") == item["item_id"]:
+        item["_draft"] = draft
+    return item
+
+
+def click_picture(annotator: Annotator, user: UserInfo, item_id: int | None, point, mode: str, draft: dict | None):
     if item_id is None:
         return annotator.next(user), ""
+    draft = draft_of(draft, item_id)
+    if mode in ("segment+", "segment-"):
+        return segment_click(annotator, user, item_id, point, mode == "segment+", draft)
     region = annotator.region_at_click(user, item_id, point)
     if region is None:
-        return annotator.item(user, item_id), "no region under that point"
-    return change_labels(annotator, user, item_id, annotator.toggle_region, region)
+        return with_draft(annotator.item(user, item_id), draft), \
+            "no region under that point (Segment + makes one)"
+    return act_on_region(annotator, user, item_id, region, mode, draft)
+
+
+def act_on_region(annotator: Annotator, user: UserInfo, item_id: int, region: int, mode: str, draft: dict):
+    if mode == "junk":
+        item, note = change_labels(annotator, user, item_id, annotator.toggle_junk, region)
+    elif mode == "tie":
+        if draft["word"] is None:
+            return with_draft(annotator.item(user, item_id), draft), "pick a word first, then its regions"
+        item, note = change_labels(annotator, user, item_id, annotator.toggle_link, draft["word"], region)
+    else:
+        item, note = change_labels(annotator, user, item_id, annotator.toggle_region, region)
+    return with_draft(item, draft), note
+
+
+def picture_point(item: dict, point) -> tuple[float, float]:
+    """Gradio's [x, y] on the displayed picture, in the image's pixels (kept inside it)."""
+    if not isinstance(point, (list, tuple)) or len(point) != 2:
+        raise AnnotationError("that click has no position")
+    scale = ui_draw.display_scale((item["width"], item["height"]))
+    x = min(max(float(point[0]) / scale, 0.0), item["width"] - 0.5)
+    y = min(max(float(point[1]) / scale, 0.0), item["height"] - 0.5)
+    return round(x, 1), round(y, 1)
+
+
+def segment_click(annotator: Annotator, user: UserInfo, item_id: int, point, positive: bool, draft: dict):
+    item = annotator.item(user, item_id)
+    x, y = picture_point(item, point)
+    points = draft["points"] + [[x, y, int(positive)]]
+    try:
+        answer = annotator.segment(user, item_id, points)
+    except SegmentingBusy as err:
+        return with_draft(item, draft), f"⚠ {html.escape(str(err))}"
+    draft = {**draft, "points": points, "mask": answer["mask"] if answer["box"] else None}
+    fallback = " (fallback: no SAM weights on this server)" if answer["fallback"] else ""
+    clicks = len(points)
+    return with_draft(item, draft), (f"{clicks} click{'s' * (clicks != 1)} · {html.escape(answer['segmenter'])}"
+                                     f"{fallback} · {answer['ms']:.0f} ms · <kbd>a</kbd> add region, "
+                                     f"<kbd>Esc</kbd> drop")
+
+
+def add_draft(annotator: Annotator, user: UserInfo, item_id: int | None, draft: dict | None):
+    if item_id is None:
+        return annotator.next(user), ""
+    draft = draft_of(draft, item_id)
+    if draft["mask"] is None:
+        return with_draft(annotator.item(user, item_id), draft), "nothing to add: click the object in Segment + first"
+    region, added = annotator.add_region(user, item_id, draft["mask"], draft["points"])
+    item = with_draft(annotator.item(user, item_id), {**empty_draft(item_id), "word": draft["word"]})
+    number = region["index"] + 1
+    return item, (f"region {number} added" if added else f"that is region {number} already (IoU ≥ 0.9): nothing added")
+
+
+def drop_draft(annotator: Annotator, user: UserInfo, item_id: int | None, draft: dict | None):
+    if item_id is None:
+        return annotator.next(user), ""
+    kept = {**empty_draft(item_id), "word": draft_of(draft, item_id)["word"]}
+    return with_draft(annotator.item(user, item_id), kept), "the region being made was dropped"
+
+
+def pick_word(annotator: Annotator, user: UserInfo, item_id: int | None, index: int, draft: dict | None):
+    """Tie mode: the word whose regions the next clicks tie."""
+    if item_id is None:
+        return annotator.next(user), ""
+    item = annotator.item(user, item_id)
+    if not 0 <= index < len(item["tokens"]):
+        raise AnnotationError(f"token index {index} is out of range")
+    draft = {**draft_of(draft, item_id), "word": index}
+    word = html.escape(item["tokens"][index]["text"])
+    return with_draft(item, draft), f"“{word}” picked: click the regions it speaks of"
+
+
+def ties_text(item: dict) -> str:
+    """The item's ties as a line: “word” → region numbers."""
+    links = (item.get("labels") or {}).get("links") or []
+    if not links:
+        return "<small>No words tied to regions yet (mode “Tie word → regions”: a word, then its regions).</small>"
+    by_word: dict[int, list[int]] = {}
+    for token, region in links:
+        by_word.setdefault(token, []).append(region + 1)
+    shown = " · ".join(f"“{html.escape(item['tokens'][t]['text'])}” → {', '.join(map(str, sorted(r)))}"
+                       for t, r in sorted(by_word.items()))
+    return f"<small>Ties: {shown}</small>"
 
 
 def flag_item(annotator: Annotator, user: UserInfo, item_id: int | None, kind: str, comment: str | None):
@@ -356,7 +491,8 @@ def render(annotator: Annotator, user: UserInfo, item: dict | None, note: str = 
     picture, thumbnails and header are left as they are, which keeps clicks quick."""
     progress = progress_html(annotator.progress(user))
     if item is None:
-        return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "")
+        return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "", "",
+                empty_draft())
     # label clicks never run the model: only the suggestions handler (model queue) computes
     suggestion = annotator.suggestions.get(user, item, compute) if show_suggestions else None
     wrong, mentioned = (suggestion[0], suggestion[1]) if suggestion else (None, None)
@@ -366,16 +502,23 @@ def render(annotator: Annotator, user: UserInfo, item: dict | None, note: str = 
         picture = _picture(item, mentioned)
     hint = suggestions_hint(suggestion, compute) if show_suggestions else ""
     return (item["item_id"], *picture, token_values(item, wrong), saved_text(item.get("labels"), note),
-            progress, hint)
+            progress, hint, ties_text(item), item.get("_draft", gr.skip()))
 
 
 def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
     """(header, image with the chosen and suggested regions, thumbnails)."""
     image = _image(item["_path"])
     boxes = [r["box"] for r in item["regions"]]
-    chosen = set(item["labels"]["mentioned_regions"]) if item.get("labels") else set()
-    return (item_header(item), ui_draw.labels_overlay(image, boxes, chosen, suggested_regions),
-            ui_draw.thumbnails(image, boxes, chosen))
+    labels = item.get("labels") or {}
+    chosen, junk = set(labels.get("mentioned_regions", ())), set(labels.get("junk_regions", ()))
+    picture = ui_draw.labels_overlay(image, boxes, chosen, suggested_regions, junk)
+    draft = item.get("_draft") or {}
+    if draft.get("points"):
+        from capscope.metrics.regions import rle_to_mask
+
+        mask = rle_to_mask(draft["mask"]) if draft.get("mask") else None
+        picture = ui_draw.with_draft(picture, image.size, mask, draft["points"])
+    return item_header(item), picture, ui_draw.thumbnails(image, boxes, chosen)
 
 
 def suggestion_source(version: str | None) -> str:
@@ -402,7 +545,7 @@ def run(annotator: Annotator, request: gr.Request | None, item_id: int | None, s
     try:
         user = annotator.user(request.username if request else None)
     except AnnotationError as err:
-        return (None, f"**{html.escape(str(err))}**", None, [], [], "", "", "")
+        return (None, f"**{html.escape(str(err))}**", None, [], [], "", "", "", "", gr.skip())
     with annotator.lock_for(user):  # one user's clicks are applied and drawn in order
         try:
             item, note = action(annotator, user, item_id, *args)
@@ -435,14 +578,26 @@ class AnnotateHandlers:
     def toggle_region(self, item_id, show, index, request: gr.Request):
         return self._run(request, item_id, show, change_labels, self.annotator.toggle_region, int(index))
 
-    def on_word(self, item_id, show, evt: gr.SelectData, request: gr.Request):
+    def on_word(self, item_id, show, mode, draft, evt: gr.SelectData, request: gr.Request):
+        if mode == "tie":
+            return self._run(request, item_id, show, pick_word, int(evt.index), draft, words_only=True)
         return self.toggle_token(item_id, show, evt.index, request)
 
-    def on_image(self, item_id, show, evt: gr.SelectData, request: gr.Request):
-        return self._run(request, item_id, show, toggle_region_at_point, evt.index)
+    def on_image(self, item_id, show, mode, draft, evt: gr.SelectData, request: gr.Request):
+        return self._run(request, item_id, show, click_picture, evt.index, mode, draft)
 
-    def on_thumbnail(self, item_id, show, evt: gr.SelectData, request: gr.Request):
-        return self.toggle_region(item_id, show, evt.index, request)
+    def on_thumbnail(self, item_id, show, mode, draft, evt: gr.SelectData, request: gr.Request):
+        def act(annotator, user, item_id, index):
+            if item_id is None:
+                return annotator.next(user), ""
+            return act_on_region(annotator, user, item_id, index, mode, draft_of(draft, item_id))
+        return self._run(request, item_id, show, act, int(evt.index))
+
+    def add_region(self, item_id, show, draft, request: gr.Request):
+        return self._run(request, item_id, show, add_draft, draft)
+
+    def drop_region(self, item_id, show, draft, request: gr.Request):
+        return self._run(request, item_id, show, drop_draft, draft)
 
     def on_region_key(self, key: str, item_id, show, request: gr.Request):
         """A region's number button (its label is "1" to "10")."""
@@ -480,7 +635,7 @@ class AnnotateHandlers:
 # ---------------------------------------------------------------- wiring
 
 # what every handler returns, in this order
-OUTPUTS = ("item_id", "header", "image", "gallery", "tokens", "saved", "progress", "suggested")
+OUTPUTS = ("item_id", "header", "image", "gallery", "tokens", "saved", "progress", "suggested", "ties", "draft")
 DB_QUEUE = {"concurrency_id": "db", "concurrency_limit": 4, "show_progress": "hidden"}
 MODEL_EVENTS = {**SCORING_EVENTS, "api_visibility": "private"}
 CLICKS = {"trigger_mode": "multiple", "api_visibility": "private", **DB_QUEUE}
@@ -492,9 +647,13 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     handlers = AnnotateHandlers(annotator)
     outputs = [c[name] for name in OUTPUTS]
     state = [c["item_id"], c["prelabels"]]
-    c["tokens"].select(handlers.on_word, state, outputs, **CLICKS)
-    c["image"].select(handlers.on_image, state, outputs, **CLICKS)
-    c["gallery"].select(handlers.on_thumbnail, state, outputs, **CLICKS)
+    clicked = [*state, c["mode"], c["draft"]]
+    c["tokens"].select(handlers.on_word, clicked, outputs, **CLICKS)
+    c["image"].select(handlers.on_image, clicked, outputs, **CLICKS)
+    c["gallery"].select(handlers.on_thumbnail, clicked, outputs, **CLICKS)
+    c["add_region"].click(handlers.add_region, [*state, c["draft"]], outputs, api_name="add_region", **DB_QUEUE)
+    c["drop_region"].click(handlers.drop_region, [*state, c["draft"]], outputs, api_visibility="private",
+                           **DB_QUEUE)
     for button in c["region_keys"]:
         button.click(handlers.on_region_key, [button, *state], outputs, **CLICKS)
     _wire_api(handlers, state, outputs)

@@ -40,7 +40,8 @@ def test_read_jsonl_numbers_lines_and_reports_bad_ones():
 
 def test_checked_regions_clip_round_and_default_source():
     regions = import_regions.checked_regions([{"box": [-5, 2.345, 30, 99]}], width=20, height=50)
-    assert regions == [{"box": [0.0, 2.35, 20.0, 50.0], "mask": None, "confidence": None, "source": "file"}]
+    assert regions == [{"box": [0.0, 2.35, 20.0, 50.0], "mask": None, "confidence": None, "source": "file",
+                       "added_by": None}]
     with pytest.raises(import_report.RowProblem, match="region 0"):
         import_regions.checked_regions([{"box": [30, 0, 40, 10]}], width=20, height=50)
 

@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):
@@ -120,3 +120,38 @@ def test_default_url_follows_environment(monkeypatch, tmp_path):
     assert default_db_url() == f"sqlite:///{tmp_path / 'data' / 'capscope.db'}"
     monkeypatch.setenv("CAPSCOPE_DB_URL", "postgresql+psycopg://u@h/db")
     assert default_db_url() == "postgresql+psycopg://u@h/db"
+
+
+def test_upgrade_to_added_regions_keeps_labels_and_regions_meaning_what_they_did(tmp_path):
+    """A database written before regions could be added, junk or tied: after the upgrade every
+    region is a proposal every annotator saw, and every judgement says what it said."""
+    from capscope.annotation.votes import load_item
+
+    store = Store(sqlite_url(tmp_path))
+    store.downgrade("0005")
+    with store.write() as session:
+        for sql in ("INSERT INTO datasets (id, name, created_at) VALUES (1, 'd', '2024-01-01 00:00:00')",
+                    "INSERT INTO images (id, sha256, path, width, height, n_bytes, regions_source, created_at) "
+                    f"VALUES (1, '{'0' * 64}', 'x.png', 4, 4, 1, 'file', '2024-01-01 00:00:00')",
+                    "INSERT INTO regions (id, image_id, \"index\", source, x0, y0, x1, y1) "
+                    "VALUES (1, 1, 0, 'file', 0, 0, 2, 2)",
+                    "INSERT INTO captions (id, dataset_id, external_id, image_id, text, \"references\", content_hash, "
+                    "annotators_needed, created_at) VALUES (1, 1, 'a', 1, 'a dog', '[]', 'h', 3, '2024-01-01 00:00:00')",
+                    "INSERT INTO tokens (id, caption_id, \"index\", text, start, \"end\", semantic) "
+                    "VALUES (1, 1, 0, 'a', 0, 1, 0), (2, 1, 1, 'dog', 2, 5, 1)",
+                    "INSERT INTO users (id, name, role, password_hash, active, created_at) "
+                    "VALUES (1, 'ann', 'annotator', 'x', 1, '2024-01-01 00:00:00')",
+                    "INSERT INTO assignments (id, caption_id, user_id, status, lease_expires_at, revision, "
+                    "time_spent_ms, created_at, updated_at, submitted_at) VALUES (1, 1, 1, 'submitted', "
+                    "'2024-01-01 00:00:00', 1, 0, '2024-01-01 00:00:00', '2024-01-01 00:00:00', '2024-01-01 00:00:00')",
+                    "INSERT INTO labels (assignment_id, caption_id, kind, \"index\", created_at) "
+                    "VALUES (1, 1, 'token', 1, '2024-01-01 00:00:00'), (1, 1, 'region', 0, '2024-01-01 00:00:00')",
+                    "INSERT INTO label_revisions (assignment_id, revision, action, status, incorrect_tokens, "
+                    "mentioned_regions, created_at) VALUES (1, 1, 'edit', 'submitted', '[1]', '[0]', "
+                    "'2024-01-01 00:00:00')"):
+            session.execute(text(sql))
+    store.upgrade()
+    item = load_item(store, 1)
+    assert item.regions[0]["added_by"] is None and item.regions[0]["created_at"] is None
+    assert item.region_votes(0) == (1, 1) and item.junk_votes(0) == 0 and item.region_label(0) == "mentioned"
+    assert item.token_votes(1) == (1, 1) and item.link_votes() == []

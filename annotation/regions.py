@@ -1,0 +1,102 @@
+"""Regions annotators add to an image (from a click segmenter's mask, or a box).
+
+A new region is appended after the image's last one, so the indexes every
+label refers to never change. A region that overlaps an existing one with
+IoU >= `DUPLICATE_IOU` is that region: the existing one is given back and
+nothing is added. Each added region keeps who added it, when, and the prompts
+that made it; every annotator of the image's captions sees it from then on.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import exists, select
+
+from capscope.annotation.refusals import Forbidden, Invalid, NotFound
+from capscope.annotation.users import UserInfo
+from capscope.annotation.workflow import region_view
+from capscope.common.limits import MAX_REGIONS
+from capscope.db import Assignment, Caption, Image, Region, Store, utcnow
+from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_box, mask_to_rle
+
+DUPLICATE_IOU = 0.9
+ADDED_SOURCE = "annotator"
+
+
+def item_image(session, user: UserInfo, item_id: int) -> Image:
+    """The image of an item given to this user (admins: any item's)."""
+    caption = session.get(Caption, item_id)
+    if caption is None:
+        raise NotFound(f"no item {item_id}")
+    if not user.is_admin and not session.scalar(select(exists().where(
+            Assignment.caption_id == item_id, Assignment.user_id == user.id))):
+        raise Forbidden(f"item {item_id} was not given to you")
+    return caption.image
+
+
+def checked_shape(mask_rle, box, width: int, height: int) -> tuple[np.ndarray | None, tuple]:
+    """(mask or None, box) of a region as a client sent it; Invalid says what is wrong."""
+    if (mask_rle is None) == (box is None):
+        raise Invalid("give a region as either a mask (COCO RLE) or a box [x0, y0, x1, y1]")
+    try:
+        if mask_rle is not None:
+            mask = checked_rle_mask(mask_rle, width, height)
+            if not mask.any():
+                raise ValueError("the mask is empty")
+            return mask, mask_to_box(mask)
+        return None, clip_box(box, width, height)
+    except ValueError as err:
+        raise Invalid(str(err)) from None
+
+
+def add_region(store: Store, user: UserInfo, item_id: int, *, mask=None, box=None, prompts: dict | None = None,
+               source: str = ADDED_SOURCE, now: datetime | None = None) -> tuple[dict, bool]:
+    """(the region, True when it was added; False when an existing region is the same object)."""
+    def work(session):
+        image = item_image(session, user, item_id)
+        # the image's row lock serialises appends to its regions
+        session.get(Image, image.id, with_for_update=True)
+        new_mask, new_box = checked_shape(mask, box, image.width, image.height)
+        regions = session.scalars(select(Region).where(Region.image_id == image.id).order_by(Region.index)).all()
+        same = duplicate_of(regions, new_mask, new_box, image.width, image.height)
+        if same is not None:
+            return region_view(same), False
+        if len(regions) >= MAX_REGIONS:
+            raise Invalid(f"this image has {len(regions)} regions, the most an image may have")
+        region = Region(image_id=image.id, index=(regions[-1].index + 1) if regions else 0, source=source,
+                        x0=new_box[0], y0=new_box[1], x1=new_box[2], y1=new_box[3],
+                        mask_rle=None if new_mask is None else mask_to_rle(new_mask), confidence=None,
+                        added_by=user.name, created_at=now or utcnow(), prompts=prompts)
+        session.add(region)
+        session.flush()
+        return region_view(region), True
+
+    return store.run_write(work)
+
+
+def duplicate_of(regions: list[Region], mask: np.ndarray | None, box, width: int, height: int) -> Region | None:
+    """The first region with IoU >= DUPLICATE_IOU with the new one (masks compared as
+    masks, a region without one as its box), computed on COCO RLE without decoding."""
+    if not regions:
+        return None
+    from pycocotools import mask as coco_mask
+
+    def as_rle(rle: dict | None, region_box) -> dict:
+        if rle is not None:
+            return {"size": rle["size"], "counts": rle["counts"].encode("ascii")}
+        x0, y0, x1, y1 = region_box
+        return coco_mask.frPyObjects(np.array([[x0, y0, x1 - x0, y1 - y0]], dtype=np.float64), height, width)[0]
+
+    new = as_rle(None if mask is None else mask_to_rle(mask), box)
+    existing = [as_rle(r.mask_rle, r.box) for r in regions]
+    overlaps = np.asarray(coco_mask.iou([new], existing, [0] * len(existing))).reshape(-1)
+    best = int(np.argmax(overlaps))
+    return regions[best] if overlaps[best] >= DUPLICATE_IOU else None
+
+
+def item_image_file(store: Store, user: UserInfo, item_id: int) -> tuple[int, str]:
+    """(image id, file) of an item given to this user (admins: any item's)."""
+    with store.read() as session:
+        image = item_image(session, user, item_id)
+        return image.id, image.path
