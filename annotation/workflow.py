@@ -360,7 +360,7 @@ def _edit(new_tokens: Iterable[int] | None, new_regions: Iterable[int] | None, r
         status = state.status if requested_status is None else _resolved_status(state.status, requested_status)
         head = _head_revision(session, assignment)
         edited = LabelState(tokens, regions, status, junk, links)
-        labels_changed = edited._replace(status=state.status) != state
+        labels_changed = (tokens, regions, junk, links) != (state.tokens, state.regions, state.junk, state.links)
         # a change of status alone is not an undo step: undo skips over it
         undo_to = assignment.revision if labels_changed else (head.undo_to if head else None)
         action = "edit" if labels_changed else status

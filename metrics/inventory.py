@@ -1,9 +1,10 @@
 """The inventory of `capscope models`: every model component, what it loads,
 from where, whether it is here and how to get it. Built by a call, not at
-import, from the loaders (`loading`) and the region proposers (`segmenters`)."""
+import, from the loaders (`loading`), the region proposers (`segmenters`) and the
+click segmenters (`click_segmenters`)."""
 from __future__ import annotations
 
-from . import segmenters
+from . import click_segmenters, segmenters
 from .loading import CLIP4DM_BACKBONES, clip_tag_cached, demo_model_path, env_or_cache, spacy_pipeline_present
 
 
@@ -41,7 +42,7 @@ def components() -> list[dict]:
         }
         for name, tag in CLIP4DM_BACKBONES
     ]
-    return rows + segmenters.component_rows()
+    return rows + click_segmenters.component_rows() + segmenters.component_rows()
 
 
 def _file_component(name: str, loads: str, variable: str, relative: str, get: str) -> dict:

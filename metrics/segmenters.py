@@ -35,7 +35,8 @@ SAM_DEPTHS = {12: "vit_b", 24: "vit_l", 32: "vit_h"}
 
 # ---------------------------------------------------------------- finding weights
 
-def _download(url: str, target: Path, component: str, hint: str) -> Path:
+def download(url: str, target: Path, component: str, hint: str) -> Path:
+    """`url` into `target` whole (a .part file renamed at the end), or ModelUnavailable with the hint."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(target.suffix + ".part")
     try:
@@ -67,7 +68,7 @@ def sam_checkpoint(model_type: str = "vit_b", checkpoint=None) -> Path:
         raise ModelUnavailable(f"SAM: unknown model type {model_type!r}; choose from {', '.join(SAM_URLS)}")
     url = SAM_URLS[model_type]
     target = cache_dir() / "sam" / url.rsplit("/", 1)[-1]
-    return target if target.is_file() else _download(url, target, "SAM", hint)
+    return target if target.is_file() else download(url, target, "SAM", hint)
 
 
 def ultralytics_weights(default: str, checkpoint, variable: str, component: str) -> Path:
@@ -354,7 +355,6 @@ def component_rows() -> list[dict]:
             "from": f"{value} (${variable})", "present": Path(value).is_file(),
             "get": "downloaded on first use from the ultralytics releases",
         })
-    rows += click_segmenter_rows()
     alpha = os.environ.get("CAPSCOPE_ALPHA_CLIP_CHECKPOINT")
     rows.append({
         "component": "Alpha-CLIP", "loads": "Alpha-CLIP visual checkpoint for hice (else masked crops)",
@@ -363,24 +363,3 @@ def component_rows() -> list[dict]:
     })
     return rows
 
-
-def click_segmenter_rows() -> list[dict]:
-    """SAM 2 and the fallback behind `capscope serve --segmenter` (SAM's row is above)."""
-    from .click_segmenters import SAM2_URL
-
-    sam2_file = os.environ.get("CAPSCOPE_SAM2_CHECKPOINT") or cache_dir() / "sam2" / SAM2_URL.rsplit("/", 1)[-1]
-    try:
-        import sam2  # noqa: F401
-        installed = True
-    except ImportError:
-        installed = False
-    return [{
-        "component": "SAM 2", "loads": "SAM 2.1 hiera-small, click to segment (serve --segmenter sam2)"
-                                        + ("" if installed else "; needs pip install 'capscope[sam2]'"),
-        "from": f"{sam2_file} ($CAPSCOPE_SAM2_CHECKPOINT)", "present": installed and Path(sam2_file).is_file(),
-        "get": f"downloaded on first use from {SAM2_URL}",
-    }, {
-        "component": "click fallback", "loads": "random walker (scikit-image), click to segment without SAM "
-                                                "weights (serve --segmenter classic; auto's fallback)",
-        "from": "scikit-image, no weights", "present": True, "get": "installed with capscope",
-    }]

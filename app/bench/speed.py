@@ -46,6 +46,7 @@ from capscope.bench.speed_precision import (
     PRECISION_METRICS, clip_s_throughput, free_towers, pass_width, precision_figures, precision_gaps, row_gaps,
 )
 from capscope.bench.speed_ray import SCORE_LOG, ray_speed, timed_score
+from capscope.bench.speed_clicks import click_latency
 from capscope.bench.speed_regions import random_checkpoint, region_source_seconds
 from capscope.bench.speed_timing import (
     best_time, caption_length_speed, machine, pairs_per_second, peak_gpu_mb, peak_rss_mb, percentile,
@@ -68,7 +69,8 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
         metrics=BENCH_METRICS, region_sources=("classic", "sam", "yolo", "fastsam", "mobilesam"), breakdown: bool = True,
         captions_per_image: int = 5, ray_workers: int = 2, ray_rows: int = 100,
         precisions=("fp32", "bf16", "fp16"), region_weights: str = "auto", throughput_pairs: int = 0,
-        caption_words=(20, 80, 200), repeats: int = 3, runtime: str = "auto") -> dict:
+        caption_words=(20, 80, 200), repeats: int = 3, runtime: str = "auto",
+        click_segmenters=("classic", "sam", "sam2")) -> dict:
     dev = resolve_device(device)
     pairs = make_pairs(n_pairs)
     with tempfile.TemporaryDirectory(prefix="capscope-bench-") as tmp:
@@ -99,6 +101,9 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
         extra["region_source_s_640px"] = region_source_seconds(region_sources, device=str(dev),
                                                                pretrained=region_weights != "random",
                                                                repeats=3 if dev.type == "cuda" else 1)
+    if click_segmenters:
+        extra["click_segment"] = click_latency(click_segmenters, device=str(dev),
+                                               pretrained=region_weights != "random")
     if dev.type == "cuda":
         extra["peak_gpu_mb_batch"] = peak_gpu
     extra.update(_other_runs(dev, pairs, metrics, batch_size, precisions, throughput_pairs, captions_per_image,
@@ -185,6 +190,14 @@ def summary(result: dict) -> str:
     for name, info in result["details"].get("region_source_s_640px", {}).items():
         took = "unavailable" if info["seconds"] is None else f"{info['seconds']:.2f} s, {info['regions']} regions"
         lines.append(f"regions {name} (640 px): {took}")
+    for name, info in result["details"].get("click_segment", {}).items():
+        if "error" in info:
+            lines.append(f"click to segment, {name}: {info['error']}")
+            continue
+        lines.append(f"click to segment, {info['segmenter']} ({info['weights']} weights, {info['image_side']} px): "
+                     f"a click {info['click_ms_p50']:.0f} ms p50 once the image is set "
+                     f"(embedding {info['embedding_ms']:.0f} ms); the naive way "
+                     f"{info['naive_click_ms_p50']:.0f} ms a click ({info['speedup']:.1f}x)")
     for name, runs in result["details"].get("precision", {}).get("random_weights", {}).items():
         demo = result["details"]["precision"]["demo_model"].get(name, {})
         for precision, figures in runs.items():

@@ -16,6 +16,8 @@ LONG_PARTS = {
     "ray_workers": ("capscope score --engine ray against the local run", "--ray-workers 2"),
     "precision": ("bf16 and fp16 against fp32", "--precision fp32,bf16,fp16"),
     "throughput_pairs": ("CLIP-S alone at scale, with the host's ceiling", "--throughput-pairs 256"),
+    "click_segmenters": ("click to segment with SAM and SAM 2 against the naive way",
+                         "--click-segmenters classic,sam,sam2"),
 }
 
 
@@ -23,7 +25,8 @@ def left_out(args: argparse.Namespace) -> list[str]:
     """The long parts this run does not measure, each with the flag that adds it."""
     skipped = {"region_sources": not args.region_sources.strip(), "caption_words": not args.caption_words.strip(),
                "ray_workers": args.ray_workers == 0, "precision": args.precision.strip() == "fp32",
-               "throughput_pairs": args.throughput_pairs == 0}
+               "throughput_pairs": args.throughput_pairs == 0,
+               "click_segmenters": not {"sam", "sam2"} <= set(click_segmenters(args.click_segmenters))}
     return [f"{what} ({flag})" for part, (what, flag) in LONG_PARTS.items() if skipped[part]]
 
 
@@ -60,6 +63,10 @@ def register(sub) -> None:
     bench.add_argument("--precision", default="fp32",
                        help="comma-separated precisions timed against fp32 on the same pairs, with the change in "
                             "scores and verdicts, e.g. fp32,bf16,fp16 (details.precision; default fp32 alone: skip)")
+    bench.add_argument("--click-segmenters", default="classic",
+                       help="comma-separated click segmenters timed per click once the image is set, beside the "
+                            "naive way, on a 640 px image: classic,sam,sam2 (details.click_segment; default classic; "
+                            "none: skip)")
     add_flags(bench, ["runtime"])
     bench.add_argument("--plot", default=None, help="write a PNG of where the time goes in one re-score")
     bench.set_defaults(func=run_bench)
@@ -87,6 +94,17 @@ def caption_words(text: str) -> tuple[int, ...]:
     return words
 
 
+def click_segmenters(text: str) -> tuple[str, ...]:
+    from capscope.bench.speed_clicks import CLICK_SEGMENTERS
+    from capscope.common.errors import CapscopeError
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none"))
+    unknown = [n for n in names if n not in CLICK_SEGMENTERS]
+    if unknown:
+        raise CapscopeError(f"--click-segmenters: unknown {unknown[0]!r}; choose from {', '.join(CLICK_SEGMENTERS)}")
+    return names
+
+
 def at_least_one(value: int, flag: str) -> int:
     from capscope.common.errors import CapscopeError
 
@@ -106,6 +124,7 @@ def run_bench(args: argparse.Namespace) -> int:
         precisions=checked_precisions(args.precision), region_weights=args.region_weights,
         throughput_pairs=args.throughput_pairs, caption_words=caption_words(args.caption_words),
         repeats=at_least_one(args.repeats, "--repeats"), runtime=args.runtime,
+        click_segmenters=click_segmenters(args.click_segmenters),
     )
     result["details"]["left_out"] = left_out(args)
     if args.plot:

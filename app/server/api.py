@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt
 from starlette.background import BackgroundTask
 
 from capscope import __version__
-from capscope.annotation import agreement, browse, export, gold, model_versions, queue, regions, workflow
+from capscope.annotation import added_regions, agreement, browse, export, gold, model_versions, queue, workflow
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
@@ -370,7 +370,7 @@ def _add_routes(app: FastAPI) -> None:
     def _prefetch_embedding(user: UserInfo, item_id: int) -> None:
         """Compute the item's image embedding ahead for users who click to segment."""
         if user.name in segmenting_users:
-            app.state.clicks.prefetch(*regions.item_image_file(store, user, item_id))
+            app.state.clicks.prefetch(*added_regions.item_image_file(store, user, item_id))
 
     @app.get("/api/items/previous", responses={204: {"description": "no earlier submitted item"}})
     def previous_item(user: User, before: ItemQuery = None):
@@ -398,7 +398,7 @@ def _add_routes(app: FastAPI) -> None:
     @app.post("/api/items/{item_id}/segment", responses={422: {"description": "no prompt, or a point outside"}})
     def segment(item_id: ItemId, body: SegmentRequest, user: User) -> dict:
         """A mask from clicks (and a box) on the item's image; nothing is stored."""
-        image_id, path = regions.item_image_file(store, user, item_id)
+        image_id, path = added_regions.item_image_file(store, user, item_id)
         segmenting_users.add(user.name)
         try:
             return app.state.clicks.segment(image_id, path, body.points, body.box, user=user.name)
@@ -418,7 +418,7 @@ def _add_routes(app: FastAPI) -> None:
         prompts = None if body.prompts is None else body.prompts.model_dump()
         if prompts is not None:
             prompts["segmenter"] = app.state.clicks.describe()["segmenter"]
-        region, added = regions.add_region(store, user, item_id, mask=body.mask, box=body.box, prompts=prompts)
+        region, added = added_regions.add_region(store, user, item_id, mask=body.mask, box=body.box, prompts=prompts)
         if not added:
             response.status_code = 200
         return region

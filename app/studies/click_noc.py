@@ -8,7 +8,8 @@ pixel of the largest error (positive where the shape was missed, negative
 where the mask spilled over), up to `MAX_CLICKS`, until IoU >= 0.85. The
 mask is then added as a region, marked mentioned and tied to the shape's
 noun. Beside it, the trivial way: a fixed box (the median side of the demo
-world's shapes) centred on the first click.
+world's shapes) centred on the first click. The server is `capscope serve`
+in a process of its own, on loopback.
 Writes DIR/click_noc.json and prints a summary.
 """
 from __future__ import annotations
@@ -153,13 +154,40 @@ def summary(objects: list[dict]) -> dict:
     }
 
 
+def serve(db_url: str, data: Path, segmenter: str):
+    """`capscope serve` on a free loopback port, in a process of its own: (process, base URL)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "CAPSCOPE_DATA_DIR": str(data), "CAPSCOPE_NO_SEED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "capscope.cli", "serve", "--db", db_url, "--port", str(port),
+                                "--segmenter", segmenter], env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(url + "/api/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    process.kill()
+    raise RuntimeError("capscope serve did not start")
+
+
 def main(argv=None) -> int:
-    from fastapi.testclient import TestClient
+    import httpx
 
     from capscope.annotation.importer import ImportOptions, import_captokeneval
     from capscope.annotation.users import add_user
     from capscope.db import Store
-    from capscope.server.api import create_app
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -169,14 +197,19 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     path, targets = write_scenes(args.out, args.n, args.seed)
-    store = Store(f"sqlite:///{args.out / 'click_noc.db'}")
+    db_url = f"sqlite:///{args.out / 'click_noc.db'}"
+    store = Store(db_url)
     import_captokeneval(store, path, ImportOptions(dataset="click-noc", annotators_per_item=1))
     add_user(store, "clicker", "clicker-password")
-    client = TestClient(create_app(store=store, segmenter=args.segmenter))
-    result = run_study(client, ("clicker", "clicker-password"), targets)
+    process, url = serve(db_url, args.out / "data", args.segmenter)
+    try:
+        with httpx.Client(base_url=url, timeout=300) as client:
+            result = run_study(client, ("clicker", "clicker-password"), targets)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
     (args.out / "click_noc.json").write_text(json.dumps(result, indent=1))
-    shown = {k: v for k, v in result.items() if k != "per_object"}
-    print(json.dumps(shown, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "per_object"}, indent=1))
     return 0
 
 
@@ -228,6 +261,6 @@ def photo_figure(path: Path, segmenter=None) -> list[dict]:
                      "click_ms": (clicked - embedded) * 1000, "mask_share": float(mask.mean())})
     figure.suptitle(f"{segmenter.name}: the click segmenter without SAM weights", fontsize=11)
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    figure.savefig(path, dpi=64)
     plt.close(figure)
     return rows

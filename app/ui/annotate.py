@@ -18,7 +18,7 @@ from typing import Callable
 import gradio as gr
 from PIL import Image
 
-from capscope.annotation import browse, regions as added_regions, workflow
+from capscope.annotation import added_regions, browse, workflow
 from capscope.annotation.captioners import stored_verdicts
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag

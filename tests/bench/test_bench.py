@@ -30,6 +30,9 @@ def test_bench_json_has_the_contract_keys(capsys, tmp_path):
     lengths = result["details"]["caption_length"]
     assert lengths["words_per_caption"]["80"] >= 80 > lengths["words_per_caption"]["short"]
     assert lengths["pairs_per_s"]["hice"]["80"] > 0 and lengths["windows_per_caption"]["hice"]["80"] > 1
+    clicks = result["details"]["click_segment"]["classic"]  # the plain run's click segmenter
+    assert clicks["fallback"] and clicks["clicks"] == 8 and clicks["click_ms_p50"] > 0
+    assert clicks["naive_click_ms_p50"] > 0 and clicks["embedding_ms"] >= 0
 
 
 def test_caption_words_must_be_counts(capsys):
@@ -37,6 +40,8 @@ def test_caption_words_must_be_counts(capsys):
     assert "--caption-words takes word counts" in capsys.readouterr().err
     assert main(["bench", "--repeats", "0"]) == 2
     assert "--repeats must be at least 1, not 0" in capsys.readouterr().err
+    assert main(["bench", "--click-segmenters", "grabcut"]) == 2
+    assert "--click-segmenters: unknown 'grabcut'" in capsys.readouterr().err
 
 
 class SlowingScorer:
@@ -82,9 +87,10 @@ def test_a_plain_bench_leaves_the_long_parts_out_and_says_so():
 
     bench = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["bench"]
     plain = left_out(bench.parse_args([]))
-    assert len(plain) == len(LONG_PARTS) == 5
+    assert len(plain) == len(LONG_PARTS) == 6
     assert "bf16 and fp16 against fp32 (--precision fp32,bf16,fp16)" in plain
-    fuller = left_out(bench.parse_args(["--precision", "fp32,bf16", "--ray-workers", "2", "--caption-words", "80"]))
+    fuller = left_out(bench.parse_args(["--precision", "fp32,bf16", "--ray-workers", "2", "--caption-words", "80",
+                                        "--click-segmenters", "classic,sam,sam2"]))
     assert [part.split(" (")[0] for part in fuller] == ["region sources on a 640 px image",
                                                         "CLIP-S alone at scale, with the host's ceiling"]
     result = {"device": "cpu", "clip_model": "x", "word_encoding_speedup": 2.0, "pairs_per_s": {},

@@ -58,9 +58,19 @@ def click_at(page, item, x, y):
     page.mouse.click(left + x * scale * fit, top + y * scale * fit)
 
 
+def wait_for(page, condition: str):
+    """Wait for a condition of the page; on a timeout, fail with what the page's status line says."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    try:
+        page.wait_for_function(condition, timeout=30_000)
+    except PageTimeout:
+        shot(page, "annotate_added_region_failed.png")
+        raise AssertionError(f"{condition} did not hold; the page says: {page.inner_text('#cs-saved')}") from None
+
+
 def wait_saved(page, text):
-    page.wait_for_function(f"document.querySelector('#cs-saved').innerText.includes({json.dumps(text)})",
-                           timeout=30_000)
+    wait_for(page, f"document.querySelector('#cs-saved').innerText.includes({json.dumps(text)})")
 
 
 @pytest.mark.slow
@@ -98,7 +108,7 @@ def test_click_segment_add_mention_and_tie_then_a_second_annotator_sees_it(chrom
     wait_saved(page, "picked")
     x, y, _ = click_noc.innermost(target)
     click_at(page, item, x, y)
-    page.wait_for_function(f"document.querySelector('#cs-ties').innerText.includes('→ {n + 1}')", timeout=30_000)
+    wait_for(page, f"document.querySelector('#cs-ties').innerText.includes('→ {n + 1}')")
     shot(page, "annotate_added_region.png")
     labels = workflow.get_item(served.store, ann, item["item_id"])["labels"]
     assert labels["mentioned_regions"] == [n] and labels["links"] == [[noun, n]]
