@@ -6,7 +6,10 @@ as one capscope annotator per Label Studio user.
 
 Words are `labels` spans on the caption at character offsets; regions are
 `rectanglelabels` boxes in percent of the image; a region's mask is a
-`brushlabels` result in Label Studio's own RLE (`brush_rle`)."""
+`brushlabels` result in Label Studio's own RLE (`brush_rle`). A word tied to
+a region is a `relation` result from its span to the region's box; a junk
+region is a box labelled "no object"; a "mentioned" box or stroke drawn over
+no stored region comes back as a region the annotator added."""
 from __future__ import annotations
 
 import json
@@ -23,7 +26,7 @@ from typing import Iterator
 import numpy as np
 from sqlalchemy import select
 
-from capscope.annotation import workflow
+from capscope.annotation import added_regions, workflow
 from capscope.annotation.captioners import newest_predictions, stored_verdicts
 from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.users import UserInfo, add_user, get_user
@@ -37,6 +40,8 @@ from capscope.metrics.registry import SPECS
 WORDS, REGIONS, MASKS = "words", "regions", "masks"       # the config's control names
 CAPTION, IMAGE = "caption", "image"                      # its object names
 WRONG, MENTIONED, LEFT_OUT = "wrong", "mentioned", "left out"
+TIED, JUNK, SPEAKS_OF = "tied", "no object", "speaks of"  # a word tied to a region; a region that is no object
+ADDED_SOURCE = "label-studio"  # the source of a region an annotator drew in Label Studio
 MATCH_IOU = 0.5           # a box drawn in Label Studio is a stored region when it overlaps it this much
 RLE_SIZES = (3, 6, 9, 12)  # bit widths for a run's length in the brush RLE (4 bits each in its header)
 CHUNK = 200
@@ -49,16 +54,21 @@ def labeling_config() -> str:
   <Text name="{CAPTION}" value="$caption" granularity="word"/>
   <Labels name="{WORDS}" toName="{CAPTION}" choice="single">
     <Label value="{WRONG}" background="#e53935"/>
+    <Label value="{TIED}" background="#1e88e5"/>
   </Labels>
   <Image name="{IMAGE}" value="$image" zoom="true"/>
   <RectangleLabels name="{REGIONS}" toName="{IMAGE}" choice="single">
     <Label value="{MENTIONED}" background="#43a047"/>
     <Label value="{LEFT_OUT}" background="#9e9e9e"/>
+    <Label value="{JUNK}" background="#424242"/>
   </RectangleLabels>
   <BrushLabels name="{MASKS}" toName="{IMAGE}" choice="single">
     <Label value="{MENTIONED}" background="#43a047"/>
     <Label value="{LEFT_OUT}" background="#9e9e9e"/>
   </BrushLabels>
+  <Relations>
+    <Relation value="{SPEAKS_OF}"/>
+  </Relations>
 </View>
 """
 
@@ -102,7 +112,9 @@ def _tasks_of(store, items, with_labels, image_root, url_prefix, token_rule, mas
         except ValueError:
             raise Invalid(f"image {item.image_path} is not under the image root {image_root}") from None
         task = {"data": {IMAGE: url, CAPTION: item.text, "capscope_id": item.external_id,
-                         "capscope_dataset": item.dataset},
+                         "capscope_dataset": item.dataset,
+                         "capscope_regions": [{"index": i, "source": r.get("source"), "added_by": r.get("added_by")}
+                                              for i, r in enumerate(item.regions)]},
                 "predictions": predictions[item.caption_id]}
         if with_labels:
             task["annotations"] = [_annotation(item, j, masks) for j in item.judgements]
@@ -140,21 +152,27 @@ def version_label(version: str) -> str:
 
 
 def _annotation(item: ItemData, judgement, masks: bool) -> dict:
-    return {"result": _result(item, judgement.incorrect_tokens, judgement.mentioned_regions, masks=masks),
+    return {"result": _result(item, judgement.incorrect_tokens, judgement.mentioned_regions, masks=masks,
+                              junk=judgement.junk_regions, links=judgement.links),
             "lead_time": (judgement.time_spent_ms or 0) / 1000,
             "meta": {"capscope_annotator": judgement.user}}
 
 
 def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=None, region_scores=None, *,
-            regions: bool = True, masks: bool = False) -> list[dict]:
+            regions: bool = True, masks: bool = False, junk: set[int] = frozenset(),
+            links: set[tuple[int, int]] = frozenset()) -> list[dict]:
     out = []
-    for i in sorted(wrong):
+    tied = {t for t, _ in links} - set(wrong)
+    for i in sorted(set(wrong) | tied):
         token = item.tokens[i]
         entry = {"id": f"w{i}", "from_name": WORDS, "to_name": CAPTION, "type": "labels",
-                 "value": {"start": token["start"], "end": token["end"], "text": token["text"], "labels": [WRONG]}}
+                 "value": {"start": token["start"], "end": token["end"], "text": token["text"],
+                           "labels": [WRONG if i in wrong else TIED]}}
         out.append(_scored(entry, token_scores, i))
+    out += [{"type": "relation", "from_id": f"w{t}", "to_id": f"r{r}", "direction": "right", "labels": [SPEAKS_OF]}
+            for t, r in sorted(links) if regions]
     for i, region in enumerate(item.regions if regions else ()):
-        label = MENTIONED if i in mentioned else LEFT_OUT
+        label = JUNK if i in junk else MENTIONED if i in mentioned else LEFT_OUT
         x0, y0, x1, y1 = region["box"]
         box = {"x": 100 * x0 / item.width, "y": 100 * y0 / item.height, "width": 100 * (x1 - x0) / item.width,
                "height": 100 * (y1 - y0) / item.height, "rotation": 0, "rectanglelabels": [label]}
@@ -234,10 +252,26 @@ class LabelStudioReport:
     annotations_unchanged: int = 0
     users_added: list[str] = field(default_factory=list)
     not_mapped: list[str] = field(default_factory=list)   # one line per task: what did not map
+    regions_added: int = 0   # "mentioned" boxes and strokes drawn over no stored region
 
     def summary(self) -> str:
         return (f"{self.annotations_added} annotations imported, {self.annotations_unchanged} unchanged, "
-                f"{len(self.users_added)} new annotators, {len(self.not_mapped)} tasks with parts that did not map")
+                f"{len(self.users_added)} new annotators, "
+                f"{self.regions_added} region{'s' * (self.regions_added != 1)} added, "
+                f"{len(self.not_mapped)} tasks with parts that did not map")
+
+
+@dataclass
+class Judged:
+    """What one Label Studio annotation says, in capscope's indices. A region
+    drawn over no stored region is `("new", k)`: the k-th of `new_regions`
+    (a mask or a box), appended to the image before the labels are written."""
+    wrong: set[int] = field(default_factory=set)
+    mentioned: set = field(default_factory=set)
+    junk: set[int] = field(default_factory=set)
+    links: set = field(default_factory=set)
+    new_regions: list[dict] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
 
 
 def read_export(path: Path) -> list:
@@ -290,8 +324,14 @@ def import_export(store: Store, path: Path, dataset: str | None = None,
     strokes onto the stored region they overlap most. Importing the same file
     again changes nothing. A task, annotation or result of the wrong shape is
     reported in `not_mapped` and the rest imported."""
+    return import_export_rows(store, read_export(path), dataset, emails)
+
+
+def import_export_rows(store: Store, tasks: list, dataset: str | None = None,
+                       emails: dict[int, str] | None = None) -> LabelStudioReport:
+    """`import_export` on tasks already read."""
     report = LabelStudioReport()
-    for index, task in enumerate(read_export(path), start=1):
+    for index, task in enumerate(tasks, start=1):
         _import_task(store, task, index, dataset, emails or {}, report)
     return report
 
@@ -311,16 +351,40 @@ def _import_task(store: Store, task, index: int, dataset: str | None, emails: di
         report.not_mapped.append(f"{where}: 'annotations' is not a list")
         return
     for number, annotation in enumerate(annotations):
-        wrong, mentioned, missed = _annotation_labels(item, annotation, number)
+        judged, missed = _annotation_labels(item, annotation, number)
         if missed:
             report.not_mapped.append(f"{where} (capscope id {shown(item.external_id)}): " + "; ".join(missed))
-        if wrong is None:
+        if judged is None:
             continue
         user = _annotator(store, annotation.get("completed_by"), report, emails)
-        if workflow.record_judgement(store, user, item.caption_id, wrong, mentioned):
+        if judged.new_regions:
+            _add_drawn_regions(store, user, item, judged, report)
+            item = load_item(store, item.caption_id)  # a later annotation's box may be this one
+        if workflow.record_judgement(store, user, item.caption_id, judged.wrong, judged.mentioned,
+                                     links=judged.links, junk=judged.junk):
             report.annotations_added += 1
         else:
             report.annotations_unchanged += 1
+
+
+def _add_drawn_regions(store: Store, user: UserInfo, item: ItemData, judged: Judged,
+                       report: LabelStudioReport) -> None:
+    """Append the regions drawn over no stored one, as added by `user`, and put their
+    indices in place of the placeholders. The import acts with the store's authority:
+    the user has no assignment on the item yet."""
+    importer = UserInfo(user.id, user.name, "admin")
+    indices = []
+    for drawn in judged.new_regions:
+        region, added = added_regions.add_region(store, importer, item.caption_id, source=ADDED_SOURCE,
+                                                 prompts={"label_studio": True}, **drawn)
+        indices.append(region["index"])
+        report.regions_added += added
+
+    def resolved(ref):
+        return indices[ref[1]] if isinstance(ref, tuple) else ref
+
+    judged.mentioned = {resolved(r) for r in judged.mentioned}
+    judged.links = {(t, resolved(r)) for t, r in judged.links}
 
 
 def _task_name(task, index: int) -> str:
@@ -330,17 +394,18 @@ def _task_name(task, index: int) -> str:
     return f"task {ident}" if usable else f"task #{index}"
 
 
-def _annotation_labels(item: ItemData, annotation, number: int) -> tuple[set[int] | None, set[int], list[str]]:
-    """(wrong, mentioned, what did not map) of one annotation; wrong is None
-    when the annotation is left out (cancelled, or not of Label Studio's shape)."""
+def _annotation_labels(item: ItemData, annotation, number: int) -> tuple[Judged | None, list[str]]:
+    """(what one annotation says, None when it is left out: cancelled, or not of Label
+    Studio's shape; what did not map)."""
     if not isinstance(annotation, dict):
-        return None, set(), [f"annotation {number} is not an object"]
+        return None, [f"annotation {number} is not an object"]
     if annotation.get("was_cancelled"):
-        return None, set(), []
+        return None, []
     result = annotation.get("result") or []
     if not isinstance(result, list):
-        return None, set(), [f"annotation {number}: 'result' is not a list"]
-    return _labels_of(item, result)
+        return None, [f"annotation {number}: 'result' is not a list"]
+    judged = _labels_of(item, result)
+    return judged, judged.missed
 
 
 def _item_of(store: Store, task: dict, dataset: str | None) -> ItemData | None:
@@ -353,21 +418,74 @@ def _item_of(store: Store, task: dict, dataset: str | None) -> ItemData | None:
     return None if caption_id is None else load_item(store, caption_id)
 
 
-def _labels_of(item: ItemData, result: list) -> tuple[set[int], set[int], list[str]]:
-    wrong, mentioned, missed = set(), set(), []
+def _labels_of(item: ItemData, result: list) -> Judged:
+    judged = Judged()
+    spans, boxes, relations = {}, {}, []   # result id -> its words / its region
     for number, entry in enumerate(result):
+        if isinstance(entry, dict) and entry.get("type") == "relation":
+            relations.append((entry.get("from_id"), entry.get("to_id")))
+            continue
         value = entry.get("value") if isinstance(entry, dict) else None
         if not isinstance(value, dict):
-            missed.append(f"result {number} is not an object with a 'value' object")
+            judged.missed.append(f"result {number} is not an object with a 'value' object")
             continue
-        kind = entry.get("type")
-        if kind == "labels" and WRONG in _names(value, "labels"):
-            _add_span(item, value, wrong, missed)
-        elif kind == "rectanglelabels" and MENTIONED in _names(value, "rectanglelabels"):
-            _add_match(_matching_region(item, entry), f"box {_box_text(entry)}", mentioned, missed)
-        elif kind == "brushlabels" and MENTIONED in _names(value, "brushlabels"):
-            _add_match(_matching_stroke(item, entry), "a brush stroke", mentioned, missed)
-    return wrong, mentioned, missed
+        kind, ident = entry.get("type"), entry.get("id")
+        if kind == "labels" and {WRONG, TIED} & set(_names(value, "labels")):
+            hit = _span_tokens(item, value, judged.missed)
+            spans[ident] = hit
+            if WRONG in _names(value, "labels"):
+                judged.wrong |= hit
+        elif kind in ("rectanglelabels", "brushlabels"):
+            region = _region_of(item, entry, kind, judged)
+            if region is not None:
+                boxes[ident] = region
+    for from_id, to_id in relations:
+        words, region = spans.get(from_id) or spans.get(to_id), boxes.get(to_id, boxes.get(from_id))
+        if words and region is not None:
+            judged.links |= {(t, region) for t in words}
+        else:
+            judged.missed.append("a relation that ties no word span to a region")
+    return judged
+
+
+def _region_of(item: ItemData, entry: dict, kind: str, judged: Judged):
+    """The region a box or stroke labels (an index, or a placeholder for a new one), with
+    its label applied to `judged`; None when it labels none."""
+    labels = _names(entry["value"], kind)
+    if kind == "rectanglelabels":
+        index, what = _matching_region(item, entry), f"box {_box_text(entry)}"
+    else:
+        index, what = _matching_stroke(item, entry), "a brush stroke"
+    if index is None and MENTIONED in labels:
+        index = _drawn_region(item, entry, kind, judged)
+    if index is None:
+        if MENTIONED in labels or JUNK in labels:
+            judged.missed.append(f"{what} overlaps no stored region (IoU < {MATCH_IOU})")
+        return None
+    if MENTIONED in labels:
+        judged.mentioned.add(index)
+    elif JUNK in labels and not isinstance(index, tuple):
+        judged.junk.add(index)
+    return index
+
+
+def _drawn_region(item: ItemData, entry: dict, kind: str, judged: Judged):
+    """A "mentioned" box or stroke over no stored region: a new region (a placeholder), or None
+    when it cannot be one (drawn on another size of the image, or not a shape)."""
+    if kind == "rectanglelabels":
+        size = (entry.get("original_width"), entry.get("original_height"))
+        if size != (item.width, item.height) or not _box_numbers(entry["value"]):
+            return None
+        shape = {"box": list(_pixel_box(entry))}
+    else:
+        stroke = _stroke(item, entry)
+        if stroke is None or not stroke.any():
+            return None
+        from capscope.metrics.regions import mask_to_rle
+
+        shape = {"mask": mask_to_rle(stroke)}
+    judged.new_regions.append(shape)
+    return ("new", len(judged.new_regions) - 1)
 
 
 def _names(value: dict, key: str) -> list:
@@ -376,22 +494,15 @@ def _names(value: dict, key: str) -> list:
     return names if isinstance(names, list) else []
 
 
-def _add_span(item: ItemData, value: dict, wrong: set[int], missed: list[str]) -> None:
+def _span_tokens(item: ItemData, value: dict, missed: list[str]) -> set[int]:
     start, end = value.get("start"), value.get("end")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
         missed.append(f"span {shown(value.get('text'))} has no whole-number start and end")
-        return
+        return set()
     hit = {i for i, t in enumerate(item.tokens) if t["start"] < end and start < t["end"]}
-    wrong |= hit
     if not hit:
         missed.append(f"span {start}-{end} {shown(value.get('text'))} covers no word")
-
-
-def _add_match(index: int | None, what: str, mentioned: set[int], missed: list[str]) -> None:
-    if index is None:
-        missed.append(f"{what} overlaps no stored region (IoU < {MATCH_IOU})")
-    else:
-        mentioned.add(index)
+    return hit
 
 
 def _is_number(value) -> bool:
@@ -412,9 +523,8 @@ def _matching_region(item: ItemData, entry: dict) -> int | None:
     return _best_match([_iou(box, r["box"]) for r in item.regions])
 
 
-def _matching_stroke(item: ItemData, entry: dict) -> int | None:
-    """The stored region a brush stroke covers: the best mask IoU (a region
-    without a mask counts as its filled box), at least MATCH_IOU."""
+def _stroke(item: ItemData, entry: dict) -> np.ndarray | None:
+    """A brush stroke's mask; None when drawn on another size of the image or not Label Studio's RLE."""
     size = (entry.get("original_height"), entry.get("original_width"))
     if size != (item.height, item.width):  # drawn on another size of the image: cannot be matched pixel for pixel
         return None
@@ -422,9 +532,18 @@ def _matching_stroke(item: ItemData, entry: dict) -> int | None:
     if not isinstance(rle, list) or not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in rle):
         return None
     try:
-        stroke = brush_mask(rle, *size)
+        return brush_mask(rle, *size)
     except (ValueError, IndexError):
         return None
+
+
+def _matching_stroke(item: ItemData, entry: dict) -> int | None:
+    """The stored region a brush stroke covers: the best mask IoU (a region
+    without a mask counts as its filled box), at least MATCH_IOU."""
+    stroke = _stroke(item, entry)
+    if stroke is None:
+        return None
+    size = (item.height, item.width)
     return _best_match([_mask_iou(stroke, _region_mask(region, size)) for region in item.regions])
 
 

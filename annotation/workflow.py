@@ -378,12 +378,14 @@ def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: It
 
 
 def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],
-                     mentioned_regions: Iterable[int], links: Iterable | None = None) -> bool:
+                     mentioned_regions: Iterable[int], links: Iterable | None = None,
+                     junk: Iterable[int] | None = None) -> bool:
     """A judgement made elsewhere (another annotation tool) as this user's
     submitted labels of the item, its assignment created when there is none.
     False when the user's submitted labels were already these (nothing written)."""
     wanted = (frozenset(incorrect_tokens), frozenset(mentioned_regions))
     wanted_links = None if links is None else frozenset(tuple(pair) for pair in links)
+    wanted_junk = None if junk is None else frozenset(junk)
 
     def claim(session):
         now = utcnow()
@@ -397,9 +399,9 @@ def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_token
 
     state = store.run_write(claim)
     if ((state.tokens, state.regions) == wanted and state.status == "submitted"
-            and wanted_links in (None, state.links)):
+            and wanted_links in (None, state.links) and wanted_junk in (None, state.junk)):
         return False
-    save_labels(store, user, item_id, *wanted, status="submitted", links=wanted_links)
+    save_labels(store, user, item_id, *wanted, status="submitted", links=wanted_links, junk_regions=wanted_junk)
     return True
 
 

@@ -50,7 +50,9 @@ def test_tasks_carry_the_models_suggestions_as_label_studio_reads_them(store):
     assert len(tasks) == 3
     task, item = tasks[0], next(iter_items(store))
     assert task["data"] == {"image": "/data/local-files/?d=images/img0000.png", "caption": item.text,
-                            "capscope_id": item.external_id, "capscope_dataset": "default"}
+                            "capscope_id": item.external_id, "capscope_dataset": "default",
+                            "capscope_regions": [{"index": 0, "source": "file", "added_by": None},
+                                                 {"index": 1, "source": "file", "added_by": None}]}
     (prediction,) = task["predictions"]
     assert prediction["model_version"].startswith("capscope infometic") and prediction["score"] == 2.5
     spans = [r for r in prediction["result"] if r["type"] == "labels"]
@@ -101,11 +103,15 @@ def test_an_export_becomes_one_annotator_per_label_studio_user(store, tmp_path, 
     db = store.engine.url.render_as_string(hide_password=False)
     assert main(["import", "--label-studio", str(export), "--db", db]) == 0
     out = capsys.readouterr()
-    assert out.out.startswith("2 annotations imported, 0 unchanged, 2 new annotators")
-    assert "covers no word" in out.err and "overlaps no stored region" in out.err
-    judged = {j.user: (j.incorrect_tokens, j.mentioned_regions) for j in next(iter_items(store)).judgements}
+    assert out.out.startswith("2 annotations imported, 0 unchanged, 2 new annotators, 1 region added")
+    assert "covers no word" in out.err
+    after = next(iter_items(store))
+    judged = {j.user: (j.incorrect_tokens, j.mentioned_regions) for j in after.judgements}
     index = item.tokens.index(red)
-    assert judged == {"label-studio-1": ({index}, {0}), "label-studio-bo@lab.org": ({index}, set())}
+    # a "mentioned" box over no stored region is a region that annotator added
+    assert judged == {"label-studio-1": ({index}, {0}), "label-studio-bo@lab.org": ({index}, {2})}
+    assert after.regions[2]["box"] == [0.0, 0.0, 2.0, 2.0] and after.regions[2]["added_by"] == "label-studio-bo@lab.org"
+    assert after.regions[2]["source"] == "label-studio" and after.region_votes(2) == (1, 1)  # only bo saw it
 
     assert main(["import", "--label-studio", str(export), "--db", db]) == 0  # again: nothing changes
     assert capsys.readouterr().out.startswith("0 annotations imported, 2 unchanged, 0 new annotators")
@@ -138,9 +144,10 @@ def test_brush_strokes_become_the_regions_they_cover(store, tmp_path):
     report = ls.import_export(store, export)
     judged = {j.user: j.mentioned_regions for j in next(iter_items(store)).judgements}
     assert {k: judged[k] for k in ("label-studio-3", "label-studio-4", "label-studio-5")} == \
-        {"label-studio-3": {0}, "label-studio-4": {1}, "label-studio-5": set()}
+        {"label-studio-3": {0}, "label-studio-4": {1}, "label-studio-5": {2}}  # a stroke over nothing: a new region
+    assert report.regions_added == 1
     (line,) = report.not_mapped
-    assert line.count("a brush stroke overlaps no stored region") == 2
+    assert line.count("a brush stroke overlaps no stored region") == 1  # the one on another image size
 
 
 def test_predictions_say_only_what_their_metric_judges(store):
@@ -179,3 +186,29 @@ def test_the_labeling_config_goes_where_out_says(tmp_path, capsys):
     out = tmp_path / "config.xml"
     assert main(["export", "--format", "label-studio-config", "--out", str(out)]) == 0
     assert out.read_text().startswith("<View>") and ls.labeling_config() == out.read_text()
+
+
+def test_ties_and_junk_go_to_label_studio_and_come_back(store):
+    """A word tied to a region is a relation from its span (labelled "tied" when the word is right)
+    to the region's box; a junk region a "no object" box; read back, the same labels."""
+    from capscope.annotation import workflow
+    from capscope.annotation.users import add_user
+
+    store, _ = store
+    ann = add_user(store, "ann", "ann-password-1")
+    item = next(iter_items(store))
+    workflow.next_item(store, ann)
+    workflow.save_labels(store, ann, item.caption_id, [1], [0], "submitted", junk_regions=[1], links=[(2, 0), (1, 0)])
+    (task,) = [t for t in ls.tasks(store, "default", with_labels=True) if t["data"]["capscope_id"] == item.external_id]
+    (annotation,) = [a for a in task["annotations"] if a["meta"]["capscope_annotator"] == "ann"]
+    result = annotation["result"]
+    labels = {r["id"]: r["value"].get("labels") or r["value"].get("rectanglelabels") for r in result if "value" in r}
+    assert labels == {"w1": ["wrong"], "w2": ["tied"], "r0": ["mentioned"], "r1": ["no object"]}
+    assert sorted((r["from_id"], r["to_id"], r["labels"][0]) for r in result if r["type"] == "relation") == \
+        [("w1", "r0", "speaks of"), ("w2", "r0", "speaks of")]
+    report = ls.import_export_rows(store, [label_studio_export(item, [(7, result)])])
+    assert report.annotations_added == 1 and report.not_mapped == [] and report.regions_added == 0
+    back = next(j for j in next(iter_items(store)).judgements if j.user == "label-studio-7")
+    assert (back.incorrect_tokens, back.mentioned_regions, back.junk_regions, back.links) == \
+        ({1}, {0}, {1}, {(1, 0), (2, 0)})
+    assert "Relation" in ls.labeling_config() and 'value="no object"' in ls.labeling_config()

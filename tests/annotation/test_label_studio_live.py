@@ -188,3 +188,65 @@ def label_studio_decodes(rle: list[int], height: int, width: int) -> list:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-1500:]
     return json.loads(done.stdout)
+
+
+def test_added_regions_junk_and_ties_round_trip_through_label_studio(label_studio, tmp_path, capsys):
+    """A region an annotator added, a junk region and a word tied to a region go to Label Studio as
+    annotations (boxes, a "no object" box, a relation); an annotation made there with a box over no
+    stored region and a relation comes back as an added region and a tie."""
+    from capscope.annotation import added_regions, workflow
+    from capscope.annotation.users import add_user
+    from capscope.annotation.votes import iter_items
+
+    url, root = label_studio
+    names = make_images(root / "ties", 2, size=(64, 48))
+    rows = [{"id": f"t{i}", "image": names[i], "caption": f"a red square beside a blue circle {i}.",
+             "regions": [{"box": [20, 10, 50, 30]}, {"box": [2, 2, 12, 12]}]} for i in range(2)]
+    db = sqlite_url(tmp_path)
+    assert main(["import", "--db", db, "--captions", str(write_jsonl(tmp_path / "c.jsonl", rows)), "--images",
+                 str(root / "ties"), "--dataset", "ties", "--regions", "none", "--no-progress",
+                 "--annotators-per-item", "1"]) == 0
+    store = Store(db)
+    ann = add_user(store, "ann", "ann-password-1")
+    first = workflow.next_item(store, ann)
+    added, _ = added_regions.add_region(store, ann, first["item_id"], box=[40, 30, 60, 45])
+    red, circle = (next(i for i, t in enumerate(first["tokens"]) if t["text"] == w) for w in ("red", "circle"))
+    workflow.save_labels(store, ann, first["item_id"], [red], [added["index"]], "submitted", junk_regions=[1],
+                         links=[(circle, added["index"])])
+    tasks_file = tmp_path / "tasks.json"
+    assert main(["export", "--db", db, "--format", "label-studio", "--dataset", "ties", "--out", str(tasks_file),
+                 "--image-root", str(root), "--with-labels"]) == 0
+    capsys.readouterr()
+    assert main(["export", "--format", "label-studio-config"]) == 0
+    project = api(url, "POST", "/api/projects", json={"title": "ties", "label_config": capsys.readouterr().out})
+    api(url, "POST", f"/api/projects/{project['id']}/import", json=json.loads(tasks_file.read_text()))
+    tasks = {t["data"]["capscope_id"]: t for t in api(url, "GET", "/api/tasks", params={"project": project["id"]})["tasks"]}
+    # in Label Studio, on the other item: "square" (a right word) tied to a box drawn over no stored region,
+    # and the small region called no object
+    caption = tasks["t1"]["data"]["caption"]
+    start = caption.index("square")
+    size = {"original_width": 64, "original_height": 48}
+    result = [{"id": "s1", "type": "labels", "from_name": "words", "to_name": "caption",
+               "value": {"start": start, "end": start + 6, "text": "square", "labels": ["tied"]}},
+              {"id": "b1", "type": "rectanglelabels", "from_name": "regions", "to_name": "image", **size,
+               "value": {"x": 100 * 40 / 64, "y": 100 * 30 / 48, "width": 100 * 20 / 64, "height": 100 * 15 / 48,
+                         "rotation": 0, "rectanglelabels": ["mentioned"]}},
+              {"id": "b2", "type": "rectanglelabels", "from_name": "regions", "to_name": "image", **size,
+               "value": {"x": 100 * 2 / 64, "y": 100 * 2 / 48, "width": 100 * 10 / 64, "height": 100 * 10 / 48,
+                         "rotation": 0, "rectanglelabels": ["no object"]}},
+              {"type": "relation", "from_id": "s1", "to_id": "b1", "direction": "right", "labels": ["speaks of"]}]
+    api(url, "POST", f"/api/tasks/{tasks['t1']['id']}/annotations", json={"result": result})
+
+    export = tmp_path / "export.json"
+    export.write_bytes(api_bytes(url, f"/api/projects/{project['id']}/export?exportType=JSON"))
+    assert main(["import", "--db", db, "--label-studio", str(export)]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("2 annotations imported, 0 unchanged, 1 new annotators, 1 region added"), out
+    items = {item.external_id: item for item in iter_items(store, "ties")}
+    came_back = next(j for j in items["t0"].judgements if j.user == "label-studio-1")
+    assert (came_back.incorrect_tokens, came_back.mentioned_regions, came_back.junk_regions, came_back.links) == \
+        ({red}, {added["index"]}, {1}, {(circle, added["index"])})
+    drawn = next(j for j in items["t1"].judgements if j.user == "label-studio-1")
+    square = next(i for i, t in enumerate(items["t1"].tokens) if t["text"] == "square")
+    assert items["t1"].regions[2]["source"] == "label-studio" and items["t1"].regions[2]["box"] == [40, 30, 60, 45]
+    assert (drawn.mentioned_regions, drawn.junk_regions, drawn.links) == ({2}, {1}, {(square, 2)})
