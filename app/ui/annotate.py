@@ -103,7 +103,8 @@ class Suggestions:
         if self.models is None:
             return None
         try:
-            image, regions = _image(self.store_path(item)), [{"box": r["box"]} for r in item["regions"]]
+            image = _image(self.store_path(item))
+            regions = [{"box": r["box"], "mask": r.get("mask")} for r in item["regions"]]  # an added region's mask
             scorer, version = self.models.current()   # the scorer and its version tag as one pair
             row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"],
                                        user=user)

@@ -302,6 +302,47 @@ def evaluation_rows(pairs: list[tuple[dict, dict]]) -> list[list]:
     return table
 
 
+TIE_HEADERS = ["metric", "tied regions", "best word is tied", "a word at random"]
+
+
+def tie_agreement(models: Models, pairs: list[tuple[dict, dict]]) -> list[list]:
+    """Per metric with a CLIP tower: over the regions the team tied words to (a tie a strict
+    majority of those who saw the region made), how often the region's best word (Inspect's
+    region view: the semantic word whose CLIP text feature is closest to the region's) is one
+    of them; beside it, the trivial rule: a semantic word of the caption at random."""
+    from capscope.metrics.images import read_image
+
+    tied = [(gold, row, _majority_ties(gold)) for gold, row in pairs]
+    tied = [(gold, row, ties) for gold, row, ties in tied if ties]
+    metrics = [m for m in dict.fromkeys(m for _, row, _ in tied for m in row["metrics"])
+               if hasattr(models.scorer.metrics.get(m), "backbone")]
+    table = []
+    for metric in metrics:
+        hits, chance = [], []
+        for gold, row, ties in tied:
+            image = read_image(gold["image"])
+            semantic = {t["text"]: i for i, t in reversed(list(enumerate(gold["tokens"]))) if t["semantic"]}
+            for region, words in ties.items():
+                matches = [text for text, _ in models.region_matches(image, row, region, metric) if text in semantic]
+                if not matches:
+                    continue
+                texts = {gold["tokens"][t]["text"] for t in words}
+                hits.append(matches[0] in texts)
+                chance.append(len(texts & set(semantic)) / len(semantic))
+        table.append([metric_title(metric), len(hits), rounded(sum(hits) / len(hits)) if hits else None,
+                      rounded(sum(chance) / len(chance)) if chance else None])
+    return table
+
+
+def _majority_ties(gold: dict) -> dict[int, set[int]]:
+    """{region: the words tied to it by a strict majority of those who saw it}."""
+    ties: dict[int, set[int]] = {}
+    for link in gold.get("links") or []:
+        if 2 * link["votes"] > link["total"]:
+            ties.setdefault(link["region"], set()).add(link["token"])
+    return ties
+
+
 def _judges_units(result: dict | None) -> bool:
     """Whether a metric says anything per token or region (CLIP-S, PAC-S do not)."""
     result = result or {}
@@ -392,6 +433,8 @@ def build_benchmark(store: Store, scores: DatasetScores, data_roots: DataRoots |
     c["figures"] = gr.Dataframe(headers=["metric", "items", *FIGURES], interactive=False, label="Against gold",
                                  elem_id="cs-bench-figures")
     c["plot"] = gr.Plot(label="Score distributions")
+    c["ties"] = gr.Dataframe(headers=TIE_HEADERS, interactive=False, elem_id="cs-bench-ties",
+                             label="Region → best word against the team's ties (words tied to regions in Annotate)")
     people = build_people_agreement(scores.models, lambda fn, outputs=None: admin_only(store, fn, outputs),
                                     data_roots)
     gr.Markdown("### Agreement")
@@ -403,10 +446,12 @@ def build_benchmark(store: Store, scores: DatasetScores, data_roots: DataRoots |
 
     def run(dataset, limit, progress=gr.Progress()):
         pairs = scores.score_dataset(dataset or None, int(limit), progress)
-        return evaluation_rows(pairs), distribution_plot(pairs)
+        ties = pd.DataFrame(tie_agreement(scores.models, pairs), columns=TIE_HEADERS)
+        return evaluation_rows(pairs), distribution_plot(pairs), ties
 
     # its own queue: it takes the model one item at a time, so inspect calls get in between
-    c["run"].click(admin_only(store, run), [c["dataset"], c["limit"]], [c["figures"], c["plot"]], api_name="evaluate",
+    c["run"].click(admin_only(store, run), [c["dataset"], c["limit"]], [c["figures"], c["plot"], c["ties"]],
+                   api_name="evaluate",
                    concurrency_id="bulk", concurrency_limit=1)
     c["agreement_button"].click(admin_only(store, lambda d: agreement_frames(store, d)), c["dataset"],
                                 [c["agreement"], c["annotators"], c["pairs"]], api_name="agreement")

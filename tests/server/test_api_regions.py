@@ -118,3 +118,23 @@ def test_undo_and_history_carry_junk_and_links(scenes):
     # a PUT without junk_regions and links keeps them
     kept = scenes.put(f"/api/items/{item_id}/labels", auth=ANN, json={"incorrect_tokens": [1]}).json()
     assert kept["junk_regions"] == [0] and kept["incorrect_tokens"] == [1]
+
+
+def test_gold_from_the_majority_counts_those_who_saw_a_region_and_leaves_junk_unlabelled(scenes):
+    item = scenes.get("/api/items/next", auth=ANN).json()
+    assert scenes.get("/api/items/next", auth=BOB).json()["item_id"] == item["item_id"]
+    item_id, n = item["item_id"], len(item["regions"])
+    # ann, then bob: region 0 junk for both; bob adds a region after ann submitted, and mentions it
+    scenes.put(f"/api/items/{item_id}/labels", auth=ANN, json={"junk_regions": [0], "status": "submitted"})
+    added = scenes.post(f"/api/items/{item_id}/regions", auth=BOB, json={"box": [150, 150, 200, 200]}).json()
+    scenes.put(f"/api/items/{item_id}/labels", auth=BOB,
+               json={"mentioned_regions": [added["index"]], "junk_regions": [0], "status": "submitted"})
+    # the items were imported with gold, which a majority does not replace: the majority itself
+    from capscope.annotation.agreement import majority_labels
+    from capscope.annotation.votes import load_item
+
+    _, region_labels = majority_labels(load_item(scenes.app.state.store, item_id))
+    assert len(region_labels) == n + 1
+    assert region_labels[0] is None  # junk to both who saw it
+    assert region_labels[n] == "mentioned"  # one vote, of the one who saw it
+    assert all(label == "unmentioned" for label in region_labels[1:n])
