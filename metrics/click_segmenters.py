@@ -169,6 +169,8 @@ class _PromptablePredictor:
     fed back as the next click's mask input (as their interactive demos do)."""
 
     fallback = False
+    state_fields: tuple[str, ...] = ()  # the predictor's fields that hold one image's embedding
+    set_flag = ""                       # and the one that says an image is set
 
     def __init__(self, predictor):
         self.predictor = predictor
@@ -180,6 +182,14 @@ class _PromptablePredictor:
             self.predictor.set_image(rgb)
             state = self._saved_state()
         return Embedding(rgb.shape[1], rgb.shape[0], state)
+
+    def _saved_state(self) -> tuple:
+        return tuple(getattr(self.predictor, name) for name in self.state_fields)
+
+    def _restore_state(self, state: tuple) -> None:
+        for name, value in zip(self.state_fields, state):
+            setattr(self.predictor, name, value)
+        setattr(self.predictor, self.set_flag, True)
 
     def predict(self, embedding: Embedding, points: Sequence[Point], box=None) -> tuple[np.ndarray, float | None]:
         coords = np.array([[x, y] for x, y, _ in points], dtype=np.float32) if points else None
@@ -197,6 +207,7 @@ class _PromptablePredictor:
 
 
 class SamClickSegmenter(_PromptablePredictor):
+    state_fields, set_flag = ("features", "original_size", "input_size"), "is_image_set"
     def __init__(self, model=None, kind: str = "vit_b", checkpoint=None, device: str = "cpu"):
         from segment_anything import SamPredictor, sam_model_registry
 
@@ -217,17 +228,10 @@ class SamClickSegmenter(_PromptablePredictor):
         segmenter.name = f"SAM {kind} (random weights)"
         return segmenter
 
-    def _saved_state(self):
-        p = self.predictor
-        return p.features, p.original_size, p.input_size
-
-    def _restore_state(self, state) -> None:
-        p = self.predictor
-        p.features, p.original_size, p.input_size = state
-        p.is_image_set = True
-
 
 class Sam2ClickSegmenter(_PromptablePredictor):
+    # SAM 2's predictor keeps them in private fields and has no public way to set an embedding back
+    state_fields, set_flag = ("_features", "_orig_hw", "_is_batch"), "_is_image_set"
     def __init__(self, checkpoint=None, device: str = "cpu", random_weights: bool = False):
         try:
             from sam2.build_sam import build_sam2
@@ -245,14 +249,6 @@ class Sam2ClickSegmenter(_PromptablePredictor):
         self.name = "SAM 2.1 hiera-small" + (" (random weights)" if random_weights else "")
         super().__init__(SAM2ImagePredictor(model))
 
-    def _saved_state(self):
-        p = self.predictor
-        return p._features, p._orig_hw, p._is_batch
-
-    def _restore_state(self, state) -> None:
-        p = self.predictor
-        p._features, p._orig_hw, p._is_batch = state
-        p._is_image_set = True
 
 
 def sam2_checkpoint(checkpoint=None) -> Path:

@@ -362,15 +362,8 @@ def _add_routes(app: FastAPI) -> None:
             return Response(status_code=204)
         if predictions:
             item = workflow.get_item(store, user, item["item_id"], include_predictions=True)
-        _prefetch_embedding(user, item["item_id"])
+        app.state.clicks.prefetch(user.name, item["image_id"], workflow.image_path(store, user, item["image_id"]))
         return item
-
-    segmenting_users: set[str] = set()
-
-    def _prefetch_embedding(user: UserInfo, item_id: int) -> None:
-        """Compute the item's image embedding ahead for users who click to segment."""
-        if user.name in segmenting_users:
-            app.state.clicks.prefetch(*added_regions.item_image_file(store, user, item_id))
 
     @app.get("/api/items/previous", responses={204: {"description": "no earlier submitted item"}})
     def previous_item(user: User, before: ItemQuery = None):
@@ -399,7 +392,6 @@ def _add_routes(app: FastAPI) -> None:
     def segment(item_id: ItemId, body: SegmentRequest, user: User) -> dict:
         """A mask from clicks (and a box) on the item's image; nothing is stored."""
         image_id, path = added_regions.item_image_file(store, user, item_id)
-        segmenting_users.add(user.name)
         try:
             return app.state.clicks.segment(image_id, path, body.points, body.box, user=user.name)
         except SegmentingBusy as err:

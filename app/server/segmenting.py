@@ -42,6 +42,7 @@ class ClickService:
         self._kept_lock = threading.Lock()
         self._embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capscope-embed")
         self._running: dict[str, int] = {}
+        self._segmenting: set[str] = set()  # users who have clicked to segment
         self._running_lock = threading.Lock()
 
     @property
@@ -68,7 +69,11 @@ class ClickService:
                 self._kept.popitem(last=False)
             return future
 
-    def prefetch(self, image_id: int, path: str) -> None:
+    def prefetch(self, user: str, image_id: int, path: str) -> None:
+        """Compute an item's image embedding ahead when it is handed to a user who has
+        clicked to segment before (others may never click: no work spent on them)."""
+        if user not in self._segmenting:
+            return
         try:
             self.embedding(image_id, path)
         except RuntimeError:  # shutting down
@@ -87,6 +92,7 @@ class ClickService:
             if self._running.get(user, 0) >= PER_USER:
                 raise SegmentingBusy(f"you have {PER_USER} segment calls running; wait for them")
             self._running[user] = self._running.get(user, 0) + 1
+            self._segmenting.add(user)
         try:
             return self._segment(image_id, path, points, box)
         finally:

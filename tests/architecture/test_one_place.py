@@ -474,9 +474,6 @@ def test_no_module_uses_a_private_name_of_another():
 # another library's private names a module must use, each with its reason
 THIRD_PARTY_PRIVATE = {
     "app/ui/queue_cap.py": {"_queue"},  # Gradio's queue, which no public name reaches, capped per user
-    # SAM 2's image predictor keeps an image's embedding in these fields and has no public way to set
-    # one back: a click on another image's kept embedding swaps them in (as SamPredictor's public ones)
-    "metrics/click_segmenters.py": {"_features", "_orig_hw", "_is_batch", "_is_image_set"},
 }
 
 

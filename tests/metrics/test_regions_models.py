@@ -49,7 +49,7 @@ def test_sam_vit_b_from_the_cache_folder(cache, image, monkeypatch):
     torch.save(sam_model_registry["vit_b"](checkpoint=None).state_dict(), target)
     monkeypatch.setenv("CAPSCOPE_CACHE", str(cache))
     monkeypatch.delenv("CAPSCOPE_SAM_CHECKPOINT", raising=False)
-    monkeypatch.setattr(segmenters, "_download", lambda *a: pytest.fail("must not download what is cached"))
+    monkeypatch.setattr(segmenters, "download", lambda *a: pytest.fail("must not download what is cached"))
     # random weights score every mask low: let them all through; a 256 px encoder keeps this test short
     proposer = PROPOSERS["sam"](points_per_side=2, pred_iou_thresh=0.0, stability_score_thresh=0.0, encoder_side=256)
     assert proposer.kind == "vit_b"
