@@ -1,4 +1,4 @@
-"""Regions annotators add (CONTRACTS section 10) through the REST API: click to segment on
+"""Regions annotators add (docs/formats.md §3 and §8) through the REST API: click to segment on
 demo scenes whose named shapes have no region, add, mark junk, tie words; votes, gold and export."""
 import json
 
