@@ -12,9 +12,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class PreparedPair:
-    """One caption ready for a metric: its tokens and references."""
+    """One caption ready for a metric: its tokens and references. `window`
+    marks a part of a caption too long for the metric's model (metrics.windows):
+    a metric may give windows passes of their own shape."""
 
     caption: str
     tokens: list[Token]
     references: list[str] | None = None
     extra: dict = field(default_factory=dict)
+    window: bool = False

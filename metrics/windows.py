@@ -157,7 +157,7 @@ def window_pair(pair: PreparedPair, window: Window) -> PreparedPair:
     """The part of the pair a window holds, its tokens' offsets into the part."""
     tokens = [replace(t, start=t.start - window.start, end=t.end - window.start)
               for t in pair.tokens[window.first : window.last + 1]]
-    return PreparedPair(pair.caption[window.start : window.end], tokens, pair.references, dict(pair.extra))
+    return PreparedPair(pair.caption[window.start : window.end], tokens, pair.references, dict(pair.extra), window=True)
 
 
 # ---------------------------------------------------------------- scoring

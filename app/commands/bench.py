@@ -35,6 +35,9 @@ def register(sub) -> None:
     bench.add_argument("--json", action="store_true", help="print one JSON object (docs/formats.md §7)")
     bench.add_argument("--device", default="auto", choices=DEVICES)
     bench.add_argument("--pairs", type=int, default=24, help="distinct image-caption pairs for pairs/s")
+    bench.add_argument("--naive-pairs", type=int, default=8,
+                       help="of those, how many (evenly spaced) the naive loops time: a loop with no batching and no "
+                            "cache runs at the same rate per pair on any like pairs (0: all)")
     bench.add_argument("--rescore-runs", type=int, default=50, help="timed re-scores after warm-up (at least 50 for the contract)")
     bench.add_argument("--batch-size", type=int, default=16)
     bench.add_argument("--repeats", type=int, default=3,
@@ -124,7 +127,7 @@ def run_bench(args: argparse.Namespace) -> int:
         precisions=checked_precisions(args.precision), region_weights=args.region_weights,
         throughput_pairs=args.throughput_pairs, caption_words=caption_words(args.caption_words),
         repeats=at_least_one(args.repeats, "--repeats"), runtime=args.runtime,
-        click_segmenters=click_segmenters(args.click_segmenters),
+        click_segmenters=click_segmenters(args.click_segmenters), naive_pairs=max(args.naive_pairs, 0),
     )
     result["details"]["left_out"] = left_out(args)
     if args.plot:

@@ -1,7 +1,7 @@
 """The same pair gets the same numbers whatever it is batched with: every
 metric scores each pair alone, then inside batches of other sizes, other
 neighbours and other positions (cold caches each time), to 1e-6 on the
-global scores, the token scores and the region scores."""
+global scores, the token scores and the region scores; long captions too."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ import open_clip
 import pytest
 import torch
 
-from capscope.bench.speed import make_pairs, make_shared_pairs, model_files
+from capscope.bench.speed import make_long_pairs, make_pairs, make_shared_pairs, model_files
 from capscope.metrics.scorer import Scorer
 
 TOLERANCE = 1e-6
@@ -45,7 +45,8 @@ def scored(scorer, pairs: list[dict], batch_size: int) -> dict[str, dict]:
 
 @pytest.mark.slow
 def test_every_metric_gives_a_pair_the_same_numbers_in_any_batch(scorer):
-    pairs = make_pairs(3, seed=11) + make_shared_pairs(2, captions_per_image=2, seed=12)
+    # and two long captions, read in windows (InfoMetIC's go through its head 8 to a pass on a CPU)
+    pairs = make_pairs(3, seed=11) + make_shared_pairs(2, captions_per_image=2, seed=12) + make_long_pairs(2, 70, seed=13)
     for i, pair in enumerate(pairs):
         pair["id"] = f"p{i}"
     alone = scored(scorer, pairs, 1)
