@@ -59,6 +59,9 @@ ATTRIBUTION_ROWS = {"cpu": CHUNK, "cuda": 64}
 # a forward pass runs a text's ids after the template padded to the first of these that holds them,
 # `encoder.text_rows` texts to a pass; 12 because a sentence window is 5 to 10 ids past the template
 SUFFIX_LENGTHS = (4, 8, 12, 16, 24, 32, 48, 64)
+# windows of long captions: their forwards 16 texts a pass on a CPU (6.9 ms a text on 2 threads against 10.2 at
+# the 5 of a 12-id bucket); a lone re-score never holds a window, so it keeps its narrow pass
+WINDOW_TEXT_ROWS = {"cpu": 16, "cuda": 32}
 MAX_TEXTS = 512      # distinct texts whose states are held at once (3 layers' keys and values, <= 1 MB each)
 PUNCTUATION = '.,!"?;:" '  # the released threshold reading drops a word that is a substring of this
 
@@ -136,30 +139,37 @@ class TextRelevance:
             ids[-1] = tok.eot_token_id
         return ids
 
-    def __call__(self, image_embeddings: torch.Tensor, sequences: list[list[int]]) -> list[Attribution]:
+    def __call__(self, image_embeddings: torch.Tensor, sequences: list[list[int]],
+                 windows: list[bool] | None = None) -> list[Attribution]:
         """Attributions of each id sequence against the image embedding of its row,
-        at most `MAX_TEXTS` distinct texts at a time (their states are held in memory)."""
+        at most `MAX_TEXTS` distinct texts at a time (their states are held in memory);
+        `windows[i]`: sequence i is a window of a long caption (wider forward passes)."""
+        windows = windows or [False] * len(sequences)
         out, start = [], 0
         while start < len(sequences):
             end, seen = start, set()
             while end < len(sequences) and (len(seen) < MAX_TEXTS or tuple(sequences[end]) in seen):
                 seen.add(tuple(sequences[end]))
                 end += 1
-            out += self.attribute_chunk(image_embeddings[start:end], sequences[start:end])
+            out += self.attribute_chunk(image_embeddings[start:end], sequences[start:end], windows[start:end])
             start = end
         return out
 
-    def attribute_chunk(self, images: torch.Tensor, sequences: list[list[int]]) -> list[Attribution]:
+    def attribute_chunk(self, images: torch.Tensor, sequences: list[list[int]],
+                        windows: list[bool] | None = None) -> list[Attribution]:
         """Each distinct text forward once, each distinct (text, image) row
-        backward once: a repeat gets the same floats, as its passes would be the same."""
+        backward once: a repeat gets the same floats, as its passes would be the same.
+        A text is distinct by its ids and whether it is a window (windows' passes are wider)."""
+        windows = windows or [False] * len(sequences)
         with torch.inference_mode(False):
             images = images.detach().float().cpu().clone()  # not an inference tensor: the graph keeps it
-            pairs = [(tuple(s), images[i].numpy().tobytes()) for i, s in enumerate(sequences)]
+            pairs = [((tuple(s), w), images[i].numpy().tobytes()) for i, (s, w) in enumerate(zip(sequences, windows))]
             row_of: dict = {}  # each distinct (text, image) and its first row
             for i, pair in enumerate(pairs):
                 row_of.setdefault(pair, i)
             distinct = list(row_of)
-            states = self.text_states([list(text) for text in dict.fromkeys(text for text, _ in distinct)])
+            texts = list(dict.fromkeys(text for text, _ in distinct))
+            states = self.text_states([list(ids) for ids, _ in texts], [w for _, w in texts])
             size = pass_rows(ATTRIBUTION_ROWS, self.backbone.device)
             done = {}
             for start in range(0, len(distinct), size):
@@ -170,20 +180,22 @@ class TextRelevance:
 
     # ------------------------------------------------------------ forward, per text
 
-    def text_states(self, sequences: list[list[int]]) -> dict[tuple, "TextStates"]:
-        """What each text's attribution needs from the frozen forward, by its ids:
-        texts grouped by their length bucket past the shared prefix, a fixed
-        number to a pass (the last filled with copies)."""
-        groups: dict[tuple[int, int], list[list[int]]] = {}
-        for seq in sequences:
+    def text_states(self, sequences: list[list[int]], windows: list[bool] | None = None) -> dict[tuple, "TextStates"]:
+        """What each text's attribution needs from the frozen forward, by (ids,
+        is a window): texts grouped by their length bucket past the shared prefix,
+        a fixed number to a pass (the last filled with copies), more for windows."""
+        groups: dict[tuple[bool, int, int], list[list[int]]] = {}
+        for seq, window in zip(sequences, windows or [False] * len(sequences)):
             shared = self._shared(seq)
-            groups.setdefault((shared, suffix_bucket(len(seq) - shared, self.context - shared)), []).append(seq)
+            bucket = suffix_bucket(len(seq) - shared, self.context - shared)
+            groups.setdefault((window, shared, bucket), []).append(seq)
         out = {}
-        for (shared, length), group in sorted(groups.items()):
-            size = text_rows(self.backbone.device, length)
+        for (window, shared, length), group in sorted(groups.items()):
+            size = pass_rows(WINDOW_TEXT_ROWS, self.backbone.device) if window else text_rows(self.backbone.device, length)
             for start in range(0, len(group), size):
                 chunk = group[start : start + size]
-                out.update(zip(map(tuple, chunk), self._forward(filled_to(chunk, size), shared, length)))
+                found = self._forward(filled_to(chunk, size), shared, length)
+                out.update(((tuple(seq), window), states) for seq, states in zip(chunk, found))
         return out
 
     def _shared(self, seq: list[int]) -> int:
@@ -351,7 +363,7 @@ class Clip4DMMetric:
     def compute(self, pairs: list[PreparedPair], images: list[ImageFeatures]) -> list[MetricResult]:
         texts = [PROMPT + p.caption for p in pairs]
         embeddings = torch.stack([f.global_feat for f in images])
-        attributions = self.relevance(embeddings, [self.relevance.ids(t) for t in texts])
+        attributions = self.relevance(embeddings, [self.relevance.ids(t) for t in texts], [p.window for p in pairs])
         return [self._row(pair, text, a) for pair, text, a in zip(pairs, texts, attributions)]
 
     def merge_scores(self, scores: list[dict[str, float]], weights: list[int]) -> dict[str, float]:

@@ -96,7 +96,7 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
     if shared_pairs:
         extra["shared_images"] = shared
     if caption_words:
-        extra["caption_length"] = caption_length_speed(scorers, n_pairs, batch_size, caption_words)
+        extra["caption_length"] = caption_length_speed(scorers, n_pairs, batch_size, caption_words, repeats)
     if breakdown:
         extra["rescore_breakdown_ms"] = {name: rescore_breakdown(s, name, pairs[0]) for name, s in scorers.items()}
     if region_sources:

@@ -12,6 +12,10 @@ from PIL import Image
 from capscope.demo.scenes import IMAGE_SIDE, Caption, Scene, make_caption, make_scene, pollute
 
 OPENINGS = ("", "there is ", "this shows ", "an image of ", "next to it, ")
+# where a long caption's sentence puts its shape: with the openings, no sentence of 200 words comes twice
+# (a detailed captioner does not repeat itself, and a repeated sentence would be a text already encoded)
+PLACES = ("near the top", "near the bottom", "on the left", "on the right", "in the middle", "by the edge",
+          "in a corner", "below the others", "above the others", "beside the rest")
 
 
 def scene(rng: np.random.Generator, side: int = IMAGE_SIDE) -> tuple[Image.Image, list[list[int]], str]:
@@ -62,9 +66,12 @@ def phrases(caption: Caption) -> list[str]:
 
 
 def long_caption(phrases: list[str], words: int) -> str:
+    """Sentences of about `words` words in all, each an opening, a shape's phrase and
+    a place: distinct up to len(OPENINGS) * len(PLACES) sentences."""
     sentences, count, k = [], 0, 0
     while count < words:
-        sentence = OPENINGS[k % len(OPENINGS)] + phrases[k % len(phrases)] + "."
+        place = PLACES[(k // len(OPENINGS)) % len(PLACES)]
+        sentence = OPENINGS[k % len(OPENINGS)] + phrases[k % len(phrases)] + " " + place + "."
         sentences.append(sentence)
         count += len(sentence.split())
         k += 1

@@ -66,16 +66,18 @@ def pairs_per_second(scorer, pairs: list[dict], batch_size: int, repeats: int = 
     return len(pairs) / best
 
 
-def caption_length_speed(scorers: dict, n_pairs: int, batch_size: int, lengths=(20, 80, 200)) -> dict:
+def caption_length_speed(scorers: dict, n_pairs: int, batch_size: int, lengths=(20, 80, 200),
+                         repeats: int = 1) -> dict:
     """Pairs/s of each metric on the short scene captions and on captions of
-    about each of `lengths` words (distinct images), with the windows read per caption."""
+    about each of `lengths` words (distinct images), the best of `repeats` runs,
+    with the windows read per caption."""
     sets = {"short": make_pairs(n_pairs, seed=3), **{str(w): make_long_pairs(n_pairs, w) for w in lengths}}
     out = {"words_per_caption": {k: float(np.mean([len(p["caption"].split()) for p in v])) for k, v in sets.items()},
            "pairs_per_s": {}, "windows_per_caption": {}}
     for name, scorer in scorers.items():
         out["pairs_per_s"][name], out["windows_per_caption"][name] = {}, {}
         for key, pairs in sets.items():
-            out["pairs_per_s"][name][key] = pairs_per_second(scorer, pairs, batch_size)
+            out["pairs_per_s"][name][key] = pairs_per_second(scorer, pairs, batch_size, repeats)
             rows = scorer.score_batch(pairs[:2])
             out["windows_per_caption"][name][key] = float(np.mean([len(r["metrics"][name]["windows"]) for r in rows]))
     return out
