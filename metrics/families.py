@@ -3,6 +3,7 @@ in hice.py). Each is built by its entry in registry.py and turns prepared pairs
 and their image features into `MetricResult`s."""
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 
 import torch
@@ -66,6 +67,7 @@ class InfoFamilyMetric:
             raise ValueError(f"unknown token rule {token_rule!r}; choose from {TOKEN_RULES}")
         self.name, self.backbone, self.beta, self.token_rule = name, backbone, beta, token_rule
         self.word_scale = word_scale  # a fine-tuned checkpoint's calibration of the word threshold
+        self._captions: ThreadPoolExecutor | None = None
 
     def fits(self, caption: str) -> bool:
         """Whether the model sees every BPE piece of the caption (30 of its 32 ids)."""
@@ -77,22 +79,39 @@ class InfoFamilyMetric:
         word threshold scale decides the row's `token_correct`, so rows say it."""
         return {} if self.word_scale == 1.0 else {"word_threshold_scale": self.word_scale}
 
-    def text_inputs(self, pairs: list[PreparedPair]):
+    def text_inputs(self, pairs: list[PreparedPair], overlap: bool = False):
         """Per pair: pieces, ids (32), mask; then t_g (B x D) and every position's
-        feature encoded alone (B x 32 x D)."""
+        feature encoded alone (B x 32 x D). `overlap`: a lone pair's t_g may come
+        as a Future, encoded on a thread of its own (the head waits for it)."""
         pieces, ids, masks, kept = [], [], [], []
         for pair in pairs:
             p = bpe_pieces(pair.caption, pair.tokens, self.backbone.tokenizer)
             i, m, k = model_ids(p, self.max_len)
             pieces.append(p[:k]); ids.append(i); masks.append(m); kept.append(k)
-        with few_threads(sum(k + 2 for k in kept), device=self.backbone.device):  # a re-score: one thread is faster
-            # one caption a pass on a CPU, not the short texts' token budget: InfoMetIC's
-            # re-score went from 66 to 102 ms (p50) when its caption shared a padded pass
-            t_g = self.backbone.encode_ids([i[: k + 2] for i, k in zip(ids, kept)],
-                                           rows=pass_rows(TEXT_ROWS, self.backbone.device))
+        work = sum(k + 2 for k in kept)
+        with few_threads(work, device=self.backbone.device):  # a re-score: one thread is faster
             flat = self.backbone.encode_pieces([x for i in ids for x in i])
         tokens = flat.view(len(pairs), self.max_len, -1)
+        # one caption a pass on a CPU, not the short texts' token budget: InfoMetIC's
+        # re-score went from 66 to 102 ms (p50) when its caption shared a padded pass
+        captions = [i[: k + 2] for i, k in zip(ids, kept)]
+        rows = pass_rows(TEXT_ROWS, self.backbone.device)
+        if overlap and len(pairs) == 1 and self.backbone.device.type == "cpu":
+            t_g = self._caption_thread().submit(self.backbone.encode_ids, captions, rows=rows)
+        else:
+            with few_threads(work, device=self.backbone.device):
+                t_g = self.backbone.encode_ids(captions, rows=rows)
         return pieces, t_g, tokens, torch.tensor(masks, dtype=torch.float32)
+
+    def _caption_thread(self) -> ThreadPoolExecutor:
+        """A thread of its own for a lone caption's text pass: on a CPU a
+        re-score runs it (one thread, 18 ms) while the head's encoders run on
+        another (22 ms), which do not read it. Nothing else touches the
+        backbone meanwhile: the pieces are encoded before. The caller holds
+        one intra-op thread for the whole re-score, so the two make two."""
+        if self._captions is None:
+            self._captions = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-caption")
+        return self._captions
 
     def rows(self, pairs, pieces, scores, a_v, a_t) -> list[MetricResult]:
         rows = []
@@ -166,16 +185,24 @@ class InfoClipMetric(InfoFamilyMetric):
         return rows
 
 
+IMAGE_SIDE = "infometic image side"  # ImageFeatures.extra key: (the model's id, its image encoder's output)
+
+
 class InfoMetICMetric(InfoFamilyMetric):
     def __init__(self, model: InfoMetIC, backbone: ClipBackbone, **kwargs):
         super().__init__("infometic", backbone, word_scale=getattr(model, "word_threshold_scale", 1.0), **kwargs)
         self.model = model
         self.max_len = model.config.text_len
 
-    @torch.inference_mode()
     def compute(self, pairs, images) -> list[MetricResult]:
-        pieces, t_g, tokens, masks = self.text_inputs(pairs)
         device = next(self.model.parameters()).device
+        # a lone pair on a CPU: one intra-op thread throughout, its caption's text pass on a second thread
+        with few_threads(device=device) if len(pairs) == 1 else nullcontext():
+            return self._compute(pairs, images, device)
+
+    @torch.inference_mode()
+    def _compute(self, pairs, images, device) -> list[MetricResult]:
+        pieces, t_g, tokens, masks = self.text_inputs(pairs, overlap=True)
         rows: list[MetricResult | None] = [None] * len(pairs)
         lone, wide = pass_rows(HEAD_ROWS, device), pass_rows(WINDOW_HEAD_ROWS, device)
         for n, idx in head_batches(images, lone, [p.window for p in pairs], wide):
@@ -188,13 +215,16 @@ class InfoMetICMetric(InfoFamilyMetric):
                 torch.stack([images[i].region_feats for i in filled]).reshape(size, n, v_g.shape[-1]),
                 torch.stack([images[i].boxes for i in filled]).reshape(size, n, 4),
                 torch.tensor([images[i].size for i in filled], dtype=torch.float32),
-                t_g[filled], tokens[filled], masks[filled],
+                t_g if isinstance(t_g, Future) else t_g[filled], tokens[filled], masks[filled],
             ]
             # the head runs in float32 at every --precision: its softmaxes over up to 20 regions and 32
             # tokens decide the verdicts at a cut of 0.1, and it costs a fraction of the towers
             # (a window pass is never a lone re-score; one thread or two give it the same numbers)
             with nullcontext() if windows else few_threads(size * (n + 2 + self.max_len), device=device):
-                recall, precision, cos, a_v, a_t = (x[: len(idx)] for x in self.model(*[x.to(device) for x in batch]))
+                image_out = self._image_sides([images[i] for i in filled]) if device.type == "cpu" else None
+                recall, precision, cos, a_v, a_t = (
+                    x[: len(idx)] for x in self.model(*[x if isinstance(x, Future) else x.to(device) for x in batch],
+                                                      image_out=image_out))
             scores = [
                 {"precision": float(p), "recall": float(r), "overall": float(p + r),
                  "overall_plus": float(p + r + 100.0 * c)}
@@ -204,3 +234,18 @@ class InfoMetICMetric(InfoFamilyMetric):
             for i, row in zip(idx, sub):
                 rows[i] = row
         return rows
+
+    def _image_sides(self, images: list[ImageFeatures]) -> torch.Tensor:
+        """The head's image encoder output for each image, run once per image
+        (alone, the shape of a re-score's pass) and kept with its cached
+        features: a keystroke's re-score skips 4 of the head's 10 layers
+        (7.6 of 32 ms on one thread), a long caption's windows share it."""
+        out = []
+        for features in images:
+            kept = features.extra.get(IMAGE_SIDE)
+            if kept is None or kept[0] != id(self.model):
+                side = self.model.image_side(features.global_feat[None], features.region_feats[None],
+                                             features.boxes[None], torch.tensor([features.size], dtype=torch.float32))
+                kept = features.extra[IMAGE_SIDE] = (id(self.model), side[0])
+            out.append(kept[1])
+        return torch.stack(out)

@@ -15,6 +15,7 @@ checkpoint, whose computation does not change.
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 
 import torch
@@ -74,32 +75,52 @@ class InfoMetIC(nn.Module):
     def head_parameters(self):
         return [p for n, p in self.named_parameters() if not n.startswith("clip_backbone.")]
 
-    def forward(self, v_g, regions, boxes, sizes, t_g, tokens, text_mask):
+    def forward(self, v_g, regions, boxes, sizes, t_g, tokens, text_mask, image_out=None):
         """One batch of pairs with the same number n of regions.
 
         v_g B x D, regions B x n x D, boxes B x n x 4 (pixels), sizes B x 2 (W, H),
         t_g B x D, tokens B x L x D (every position encoded alone), text_mask B x L.
         Returns recall, precision, cos(v_g, t_g) (B each), region attention
-        B x (n+1) (regions, then the null slot) and text attention B x L."""
-        out = self.outputs(v_g, regions, boxes, sizes, t_g, tokens, text_mask)
+        B x (n+1) (regions, then the null slot) and text attention B x L.
+        `image_out`: `image_side` of these images, when already computed."""
+        out = self.outputs(v_g, regions, boxes, sizes, t_g, tokens, text_mask, image_out)
         return out["recall"], out["precision"], out["cos"], out["region_attention"], out["text_attention"]
 
-    def outputs(self, v_g, regions, boxes, sizes, t_g, tokens, text_mask) -> dict:
-        """`forward` with its intermediates (what training needs) in a dict."""
-        batch, n, width = regions.shape
-        zeros = regions.new_zeros(batch, 1, width)
-        seq = torch.cat([v_g[:, None], regions, zeros], dim=1)
+    def image_side(self, v_g, regions, boxes, sizes):
+        """The image encoder's output (B x (n+2) x D): it depends on the image alone,
+        so a re-score of a cached image may pass it to `outputs` instead of running it again."""
+        return self.ln(self.image_encoder(self._image_in(v_g, regions, boxes, sizes)[0]))
+
+    @staticmethod
+    def _normalised_boxes(boxes, sizes):
+        """B x (n+2) x 4: the whole image, the regions and the null slot, as shares of the image's size."""
+        batch = boxes.shape[0]
         whole = torch.cat([torch.zeros_like(sizes), sizes], dim=1)
         all_boxes = torch.cat([whole[:, None], boxes, boxes.new_zeros(batch, 1, 4)], dim=1)
-        all_boxes = all_boxes / torch.cat([sizes, sizes], dim=1)[:, None]
-        image_in = seq + all_boxes @ self.bbox_position_embedding
+        return all_boxes / torch.cat([sizes, sizes], dim=1)[:, None]
+
+    def _image_in(self, v_g, regions, boxes, sizes):
+        batch, n, width = regions.shape
+        seq = torch.cat([v_g[:, None], regions, regions.new_zeros(batch, 1, width)], dim=1)
+        all_boxes = self._normalised_boxes(boxes, sizes)
+        return seq + all_boxes @ self.bbox_position_embedding, all_boxes
+
+    def outputs(self, v_g, regions, boxes, sizes, t_g, tokens, text_mask, image_out=None) -> dict:
+        """`forward` with its intermediates (what training needs) in a dict;
+        `image_out`: `image_side` of these images, already computed; `t_g` may
+        be a Future, waited for only after the encoders, which do not read it."""
+        batch, n, width = regions.shape
+        if image_out is None:
+            image_in, all_boxes = self._image_in(v_g, regions, boxes, sizes)
+            image_out = self.ln(self.image_encoder(image_in))
+        else:
+            all_boxes = self._normalised_boxes(boxes, sizes)
         text_in = tokens
         if self.config.text_positions:
             text_in = text_in + self.text_position_embedding[: tokens.shape[1]]
         if self.config.evidence:
             text_in = text_in + self._evidence(tokens, regions) @ self.evidence_embedding
 
-        image_out = self.ln(self.image_encoder(image_in))
         text_out = self.ln(self.text_encoder(text_in))
         checks = None
         if self.config.verify:
@@ -107,6 +128,8 @@ class InfoMetIC(nn.Module):
             text_out = text_out + self.verifier.inject(checks["features"])
         fused = self.ln(self.fusion_encoder(torch.cat([image_out, text_out], dim=1)))
         image_out, text_out = fused[:, : n + 2], fused[:, n + 2 :]
+        if isinstance(t_g, Future):  # the caption's features, encoded on another thread meanwhile
+            t_g = t_g.result()
 
         image_mask = torch.ones(batch, n + 2, device=regions.device)
         image_mask[:, 0] = 0
