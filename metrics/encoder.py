@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +47,7 @@ TEXT_ROWS = {"cpu": 1, "cuda": 32}
 # On ONNX Runtime a pass costs about 7 ms plus 0.75 ms a token row (one thread), so a pass filled
 # with copies costs a lone re-score more than it saves a batch: 16 tokens (runtime.py)
 TEXT_TOKENS = {"cpu": 64, "onnx": 16}
+SIDE_BY_SIDE_PASSES = 4  # at most this many text passes of a lone re-score run two at a time
 TEXT_CACHE_SIZE = 4096  # texts' features kept (2 KB each at 512 dimensions)
 PIECE_ROWS = {"eager": 64, "onnx": 8}  # `<sot> piece <eot>` sequences per pass: 4 tokens each, cheap in bulk
 IMAGE_ROWS = {"cpu": 8, "cuda": 32}  # on an AMD EPYC CPU, ViT-B-32: 131 ms/image alone, 75 at 4, 66 at 8
@@ -150,6 +153,7 @@ class ClipBackbone:
         self._pieces: dict[int, torch.Tensor] = {}  # bounded by the BPE vocabulary
         self.runtime = resolve_runtime(runtime, device, self.precision)
         self._onnx = text_tower_graph(self._tower, cache_dir() / "onnx") if self.runtime == "onnx" else None
+        self._passes: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_model(cls, model, model_name: str, name: str, device: torch.device, crop: CropStyle | None = None,
@@ -258,19 +262,39 @@ class ClipBackbone:
         """`encode_ids` without the cache: every sequence through the tower.
         Each row is its own tensor, so that a cached row does not hold its pass."""
         context = self.context
-        done = []
+        passes = []
+        for length, group in bucket_groups([len(s) for s in sequences], context).items():
+            size = rows or text_rows(self.device, length, self.runtime)
+            for start in range(0, len(group), size):
+                chunk = group[start : start + size]
+                passes.append((chunk, padded_ids([sequences[i] for i in filled_to(chunk, size)], length)))
         with self.running():
-            for length, group in bucket_groups([len(s) for s in sequences], context).items():
-                size = rows or text_rows(self.device, length, self.runtime)
-                for start in range(0, len(group), size):
-                    chunk = group[start : start + size]
-                    ids = padded_ids([sequences[i] for i in filled_to(chunk, size)], length)
-                    done.append((chunk, self._encode_group(ids)[: len(chunk)]))
+            if self._side_by_side(len(passes)):
+                found = list(self._pass_threads().map(self._encode_apart, [ids for _, ids in passes]))
+            else:
+                found = [self._encode_group(ids) for _, ids in passes]
         out = [None] * len(sequences)  # in the caller's grad mode, as callers expect
-        for chunk, feats in done:
-            for i, feat in zip(chunk, feats):
+        for (chunk, _), feats in zip(passes, found):
+            for i, feat in zip(chunk, feats[: len(chunk)]):
                 out[i] = feat.clone()
         return out
+
+    def _side_by_side(self, passes: int) -> bool:
+        """Whether a few text passes run two at a time: on ONNX Runtime when the
+        caller holds one intra-op thread (a lone re-score: a caption and its new
+        phrases, 2 passes of about 20 ms each) and the machine has a second core.
+        Each pass keeps its shape and its one thread, so its numbers do not change."""
+        return (self._onnx is not None and 1 < passes <= SIDE_BY_SIDE_PASSES and torch.get_num_threads() == 1
+                and (os.cpu_count() or 1) > 1)
+
+    def _pass_threads(self) -> ThreadPoolExecutor:
+        if self._passes is None:
+            self._passes = ThreadPoolExecutor(max_workers=2, thread_name_prefix="capscope-text-pass")
+        return self._passes
+
+    def _encode_apart(self, ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # grad mode is per thread
+            return self._encode_group(ids)
 
     def _encode_group(self, ids: torch.Tensor) -> torch.Tensor:
         ids, length, tower = ids.to(self.device), ids.shape[1], self._tower
