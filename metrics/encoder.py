@@ -151,6 +151,7 @@ class ClipBackbone:
         self._images = LRUCache(cache_size)
         self._texts = LRUCache(text_cache_size)  # by (rows a pass, ids): the pass's whole shape
         self._pieces: dict[int, torch.Tensor] = {}  # bounded by the BPE vocabulary
+        self._bpe = LRUCache(text_cache_size)  # text -> its BPE ids: a text is read for its length, then encoded
         self.runtime = resolve_runtime(runtime, device, self.precision)
         self._onnx = text_tower_graph(self._tower, cache_dir() / "onnx") if self.runtime == "onnx" else None
         self._passes: ThreadPoolExecutor | None = None
@@ -197,7 +198,16 @@ class ClipBackbone:
         """Whether `text`'s BPE pieces with <sot> and <eot> fit in `room` ids
         (default the context), i.e. the tower reads it uncut. Only for a BPE
         tokenizer with `encode` (`reads_length`)."""
-        return len(self.tokenizer.encode(text)) + 2 <= (room or self.context)
+        return len(self.bpe(text)) + 2 <= (room or self.context)
+
+    def bpe(self, text: str) -> tuple[int, ...]:
+        """`text`'s BPE ids (the tokenizer's `encode`), remembered: the windows
+        ask whether a caption fits, then its tower pass needs the same ids."""
+        try:
+            return self._bpe[text]
+        except KeyError:
+            ids = self._bpe[text] = tuple(self.tokenizer.encode(text))
+            return ids
 
     @property
     def reads_length(self) -> bool:
@@ -318,9 +328,19 @@ class ClipBackbone:
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
         """Global features of whole texts (open_clip tokenization, cut to the context)."""
-        tokens = self.tokenizer(texts)
+        tok = self.tokenizer
+        if self.reads_length and getattr(tok, "reduction_fn", None) is None and hasattr(tok, "eot_token_id"):
+            return self.encode_ids([self._cut([tok.sot_token_id, *self.bpe(t), tok.eot_token_id]) for t in texts])
+        tokens = tok(texts)
         lengths = (tokens.argmax(dim=-1) + 1).tolist()
         return self.encode_ids([tokens[i, :n].tolist() for i, n in enumerate(lengths)])
+
+    def _cut(self, ids: list[int]) -> list[int]:
+        """Ids cut to the context with `<eot>` last, as open_clip's tokenizer cuts them."""
+        if len(ids) > self.context:
+            ids = ids[: self.context]
+            ids[-1] = self.tokenizer.eot_token_id
+        return ids
 
     def encode_pieces(self, ids) -> torch.Tensor:
         """Feature of each id encoded alone as `<sot> id <eot>`; N x D in input order."""

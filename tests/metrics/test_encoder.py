@@ -121,3 +121,19 @@ def test_offline_error_is_one_line_without_traceback(tmp_path):
 def test_missing_infometic_checkpoint_names_file_and_flag(tmp_path):
     with pytest.raises(ModelUnavailable, match="--infometic-checkpoint"):
         Scorer(["infometic"], device="cpu", infometic_checkpoint=str(tmp_path / "nope.pth"))
+
+
+def test_remembered_bpe_ids_are_open_clips_tokenizer_ids_cut_as_it_cuts(scorer, monkeypatch):
+    backbone = scorer.metrics["clip-s"].backbone
+    texts = ["A café’s  naïve dog!!", " ".join(["word"] * 100), "", "Ünïcödé “quotes” – dash"]
+    tokens = open_clip.get_tokenizer("ViT-B-32")(texts)
+    expected = [tokens[i, : n].tolist() for i, n in enumerate((tokens.argmax(dim=-1) + 1).tolist())]
+    sent = []
+    monkeypatch.setattr(backbone, "encode_ids", lambda sequences, rows=None: sent.extend(sequences))
+    backbone.encode_texts(texts)
+    assert sent == expected and len(sent[1]) == 77 and sent[1][-1] == 49407
+    calls = []
+    encode = backbone.tokenizer.encode
+    monkeypatch.setattr(backbone.tokenizer, "encode", lambda text: calls.append(text) or encode(text))
+    assert backbone.reads_whole(texts[0]) and not backbone.reads_whole(texts[1])
+    assert calls == []  # each text was split into BPE pieces once
