@@ -295,7 +295,7 @@ class ClipBackbone:
         phrases, 2 passes of about 20 ms each) and the machine has a second core.
         Each pass keeps its shape and its one thread, so its numbers do not change."""
         return (self._onnx is not None and 1 < passes <= SIDE_BY_SIDE_PASSES and torch.get_num_threads() == 1
-                and (os.cpu_count() or 1) > 1)
+                and (os.cpu_count() or 1) > 1 and self._onnx.ready(1))  # a first pass exports on this thread
 
     def _pass_threads(self) -> ThreadPoolExecutor:
         if self._passes is None:

@@ -36,6 +36,7 @@ import io
 import logging
 import os
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -123,6 +124,11 @@ class OnnxGraph:
         self.export_seconds: float | None = None  # None: the graph was found in the cache
         self.load_seconds = 0.0
         self._sessions: dict[int, object] = {}
+        self._building = threading.Lock()
+
+    def ready(self, threads: int) -> bool:
+        """Whether the session for `threads` is built (the export and the build run on the caller's thread)."""
+        return threads in self._sessions
 
     def __call__(self, *inputs: torch.Tensor):
         session = self._session(torch.get_num_threads())
@@ -132,7 +138,12 @@ class OnnxGraph:
 
     def _session(self, threads: int):
         """One session per thread count, so that the server's one-thread
-        re-scores (`common.threads.few_threads`) stay on one thread."""
+        re-scores (`common.threads.few_threads`) stay on one thread. Built
+        under a lock: two threads' passes may ask for it at once."""
+        with self._building:
+            return self._built_session(threads)
+
+    def _built_session(self, threads: int):
         if threads not in self._sessions:
             import onnxruntime as ort
 
