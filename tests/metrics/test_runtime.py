@@ -60,7 +60,10 @@ def test_onnx_features_depend_neither_on_the_batch_nor_on_the_thread_count(tmp_p
     monkeypatch.setattr(onnx, "_encode_apart", lambda ids: apart.append(ids.shape) or encode_apart(ids))
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     torch.set_num_threads(1)
-    try:  # one intra-op thread, as a lone re-score holds: its few passes run two at a time
+    try:  # one intra-op thread, as a lone re-score holds: once its session is built, a few passes run two at a time
+        onnx.encode_texts(["a first pass builds the one-thread session"])
+        assert apart == []
+        onnx.forget_texts()
         one_thread = onnx.encode_texts(TEXTS)
     finally:
         torch.set_num_threads(threads)
