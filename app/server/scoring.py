@@ -32,10 +32,10 @@ TOKEN_RULE_NOTES = {
 }
 
 
-# every metric whose weights load, on a GPU where there is one. The text towers stay eager here: with many
-# annotators scoring at once, ONNX Runtime's shared sessions let one user's flood of Inspect scores slow
-# another's to 5.7x its idle time (tests/security/test_fair_scoring.py), eager's stays within its bound
-SERVER_CONFIG = ScorerConfig(skip_unavailable=True, runtime="eager")
+# every metric whose weights load, on a GPU where there is one; on a CPU in fp32 the text towers run on ONNX
+# Runtime, as for `capscope score`: a keystroke's re-score (one intra-op thread) took 96 ms eager for CLIP-S and
+# 20 on ONNX Runtime, and tests/security/test_fair_scoring.py's floods keep within their bounds on either
+SERVER_CONFIG = ScorerConfig(skip_unavailable=True, runtime="auto")
 
 
 def default_factory(metrics: list[str], config: ScorerConfig = SERVER_CONFIG, infometic_checkpoint: str | None = None):
@@ -46,6 +46,18 @@ def default_factory(metrics: list[str], config: ScorerConfig = SERVER_CONFIG, in
     if infometic_checkpoint is not None:
         config = config.replace(infometic_checkpoint=infometic_checkpoint)
     return Scorer(metrics, config=config.replace(skip_unavailable=True))
+
+
+def warm_text_towers(scorer) -> None:
+    """One short text through each text tower on one thread, as a re-score runs
+    it: ONNX Runtime exports its graph at the first pass (10-15 s, once per
+    machine) and builds a session per thread count (about 1 s), paid here while
+    the scorer loads rather than by the first keystroke."""
+    with few_threads():
+        for metric in getattr(scorer, "metrics", {}).values():
+            backbone = getattr(metric, "clip", None) or getattr(metric, "backbone", None)
+            if getattr(backbone, "runtime", None) == "onnx":
+                backbone.encode_texts(["a warm-up."])
 
 
 def takes_checkpoint(factory: Callable) -> bool:
@@ -236,6 +248,7 @@ class Models:
         if checkpoint is not None and "infometic" in wanted and "infometic" not in scorer.metrics:
             raise ModelUnavailable(f"InfoMetIC could not be loaded from the version's checkpoint: "
                                    f"{unavailable.get('infometic', 'not loaded')}")
+        warm_text_towers(scorer)
         return scorer, unavailable
 
     def swap(self, scorer, unavailable: dict[str, str], checkpoint: str | None, version: str | None) -> None:
