@@ -131,13 +131,9 @@ class TextRelevance:
         self._prefix_states: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def ids(self, text: str) -> list[int]:
-        """`<sot> pieces <eot>`, cut to the context with `<eot>` last, as open_clip's tokenizer does."""
-        tok = self.backbone.tokenizer
-        ids = [tok.sot_token_id] + tok.encode(text) + [tok.eot_token_id]
-        if len(ids) > self.context:
-            ids = ids[: self.context]
-            ids[-1] = tok.eot_token_id
-        return ids
+        """`<sot> pieces <eot>`, cut to the context with `<eot>` last, as open_clip's tokenizer does
+        (the tower's context is the backbone's)."""
+        return self.backbone.text_ids(text)
 
     def __call__(self, image_embeddings: torch.Tensor, sequences: list[list[int]],
                  windows: list[bool] | None = None) -> list[Attribution]:

@@ -330,16 +330,19 @@ class ClipBackbone:
         """Global features of whole texts (open_clip tokenization, cut to the context)."""
         tok = self.tokenizer
         if self.reads_length and getattr(tok, "reduction_fn", None) is None and hasattr(tok, "eot_token_id"):
-            return self.encode_ids([self._cut([tok.sot_token_id, *self.bpe(t), tok.eot_token_id]) for t in texts])
+            return self.encode_ids([self.text_ids(t) for t in texts])
         tokens = tok(texts)
         lengths = (tokens.argmax(dim=-1) + 1).tolist()
         return self.encode_ids([tokens[i, :n].tolist() for i, n in enumerate(lengths)])
 
-    def _cut(self, ids: list[int]) -> list[int]:
-        """Ids cut to the context with `<eot>` last, as open_clip's tokenizer cuts them."""
+    def text_ids(self, text: str) -> list[int]:
+        """`<sot> pieces <eot>` of a text, cut to the context with `<eot>` last, as
+        open_clip's BPE tokenizer makes them (its pieces remembered: `bpe`)."""
+        tok = self.tokenizer
+        ids = [tok.sot_token_id, *self.bpe(text), tok.eot_token_id]
         if len(ids) > self.context:
             ids = ids[: self.context]
-            ids[-1] = self.tokenizer.eot_token_id
+            ids[-1] = tok.eot_token_id
         return ids
 
     def encode_pieces(self, ids) -> torch.Tensor:

@@ -142,18 +142,20 @@ WINDOW_HEAD_ROWS = {"cpu": 8, "cuda": 32}
 
 
 def head_batches(images: list[ImageFeatures], size: int,
-                 windows: list[bool] | None = None, window_size: int | None = None) -> list[tuple[int, list[int]]]:
-    """(region count, up to `size` pair indices) per pass of the head. Every
-    pass has `size` rows (the caller fills up the last), because a matrix
-    product's float result depends on its shape: so a pair's scores do not
-    depend on how many others share its region count. Windows of long captions
+                 windows: list[bool] | None = None,
+                 window_size: int | None = None) -> list[tuple[int, list[int], list[int]]]:
+    """(region count, up to `size` pair indices, those indices filled up to the
+    pass's rows with copies of the first) per pass of the head. Every pass has
+    `size` rows, because a matrix product's float result depends on its shape:
+    so a pair's scores do not depend on how many others share its region count. Windows of long captions
     (`windows[i]`) go in passes of `window_size` rows: a caption's windows are
     decided by the caption alone, so its numbers still do not depend on its batch."""
     windows = windows or [False] * len(images)
     out = []
     for (n, wide), idx in group_by_region_count(images, windows).items():
         step = window_size if wide and window_size else size
-        out += [(n, idx[start : start + step]) for start in range(0, len(idx), step)]
+        out += [(n, idx[start : start + step], filled_to(idx[start : start + step], step))
+                for start in range(0, len(idx), step)]
     return out
 
 
@@ -171,8 +173,7 @@ class InfoClipMetric(InfoFamilyMetric):
         pieces, t_g, tokens, masks = self.text_inputs(pairs)
         rows: list[MetricResult | None] = [None] * len(pairs)
         size = pass_rows(HEAD_ROWS, torch.device("cpu"))  # the formulas run on the cached (CPU) features
-        for n, idx in head_batches(images, size):
-            filled = filled_to(idx, size)  # a fixed shape, as for the InfoMetIC head
+        for n, idx, filled in head_batches(images, size):  # a fixed shape, as for the InfoMetIC head
             v_g = torch.stack([images[i].global_feat for i in filled])
             regions = torch.stack([images[i].region_feats for i in filled]).reshape(size, n, v_g.shape[-1])
             recall, precision, a_v, a_t = (x[: len(idx)] for x in infoclip(
@@ -204,11 +205,10 @@ class InfoMetICMetric(InfoFamilyMetric):
     def _compute(self, pairs, images, device) -> list[MetricResult]:
         pieces, t_g, tokens, masks = self.text_inputs(pairs, overlap=True)
         rows: list[MetricResult | None] = [None] * len(pairs)
-        lone, wide = pass_rows(HEAD_ROWS, device), pass_rows(WINDOW_HEAD_ROWS, device)
-        for n, idx in head_batches(images, lone, [p.window for p in pairs], wide):
-            windows = pairs[idx[0]].window
-            size = wide if windows else lone
-            filled = filled_to(idx, size)  # a fixed shape: see head_batches
+        passes = head_batches(images, pass_rows(HEAD_ROWS, device), [p.window for p in pairs],
+                              pass_rows(WINDOW_HEAD_ROWS, device))
+        for n, idx, filled in passes:  # a fixed shape: see head_batches
+            windows, size = pairs[idx[0]].window, len(filled)
             v_g = torch.stack([images[i].global_feat for i in filled])
             batch = [
                 v_g,
