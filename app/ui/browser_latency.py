@@ -41,6 +41,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ADMIN, ADMIN_PASSWORD = "admin", "admin-pw-latency"
 ANNOTATOR, ANNOTATOR_PASSWORD = "ann1", "pw-ann1-latency"
+TYPISTS = [(f"typist{k}", f"pw-typist{k}-latency") for k in range(5)]  # five people: each has the per-user share
 CAPTIONS = ["a white pagoda with a red roof among green trees",
             "an old temple on a hill under a blue sky",
             "a tall tower beside a lake with two boats",
@@ -92,9 +93,16 @@ class Server:
         import httpx
 
         cli = [sys.executable, "-m", "capscope.cli"]
-        for name, password, role in ((ADMIN, ADMIN_PASSWORD, "admin"), (ANNOTATOR, ANNOTATOR_PASSWORD, "annotator")):
-            subprocess.run([*cli, "users", "add", name, "--password", password, "--role", role, "--db", self.db],
-                           env=self.env, check=True, capture_output=True)
+        users = [(ADMIN, ADMIN_PASSWORD, "admin"), (ANNOTATOR, ANNOTATOR_PASSWORD, "annotator"),
+                 *((name, password, "annotator") for name, password in TYPISTS)]
+        subprocess.run([*cli, "users", "add", *users[0][:1], "--password", users[0][1], "--role", "admin",
+                        "--db", self.db], env=self.env, check=True, capture_output=True)  # creates the database
+        adding = [subprocess.Popen([*cli, "users", "add", name, "--password", password, "--role", role,
+                                    "--db", self.db], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                  for name, password, role in users[1:]]
+        for process in adding:
+            if process.wait() != 0:
+                raise RuntimeError(f"capscope users add failed: {process.stderr.read().decode()[-500:]}")
         self.log = open(self.folder / "server.log", "w")
         self.process = subprocess.Popen([*cli, "serve", "--port", str(self.port), "--db", self.db,
                                          *self.extra_args], env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -166,6 +174,15 @@ async def keystroke_ms(page, caption: str, pause_s: float = 0.0, timeout_ms: int
     return await page.evaluate("() => performance.now()") - started
 
 
+async def shown_words(page) -> str:
+    """The words caption A's shading shows now (what a timed-out keystroke left on the page)."""
+    try:
+        return await page.evaluate("() => [...document.querySelectorAll('#cs-tokens-a .token')]"
+                                   ".map(t => t.innerText).join(' ')")
+    except Exception as err:  # the page itself is gone
+        return f"(unreadable: {type(err).__name__})"
+
+
 def edits(n: int, offset: int = 0) -> list[str]:
     """n captions, each a different edit of one of CAPTIONS (so no two in a row are equal)."""
     words = ["red", "green", "small", "large", "quiet", "busy", "bright", "dark"]
@@ -201,7 +218,8 @@ async def typist(page, until: float, offset: int, timings: list, failures: list)
         try:
             timings.append(await keystroke_ms(page, caption, TYPING_GAP_S))
         except Exception as err:  # a timeout is a failed request as the user sees it
-            failures.append(f"inspect: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
+            failures.append(f"inspect: {type(err).__name__}: {str(err).splitlines()[0][:200]}; "
+                            f"waited for {caption!r}, the page shows {await shown_words(page)!r}")
         await asyncio.sleep(0.2)  # a user's pause between edits
 
 
@@ -230,7 +248,7 @@ async def annotator(page, until: float, timings: list, failures: list) -> None:
 
 
 async def load(browser, url: str, photo: Path, seconds: float, typists: int = 5) -> dict:
-    pages = [await logged_in(browser, url, ADMIN, ADMIN_PASSWORD) for _ in range(typists)]
+    pages = [await logged_in(browser, url, name, password) for name, password in TYPISTS[:typists]]
     warmup_retries = 0
     for k, page in enumerate(pages):
         await with_photo(page, photo)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import functools
 import html
+import logging
 import math
 import os
+import threading
+from collections import OrderedDict
 
 import gradio as gr
 from PIL import Image
@@ -28,6 +31,8 @@ from capscope.ui.shared import SCORING_EVENTS, scratch_copy
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
                "bundled demo model, which knows coloured shapes on plain backgrounds, not photos. "
                "See `capscope models` for what is missing.")
+
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- row -> display
@@ -175,6 +180,8 @@ def score_caption(models: Models, image, caption: str, references: str, regions:
         return models.score(image, caption, parse_references(references), regions=regions, metrics=metrics,
                             user=user)
     except Exception as err:  # a bad image or caption, a busy server, no model: said on the page, the app stays up
+        if not isinstance(err, (CapscopeError, ValueError)):  # not the input's fault: the log keeps the trace
+            log.exception("Inspect could not score a caption")
         return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": first_line(err)}
 
 
@@ -202,8 +209,8 @@ def words_first(models: Models, image, caption: str, references: str, regions: l
                 user: str | None = None):
     """A keystroke's first answer: the row by the shown metric alone (a fifth of
     the time of every metric) and its shaded words. When the user already has
-    their share of scorings waiting, the words keep their shading: the scoring
-    once typing pauses says why, if it is still so."""
+    their share of scorings waiting, the words keep their shading until the
+    scoring once typing pauses shades them (or says why it could not)."""
     shown = metric if metric in models.available else None
     try:
         models.gate.admissible(user or "")
@@ -339,16 +346,63 @@ def debounced_click(button_id: str, pause_ms: int = TYPING_PAUSE_MS) -> str:
             f"() => document.getElementById('{button_id}')?.click(), {pause_ms}); }}")
 
 
+class LatestShown:
+    """Which of a page's overlapping scorings may still change what it shows.
+
+    A caption column is scored by several events (a keystroke's words, the
+    re-score once typing pauses, an upload's or a button's whole row), which
+    run side by side and can finish out of order: a slow whole-row scoring of
+    an older caption would otherwise overwrite the words of the newer one
+    (the page then shows a caption the box no longer holds). Each scoring
+    takes a ticket as it starts; its answer is shown unless a scoring that
+    started later has already been shown. Kept for the `pages` last used."""
+
+    def __init__(self, pages: int = 4096):
+        self.pages = pages
+        self._lock = threading.Lock()
+        self._tickets: OrderedDict[tuple, list[int]] = OrderedDict()  # (session, side) -> [last started, last shown]
+
+    def start(self, request, side: str) -> int:
+        key = (getattr(request, "session_hash", None), side)
+        with self._lock:
+            entry = self._tickets.setdefault(key, [0, 0])
+            self._tickets.move_to_end(key)
+            entry[0] += 1
+            while len(self._tickets) > self.pages:
+                self._tickets.popitem(last=False)
+            return entry[0]
+
+    def may_show(self, request, side: str, ticket: int) -> bool:
+        """Whether the answer of scoring `ticket` may be shown (it is then the one last shown)."""
+        key = (getattr(request, "session_hash", None), side)
+        if key[0] is None:  # not a page's session (a direct API call): nothing to overwrite
+            return True
+        with self._lock:
+            entry = self._tickets.get(key)
+            if entry is not None and ticket < entry[1]:
+                return False
+            if entry is not None:
+                entry[1] = ticket
+            return True
+
+
+def skipped(n: int) -> tuple:
+    return tuple(gr.skip() for _ in range(n))
+
+
 def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
     model_queue = SCORING_EVENTS  # the scorer's own turns, not Gradio's queue
+    latest = LatestShown()
 
     def make_scorer(side: str):
         other = "b" if side == "a" else "a"
 
         def score_side(image, caption, references, metric, regions, other_row, request: gr.Request):
+            ticket = latest.start(request, side)
             row = score_caption(models, image, caption, references, regions, user=user_of(request))
             pair = (row, other_row) if side == "a" else (other_row, row)
-            return (row, *caption_view(image, row, metric), scores_rows(*pair))
+            shown = (row, *caption_view(image, row, metric), scores_rows(*pair))
+            return shown if latest.may_show(request, side, ticket) else skipped(len(shown))
 
         outputs = [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
                    c[f"phrases_{side}"], c["table"]]
@@ -359,20 +413,23 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         other = "b" if side == "a" else "a"
 
         def rest_side(image, caption, references, metric, regions, other_row, first, request: gr.Request):
+            # the words too: a keystroke refused as busy (or overtaken) left them on an older caption
+            ticket = latest.start(request, side)
             row = score_rest(models, image, caption, references, regions, first, user=user_of(request))
             pair = (row, other_row) if side == "a" else (other_row, row)
-            metric = shown_metric(row, metric)
-            return row, overlay(image, row, metric), summary_markdown(row, metric), phrases_markdown(row), \
-                scores_rows(*pair)
+            shown = (row, *caption_view(image, row, metric), scores_rows(*pair))
+            return shown if latest.may_show(request, side, ticket) else skipped(len(shown))
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"],
                   c[f"row_{other}"], c[f"first_{side}"]]
-        return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"summary_{side}"], c[f"phrases_{side}"],
-                                   c["table"]]
+        return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
+                                   c[f"phrases_{side}"], c["table"]]
 
     def make_words_first(side: str):
         def first_side(image, caption, references, metric, regions, request: gr.Request):
-            return words_first(models, image, caption, references, regions, metric, user=user_of(request))
+            ticket = latest.start(request, side)
+            shown = words_first(models, image, caption, references, regions, metric, user=user_of(request))
+            return shown if latest.may_show(request, side, ticket) else skipped(len(shown))
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
         return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]
@@ -380,8 +437,9 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
     c["image"].change(readable_image, c["image"], c["image_now"], queue=False, api_visibility="private")
     for side in ("a", "b"):
         # A keystroke shades the words by the shown metric alone, outside Gradio's queue (so that it
-        # waits behind no other user's whole re-score); the other metrics, the region overlay and
-        # the table follow once typing pauses (a client-side debounce clicks a hidden button).
+        # waits behind no other user's whole re-score); the other metrics, the region overlay, the
+        # table and the words again follow once typing pauses (a client-side debounce clicks a hidden
+        # button). `latest` keeps an overtaken answer from overwriting a newer one.
         fn, inputs, outputs = make_words_first(side)
         c[f"caption_{side}"].input(fn, inputs, outputs, trigger_mode="always_last", show_progress="hidden",
                                    api_visibility="private", queue=False)

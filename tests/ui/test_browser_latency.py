@@ -22,7 +22,7 @@ def test_keystroke_to_shading_alone_and_under_load(tmp_path):
     assert figures["single"]["n"] == 4 and figures["single"]["median_ms"] > 0
     load = figures["load"]
     assert load["typists"] == 5 and load["keystroke_to_shading"]["n"] >= 5 and load["label_save"]["n"] >= 1
-    assert load["failures"] == []
+    assert load["failures"] == [] and load["warmup_retries"] == 0  # no page was left on an older caption
     # The server's log is reported, not asserted: under load it has, rarely (3 of 11 runs here), logged
     # h11's "Too little data for declared Content-Length" while serving a cached overlay file.
     ours = str(Path(browser_latency.__file__).resolve().parents[2])  # the checkout capscope runs from

@@ -232,6 +232,27 @@ def test_a_keystroke_scores_the_shown_metric_first_and_the_rest_once():
     assert "setTimeout" in ui_inspect.debounced_click("cs-rest-a") and "cs-rest-a" in ui_inspect.debounced_click("cs-rest-a")
 
 
+
+def test_an_overtaken_scoring_does_not_overwrite_a_newer_caption():
+    """Two scorings of one caption column run side by side: the one that started
+    later is shown; the earlier one, finishing after it, is dropped."""
+    from types import SimpleNamespace
+
+    latest = ui_inspect.LatestShown(pages=3)
+    page, other = SimpleNamespace(session_hash="p1"), SimpleNamespace(session_hash="p2")
+    upload = latest.start(page, "a")        # an upload's whole row, of the caption typed so far
+    keystroke = latest.start(page, "a")     # the last key's words, started after it
+    assert latest.start(page, "b") == 1 and latest.start(other, "a") == 1  # columns and pages count apart
+    assert latest.may_show(page, "a", keystroke)
+    assert not latest.may_show(page, "a", upload)  # finished last, but older: dropped
+    rest = latest.start(page, "a")
+    assert latest.may_show(page, "a", rest)
+    assert latest.may_show(SimpleNamespace(session_hash=None), "a", 1)  # an API call has no page to protect
+    latest.start(SimpleNamespace(session_hash="p3"), "a")  # a fourth column: the least recently used is forgotten
+    assert ("p1", "b") not in latest._tickets and len(latest._tickets) == 3
+    assert not latest.may_show(page, "a", upload)
+    assert len(ui_inspect.skipped(3)) == 3
+
 # ---------------------------------------------------------------- annotate (real store)
 
 def test_annotate_clicks_are_saved_and_undone(dataset):
