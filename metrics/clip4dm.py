@@ -152,11 +152,10 @@ class TextRelevance:
         return out
 
     def attribute_chunk(self, images: torch.Tensor, sequences: list[list[int]],
-                        windows: list[bool] | None = None) -> list[Attribution]:
+                        windows: list[bool]) -> list[Attribution]:
         """Each distinct text forward once, each distinct (text, image) row
         backward once: a repeat gets the same floats, as its passes would be the same.
         A text is distinct by its ids and whether it is a window (windows' passes are wider)."""
-        windows = windows or [False] * len(sequences)
         with torch.inference_mode(False):
             images = images.detach().float().cpu().clone()  # not an inference tensor: the graph keeps it
             pairs = [((tuple(s), w), images[i].numpy().tobytes()) for i, (s, w) in enumerate(zip(sequences, windows))]
@@ -176,12 +175,12 @@ class TextRelevance:
 
     # ------------------------------------------------------------ forward, per text
 
-    def text_states(self, sequences: list[list[int]], windows: list[bool] | None = None) -> dict[tuple, "TextStates"]:
+    def text_states(self, sequences: list[list[int]], windows: list[bool]) -> dict[tuple, "TextStates"]:
         """What each text's attribution needs from the frozen forward, by (ids,
         is a window): texts grouped by their length bucket past the shared prefix,
         a fixed number to a pass (the last filled with copies), more for windows."""
         groups: dict[tuple[bool, int, int], list[list[int]]] = {}
-        for seq, window in zip(sequences, windows or [False] * len(sequences)):
+        for seq, window in zip(sequences, windows):
             shared = self._shared(seq)
             bucket = suffix_bucket(len(seq) - shared, self.context - shared)
             groups.setdefault((window, shared, bucket), []).append(seq)

@@ -415,6 +415,11 @@ class ClipBackbone:
         self._texts.clear()
 
 
+def text_backbone(metric) -> ClipBackbone | None:
+    """The CLIP a metric encodes text with (HICE-S wraps its image side around it as `clip`)."""
+    return getattr(metric, "clip", None) or getattr(metric, "backbone", None)
+
+
 def bucket_groups(lengths: list[int], context: int = 77) -> dict[int, list[int]]:
     """Indices by padded length: the first of `TEXT_LENGTHS` (cut to the
     context) that holds each sequence, which depends on that sequence alone.

@@ -89,18 +89,17 @@ class InfoFamilyMetric:
             i, m, k = model_ids(p, self.max_len)
             pieces.append(p[:k]); ids.append(i); masks.append(m); kept.append(k)
         work = sum(k + 2 for k in kept)
-        with few_threads(work, device=self.backbone.device):  # a re-score: one thread is faster
-            flat = self.backbone.encode_pieces([x for i in ids for x in i])
-        tokens = flat.view(len(pairs), self.max_len, -1)
         # one caption a pass on a CPU, not the short texts' token budget: InfoMetIC's
         # re-score went from 66 to 102 ms (p50) when its caption shared a padded pass
         captions = [i[: k + 2] for i, k in zip(ids, kept)]
         rows = pass_rows(TEXT_ROWS, self.backbone.device)
-        if overlap and len(pairs) == 1 and self.backbone.device.type == "cpu":
-            t_g = self._caption_thread().submit(self.backbone.encode_ids, captions, rows=rows)
-        else:
-            with few_threads(work, device=self.backbone.device):
+        with few_threads(work, device=self.backbone.device):  # a re-score: one thread is faster
+            flat = self.backbone.encode_pieces([x for i in ids for x in i])
+            if overlap and len(pairs) == 1 and self.backbone.device.type == "cpu":
+                t_g = self._caption_thread().submit(self.backbone.encode_ids, captions, rows=rows)
+            else:
                 t_g = self.backbone.encode_ids(captions, rows=rows)
+        tokens = flat.view(len(pairs), self.max_len, -1)
         return pieces, t_g, tokens, torch.tensor(masks, dtype=torch.float32)
 
     def _caption_thread(self) -> ThreadPoolExecutor:

@@ -14,7 +14,7 @@ from PIL import Image
 
 from capscope.bench.clip4dm_released import released_clip4dm
 from capscope.metrics.clipscore import CLIP_S_WEIGHT, PROMPT, clip_s
-from capscope.metrics.encoder import crop_region
+from capscope.metrics.encoder import crop_region, text_backbone
 from capscope.metrics.hice import hice_scores, masked_crop
 from capscope.metrics.infometic import HeadConfig, InfoMetIC
 from capscope.metrics.regions import given_regions
@@ -58,11 +58,6 @@ def model_files(workdir: Path, metrics=BENCH_METRICS) -> dict[str, dict]:
         del model
         files["infometic"] = {"infometic_checkpoint": str(infometic_file)}
     return files
-
-
-def text_backbone(metric):
-    """The CLIP a metric encodes text with (HICE-S wraps its image side around it as `clip`)."""
-    return getattr(metric, "clip", None) or metric.backbone
 
 
 def clear_caches(scorer) -> None:

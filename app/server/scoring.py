@@ -53,9 +53,11 @@ def warm_text_towers(scorer) -> None:
     it: ONNX Runtime exports its graph at the first pass (10-15 s, once per
     machine) and builds a session per thread count (about 1 s), paid here while
     the scorer loads rather than by the first keystroke."""
+    from capscope.metrics.encoder import text_backbone  # here: importing the server does not load torch
+
     with few_threads():
         for metric in getattr(scorer, "metrics", {}).values():
-            backbone = getattr(metric, "clip", None) or getattr(metric, "backbone", None)
+            backbone = text_backbone(metric)
             if getattr(backbone, "runtime", None) == "onnx":
                 backbone.encode_texts(["a warm-up."])
 
