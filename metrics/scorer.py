@@ -320,7 +320,9 @@ class Scorer:
             problem = check_caption(caption)
             if problem:
                 raise RowError(problem)
-            prepared.pair.tokens = self._tokens(caption, row.get("tokens"))
+            given = row.get("tokens")
+            if given is not None:  # checked first: a token that does not match is the row's first error
+                prepared.pair.tokens = self._tokens(caption, given)
             prepared.pair.references = _references(row.get("references"))
             if row.get("features") is not None:
                 prepared.features = read_features(_resolve(row["features"], base_dir))
@@ -331,6 +333,8 @@ class Scorer:
                     prepared.regions = self._regions(prepared.image, row.get("regions"))
             elif prepared.features is None:
                 raise RowError("row has neither an image nor a features file")
+            if given is None:  # parsed last, so a row that cannot be scored (a missing image) is never parsed
+                prepared.pair.tokens = self._tokens(caption, None)
         except RowError as err:
             prepared.errors.append(str(err))
         return prepared
