@@ -360,10 +360,15 @@ class LatestShown:
     def __init__(self, pages: int = 4096):
         self.pages = pages
         self._lock = threading.Lock()
-        self._tickets: OrderedDict[tuple, list[int]] = OrderedDict()  # (session, side) -> [last started, last shown]
+        self._tickets: OrderedDict[tuple, list[int]] = OrderedDict()  # (session, user, side) -> [started, shown]
+
+    @staticmethod
+    def _key(request, side: str) -> tuple:
+        # the signed-in user too: a session id is the page's to send, so nobody else's answers can be held back
+        return getattr(request, "session_hash", None), getattr(request, "username", None), side
 
     def start(self, request, side: str) -> int:
-        key = (getattr(request, "session_hash", None), side)
+        key = self._key(request, side)
         with self._lock:
             entry = self._tickets.setdefault(key, [0, 0])
             self._tickets.move_to_end(key)
@@ -374,7 +379,7 @@ class LatestShown:
 
     def may_show(self, request, side: str, ticket: int) -> bool:
         """Whether the answer of scoring `ticket` may be shown (it is then the one last shown)."""
-        key = (getattr(request, "session_hash", None), side)
+        key = self._key(request, side)
         if key[0] is None:  # not a page's session (a direct API call): nothing to overwrite
             return True
         with self._lock:

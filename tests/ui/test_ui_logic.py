@@ -238,20 +238,23 @@ def test_an_overtaken_scoring_does_not_overwrite_a_newer_caption():
     later is shown; the earlier one, finishing after it, is dropped."""
     from types import SimpleNamespace
 
-    latest = ui_inspect.LatestShown(pages=3)
-    page, other = SimpleNamespace(session_hash="p1"), SimpleNamespace(session_hash="p2")
+    latest = ui_inspect.LatestShown(pages=4)
+    page, other = SimpleNamespace(session_hash="p1", username="ann"), SimpleNamespace(session_hash="p2", username="ann")
     upload = latest.start(page, "a")        # an upload's whole row, of the caption typed so far
     keystroke = latest.start(page, "a")     # the last key's words, started after it
     assert latest.start(page, "b") == 1 and latest.start(other, "a") == 1  # columns and pages count apart
+    assert latest.start(SimpleNamespace(session_hash="p1", username="eve"), "a") == 1  # eve sending ann's session
+    # id counts apart, so she cannot hold ann's answers back
     assert latest.may_show(page, "a", keystroke)
     assert not latest.may_show(page, "a", upload)  # finished last, but older: dropped
     rest = latest.start(page, "a")
     assert latest.may_show(page, "a", rest)
     assert latest.may_show(SimpleNamespace(session_hash=None), "a", 1)  # an API call has no page to protect
-    latest.start(SimpleNamespace(session_hash="p3"), "a")  # a fourth column: the least recently used is forgotten
-    assert ("p1", "b") not in latest._tickets and len(latest._tickets) == 3
+    latest.start(SimpleNamespace(session_hash="p3"), "a")  # a fifth column: the least recently used goes
+    assert ("p1", "ann", "b") not in latest._tickets and len(latest._tickets) == 4
     assert not latest.may_show(page, "a", upload)
     assert len(ui_inspect.skipped(3)) == 3
+
 
 # ---------------------------------------------------------------- annotate (real store)
 
