@@ -354,13 +354,16 @@ class LatestShown:
     run side by side and can finish out of order: a slow whole-row scoring of
     an older caption would otherwise overwrite the words of the newer one
     (the page then shows a caption the box no longer holds). Each scoring
-    takes a ticket as it starts; its answer is shown unless a scoring that
-    started later has already been shown. Kept for the `pages` last used."""
+    takes a ticket as it starts; its answer is dropped when a scoring that
+    started later, of another caption, has already been shown (one of the
+    same caption agrees with it, and a whole row adds to a keystroke's words).
+    Kept for the `pages` last used."""
 
     def __init__(self, pages: int = 4096):
         self.pages = pages
         self._lock = threading.Lock()
-        self._tickets: OrderedDict[tuple, list[int]] = OrderedDict()  # (session, user, side) -> [started, shown]
+        # (session, user, side) -> [last started, last shown, the caption last shown]
+        self._tickets: OrderedDict[tuple, list] = OrderedDict()
 
     @staticmethod
     def _key(request, side: str) -> tuple:
@@ -370,24 +373,26 @@ class LatestShown:
     def start(self, request, side: str) -> int:
         key = self._key(request, side)
         with self._lock:
-            entry = self._tickets.setdefault(key, [0, 0])
+            entry = self._tickets.setdefault(key, [0, 0, None])
             self._tickets.move_to_end(key)
             entry[0] += 1
             while len(self._tickets) > self.pages:
                 self._tickets.popitem(last=False)
             return entry[0]
 
-    def may_show(self, request, side: str, ticket: int) -> bool:
-        """Whether the answer of scoring `ticket` may be shown (it is then the one last shown)."""
+    def may_show(self, request, side: str, ticket: int, caption: str | None) -> bool:
+        """Whether the answer of scoring `ticket`, for `caption`, may be shown."""
         key = self._key(request, side)
         if key[0] is None:  # not a page's session (a direct API call): nothing to overwrite
             return True
         with self._lock:
             entry = self._tickets.get(key)
-            if entry is not None and ticket < entry[1]:
+            if entry is None:
+                return True
+            if ticket < entry[1] and caption != entry[2]:
                 return False
-            if entry is not None:
-                entry[1] = ticket
+            if ticket > entry[1]:
+                entry[1], entry[2] = ticket, caption
             return True
 
 
@@ -407,7 +412,7 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
             row = score_caption(models, image, caption, references, regions, user=user_of(request))
             pair = (row, other_row) if side == "a" else (other_row, row)
             shown = (row, *caption_view(image, row, metric), scores_rows(*pair))
-            return shown if latest.may_show(request, side, ticket) else skipped(len(shown))
+            return shown if latest.may_show(request, side, ticket, caption) else skipped(len(shown))
 
         outputs = [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
                    c[f"phrases_{side}"], c["table"]]
@@ -423,7 +428,7 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
             row = score_rest(models, image, caption, references, regions, first, user=user_of(request))
             pair = (row, other_row) if side == "a" else (other_row, row)
             shown = (row, *caption_view(image, row, metric), scores_rows(*pair))
-            return shown if latest.may_show(request, side, ticket) else skipped(len(shown))
+            return shown if latest.may_show(request, side, ticket, caption) else skipped(len(shown))
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"],
                   c[f"row_{other}"], c[f"first_{side}"]]
@@ -434,7 +439,7 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         def first_side(image, caption, references, metric, regions, request: gr.Request):
             ticket = latest.start(request, side)
             shown = words_first(models, image, caption, references, regions, metric, user=user_of(request))
-            return shown if latest.may_show(request, side, ticket) else skipped(len(shown))
+            return shown if latest.may_show(request, side, ticket, caption) else skipped(len(shown))
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
         return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]

@@ -234,25 +234,27 @@ def test_a_keystroke_scores_the_shown_metric_first_and_the_rest_once():
 
 
 def test_an_overtaken_scoring_does_not_overwrite_a_newer_caption():
-    """Two scorings of one caption column run side by side: the one that started
-    later is shown; the earlier one, finishing after it, is dropped."""
+    """Scorings of one caption column run side by side: an answer is dropped when
+    one that started later, of another caption, was shown first; one of the same
+    caption is kept (a pause's whole row after the last key's words)."""
     from types import SimpleNamespace
 
     latest = ui_inspect.LatestShown(pages=4)
     page, other = SimpleNamespace(session_hash="p1", username="ann"), SimpleNamespace(session_hash="p2", username="ann")
-    upload = latest.start(page, "a")        # an upload's whole row, of the caption typed so far
-    keystroke = latest.start(page, "a")     # the last key's words, started after it
+    upload = latest.start(page, "a")        # an upload's whole row, of the caption typed so far ("a re")
+    rest = latest.start(page, "a")          # the pause's whole row of "a red"
+    keystroke = latest.start(page, "a")     # the last key's words ("a red"), started after it
     assert latest.start(page, "b") == 1 and latest.start(other, "a") == 1  # columns and pages count apart
     assert latest.start(SimpleNamespace(session_hash="p1", username="eve"), "a") == 1  # eve sending ann's session
     # id counts apart, so she cannot hold ann's answers back
-    assert latest.may_show(page, "a", keystroke)
-    assert not latest.may_show(page, "a", upload)  # finished last, but older: dropped
-    rest = latest.start(page, "a")
-    assert latest.may_show(page, "a", rest)
-    assert latest.may_show(SimpleNamespace(session_hash=None), "a", 1)  # an API call has no page to protect
+    assert latest.may_show(page, "a", keystroke, "a red")
+    assert not latest.may_show(page, "a", upload, "a re")  # finished last, older, of another caption: dropped
+    assert latest.may_show(page, "a", rest, "a red")  # older but of the caption shown: its whole row is kept
+    assert latest.may_show(page, "a", latest.start(page, "a"), "a red square")
+    assert not latest.may_show(page, "a", keystroke, "a red")  # now another caption is shown
+    assert latest.may_show(SimpleNamespace(session_hash=None), "a", 1, "x")  # an API call has no page to protect
     latest.start(SimpleNamespace(session_hash="p3"), "a")  # a fifth column: the least recently used goes
     assert ("p1", "ann", "b") not in latest._tickets and len(latest._tickets) == 4
-    assert not latest.may_show(page, "a", upload)
     assert len(ui_inspect.skipped(3)) == 3
 
 
