@@ -95,11 +95,11 @@ class Server:
         cli = [sys.executable, "-m", "capscope.cli"]
         users = [(ADMIN, ADMIN_PASSWORD, "admin"), (ANNOTATOR, ANNOTATOR_PASSWORD, "annotator"),
                  *((name, password, "annotator") for name, password in TYPISTS)]
-        subprocess.run([*cli, "users", "add", *users[0][:1], "--password", users[0][1], "--role", "admin",
-                        "--db", self.db], env=self.env, check=True, capture_output=True)  # creates the database
-        adding = [subprocess.Popen([*cli, "users", "add", name, "--password", password, "--role", role,
-                                    "--db", self.db], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                  for name, password, role in users[1:]]
+        add = [[*cli, "users", "add", name, "--password", password, "--role", role, "--db", self.db]
+               for name, password, role in users]
+        subprocess.run(add[0], env=self.env, check=True, capture_output=True)  # the first creates the database
+        adding = [subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                  for argv in add[1:]]  # the others at once
         for process in adding:
             if process.wait() != 0:
                 raise RuntimeError(f"capscope users add failed: {process.stderr.read().decode()[-500:]}")

@@ -16,6 +16,7 @@ import math
 import os
 import threading
 from collections import OrderedDict
+from typing import Callable
 
 import gradio as gr
 from PIL import Image
@@ -395,9 +396,11 @@ class LatestShown:
                 entry[1], entry[2] = ticket, caption
             return True
 
-
-def skipped(n: int) -> tuple:
-    return tuple(gr.skip() for _ in range(n))
+    def answer(self, request, side: str, caption: str | None, compute: Callable[[], tuple]) -> tuple:
+        """`compute()`'s outputs, or a skip of each when they were overtaken meanwhile."""
+        ticket = self.start(request, side)
+        shown = compute()
+        return shown if self.may_show(request, side, ticket, caption) else tuple(gr.skip() for _ in shown)
 
 
 def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
@@ -408,11 +411,12 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         other = "b" if side == "a" else "a"
 
         def score_side(image, caption, references, metric, regions, other_row, request: gr.Request):
-            ticket = latest.start(request, side)
-            row = score_caption(models, image, caption, references, regions, user=user_of(request))
-            pair = (row, other_row) if side == "a" else (other_row, row)
-            shown = (row, *caption_view(image, row, metric), scores_rows(*pair))
-            return shown if latest.may_show(request, side, ticket, caption) else skipped(len(shown))
+            def shown():
+                row = score_caption(models, image, caption, references, regions, user=user_of(request))
+                pair = (row, other_row) if side == "a" else (other_row, row)
+                return row, *caption_view(image, row, metric), scores_rows(*pair)
+
+            return latest.answer(request, side, caption, shown)
 
         outputs = [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
                    c[f"phrases_{side}"], c["table"]]
@@ -423,12 +427,12 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         other = "b" if side == "a" else "a"
 
         def rest_side(image, caption, references, metric, regions, other_row, first, request: gr.Request):
-            # the words too: a keystroke refused as busy (or overtaken) left them on an older caption
-            ticket = latest.start(request, side)
-            row = score_rest(models, image, caption, references, regions, first, user=user_of(request))
-            pair = (row, other_row) if side == "a" else (other_row, row)
-            shown = (row, *caption_view(image, row, metric), scores_rows(*pair))
-            return shown if latest.may_show(request, side, ticket, caption) else skipped(len(shown))
+            def shown():  # the words too: a keystroke refused as busy (or overtaken) left them on an older caption
+                row = score_rest(models, image, caption, references, regions, first, user=user_of(request))
+                pair = (row, other_row) if side == "a" else (other_row, row)
+                return row, *caption_view(image, row, metric), scores_rows(*pair)
+
+            return latest.answer(request, side, caption, shown)
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"],
                   c[f"row_{other}"], c[f"first_{side}"]]
@@ -437,9 +441,8 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
 
     def make_words_first(side: str):
         def first_side(image, caption, references, metric, regions, request: gr.Request):
-            ticket = latest.start(request, side)
-            shown = words_first(models, image, caption, references, regions, metric, user=user_of(request))
-            return shown if latest.may_show(request, side, ticket, caption) else skipped(len(shown))
+            return latest.answer(request, side, caption, lambda: words_first(
+                models, image, caption, references, regions, metric, user=user_of(request)))
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
         return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]

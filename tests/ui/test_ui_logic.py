@@ -255,7 +255,13 @@ def test_an_overtaken_scoring_does_not_overwrite_a_newer_caption():
     assert latest.may_show(SimpleNamespace(session_hash=None), "a", 1, "x")  # an API call has no page to protect
     latest.start(SimpleNamespace(session_hash="p3"), "a")  # a fifth column: the least recently used goes
     assert ("p1", "ann", "b") not in latest._tickets and len(latest._tickets) == 4
-    assert len(ui_inspect.skipped(3)) == 3
+    assert latest.answer(page, "a", "a red", lambda: (1, 2)) == (1, 2)  # nothing newer shown meanwhile
+
+    def overtaken_meanwhile():  # a scoring of a newer caption starts and is shown while this one runs
+        assert latest.may_show(page, "a", latest.start(page, "a"), "a red circle")
+        return 1, 2
+
+    assert latest.answer(page, "a", "a red", overtaken_meanwhile) == (gr.skip(), gr.skip())
 
 
 # ---------------------------------------------------------------- annotate (real store)
