@@ -25,6 +25,7 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -132,6 +133,48 @@ def image_key(image: Image.Image) -> str:
 
 def regions_key(regions: list[Region]) -> str:
     return hashlib.blake2b(repr([r.box for r in regions]).encode(), digest_size=8).hexdigest()
+
+
+def encode_cached(cache: LRUCache, key_of, encode, images: list[Image.Image], regions: list[list[Region]],
+                  ahead: Iterable[tuple[Image.Image, list[Region]]], rows: int) -> list[ImageFeatures]:
+    """`encode(images, regions)` for the pairs `cache` lacks (each distinct key
+    once), an image and its regions taking 1 + len(regions) rows of passes
+    `rows` wide. Where the last pass would be filled up with copies, pairs of
+    `ahead` not yet cached that fit take the spare rows and go into the cache:
+    a pass's rows never change each other's features (module docstring), so
+    this changes no number and saves the passes those pairs would cost later."""
+    keys = [key_of(image, rs) for image, rs in zip(images, regions)]
+
+    def compute(todo: list[int]) -> list[ImageFeatures]:
+        todo_images, todo_regions = [images[i] for i in todo], [regions[i] for i in todo]
+        fill = spare_fill(sum(1 + len(rs) for rs in todo_regions), rows, ahead, key_of, cache, set(keys))
+        feats = encode(todo_images + [image for _, image, _ in fill], todo_regions + [rs for _, _, rs in fill])
+        for (key, _, _), features in zip(fill, feats[len(todo) :]):
+            cache[key] = features
+        return feats[: len(todo)]
+
+    return cache.get_many(keys, compute)
+
+
+def spare_fill(used: int, rows: int, ahead: Iterable[tuple[Image.Image, list[Region]]], key_of, cache: LRUCache,
+               taken: set) -> list[tuple[str, Image.Image, list[Region]]]:
+    """(key, image, regions) of `ahead`, in order, that fit in the spare rows of
+    the last `rows`-wide pass after `used` rows, skipping what `cache` or
+    `taken` holds; `ahead` is read only while rows are spare."""
+    spare, out = -used % rows, []
+    if not used or not spare:
+        return out
+    for image, rs in ahead:
+        if 1 + len(rs) > spare:
+            continue
+        key = key_of(image, rs)
+        if key not in cache and key not in taken:
+            taken.add(key)
+            out.append((key, image, rs))
+            spare -= 1 + len(rs)
+            if not spare:
+                break
+    return out
 
 
 class ClipBackbone:
@@ -376,33 +419,24 @@ class ClipBackbone:
                 out.append(self.model.encode_image(batch).float().cpu()[:n])
         return torch.cat(out) if out else torch.zeros(0, self.dim)
 
-    def image_features(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
+    def image_features(self, images: list[Image.Image], regions: list[list[Region]],
+                       ahead: Iterable[tuple[Image.Image, list[Region]]] = ()) -> list[ImageFeatures]:
         """Global and region-crop features of many images; crops of all
-        images go through CLIP together. Cached per (image, regions)."""
-        keys = [f"{image_key(im)}:{regions_key(rs)}:{self.crop}" for im, rs in zip(images, regions)]
-        return self._images.get_many(keys, lambda todo: self._encode_new(images, regions, todo))
+        images go through CLIP together. Cached per (image, regions). The last
+        pass's spare rows take images of `ahead` (rows scored next), cached for
+        when they come, where copies would fill them."""
+        key = lambda image, rs: f"{image_key(image)}:{regions_key(rs)}:{self.crop}"  # noqa: E731
+        return encode_cached(self._images, key, self._encode, images, regions, ahead,
+                             pass_rows(IMAGE_ROWS, self.device))
 
-    def _encode_new(self, images: list[Image.Image], regions: list[list[Region]], todo: list[int]) -> list[ImageFeatures]:
-        crops, owners = [], []
-        for i in todo:
-            crops.append(images[i])
-            owners.append((i, None))
-            for j, region in enumerate(regions[i]):
-                crops.append(crop_region(images[i], region, self.crop))
-                owners.append((i, j))
-        feats = self.encode_images(crops)
-        by_image: dict[int, list] = {i: [None, []] for i in todo}
-        for (i, j), feat in zip(owners, feats):
-            if j is None:
-                by_image[i][0] = feat
-            else:
-                by_image[i][1].append(feat)
-        out = []
-        for i in todo:
-            glob, region_feats = by_image[i]
-            stacked = torch.stack(region_feats) if region_feats else torch.zeros(0, self.dim)
-            out.append(ImageFeatures(images[i].size, regions[i], glob, stacked))
-        return out
+    def _encode(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
+        crops, counts = [], []
+        for image, rs in zip(images, regions):
+            crops.append(image)
+            crops.extend(crop_region(image, region, self.crop) for region in rs)
+            counts.append(1 + len(rs))
+        feats = torch.split(self.encode_images(crops), counts)
+        return [ImageFeatures(image.size, rs, f[0], f[1:].clone()) for image, rs, f in zip(images, regions, feats)]
 
     def clear_caches(self) -> None:
         """Forget every cached image, text and piece feature (benchmarks, one-off encodings)."""

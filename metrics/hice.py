@@ -40,6 +40,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -47,8 +48,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from .encoder import (
-    ClipBackbone, CropStyle, ImageFeatures, border_colour, grown_box, image_key, paste_centred,
-    regions_key, shrink_to,
+    IMAGE_ROWS, ClipBackbone, CropStyle, ImageFeatures, border_colour, encode_cached, grown_box, image_key,
+    paste_centred, pass_rows, regions_key, shrink_to,
 )
 from .loading import ModelUnavailable, load_state_file
 from capscope.common.lru import LRUCache
@@ -212,20 +213,25 @@ class HiceImageEncoder:
     def __getattr__(self, name):
         return getattr(self._backbone, name)
 
-    def image_features(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
-        keys = [f"{image_key(im)}:{regions_key(rs)}:{_masks_key(rs)}" for im, rs in zip(images, regions)]
-        return self._cache.get_many(keys, lambda todo: self._encode_new(images, regions, todo))
-
-    def _encode_new(self, images, regions, todo: list[int]) -> list[ImageFeatures]:
-        encode = self._alpha_features if self.alpha is not None else self._masked_features
-        encoded = encode([images[i] for i in todo], [regions[i] for i in todo])
-        return [ImageFeatures(images[i].size, regions[i], glob, feats, {"region_features": self.mode})
-                for i, (glob, feats) in zip(todo, encoded)]
+    def image_features(self, images: list[Image.Image], regions: list[list[Region]],
+                       ahead: Iterable[tuple[Image.Image, list[Region]]] = ()) -> list[ImageFeatures]:
+        """As `ClipBackbone.image_features`, with HICE-S's region features;
+        Alpha-CLIP's passes are its own, so `ahead` fills masked-crop passes only."""
+        key = lambda image, rs: f"{image_key(image)}:{regions_key(rs)}:{_masks_key(rs)}"  # noqa: E731
+        if self.alpha is not None:
+            return encode_cached(self._cache, key, self._alpha_features, images, regions, (), 1)
+        return encode_cached(self._cache, key, self._masked_features, images, regions, ahead,
+                             pass_rows(IMAGE_ROWS, self._backbone.device))
 
     def clear_caches(self) -> None:
         """Forget the cached region features here and the backbone's caches."""
         self._cache.clear()
         self._backbone.clear_caches()
+
+    def _features(self, images, regions, feats: torch.Tensor, counts: list[int]) -> list[ImageFeatures]:
+        """One ImageFeatures per image from a stack of its global and region rows."""
+        return [ImageFeatures(image.size, rs, f[0], f[1:], {"region_features": self.mode})
+                for image, rs, f in zip(images, regions, torch.split(feats, counts))]
 
     def _masked_features(self, images, regions):
         inputs, counts = [], []
@@ -233,7 +239,7 @@ class HiceImageEncoder:
             inputs.append(image)
             inputs.extend(masked_crop(image, r, self._backbone.crop) for r in rs)
             counts.append(len(rs) + 1)
-        return _split(self._backbone.encode_images(inputs), counts)
+        return self._features(images, regions, self._backbone.encode_images(inputs), counts)
 
     def _alpha_features(self, images, regions):
         pixels, alphas, counts = [], [], []
@@ -252,7 +258,7 @@ class HiceImageEncoder:
                 batch = torch.stack(pixels[start : start + 32]).to(device)
                 alpha = torch.stack(alphas[start : start + 32]).to(device)
                 out.append(self.alpha(batch, alpha).float().cpu())
-        return _split(torch.cat(out), counts)
+        return self._features(images, regions, torch.cat(out), counts)
 
 
 def _alpha_input(mask: np.ndarray, side: int) -> torch.Tensor:
@@ -266,14 +272,6 @@ def _alpha_input(mask: np.ndarray, side: int) -> torch.Tensor:
     top, left = (size[0] - side) // 2, (size[1] - side) // 2
     tensor = tensor[:, top : top + side, left : left + side]
     return (tensor - ALPHA_MEAN) / ALPHA_STD
-
-
-def _split(feats: torch.Tensor, counts: list[int]):
-    """(global, regions) per image from one stacked tensor."""
-    start = 0
-    for n in counts:
-        yield feats[start], feats[start + 1 : start + n]
-        start += n
 
 
 def _masks_key(regions: list[Region]) -> str:

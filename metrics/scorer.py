@@ -231,7 +231,8 @@ class Scorer:
             raise RowError(row["error"])
         return row
 
-    def score_batch(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None) -> list[dict]:
+    def score_batch(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None,
+                    ahead: list[dict] | None = None) -> list[dict]:
         """Scores many pairs, one output row per input row, in order.
 
         Args:
@@ -241,6 +242,10 @@ class Scorer:
             base_dir: the folder relative image and features paths are read
                 from (default: the working directory).
             only: score with these of the loaded metrics only (default: all).
+            ahead: the rows a pipeline scores next, if it knows them: where an
+                image pass would be filled up with copies, their images take
+                the spare rows and are cached for their turn. No number
+                changes; a row of them that cannot be read is left for its turn.
 
         Returns:
             The output rows as JSON-ready dicts (docs/formats.md §2.2). A row
@@ -251,15 +256,17 @@ class Scorer:
             ModelUnavailable: a region proposer's weights, loaded at its first
                 use, cannot be had.
         """
-        return [row.to_dict() for row in self.results(rows, base_dir, only)]
+        return [row.to_dict() for row in self.results(rows, base_dir, only, ahead)]
 
-    def results(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None) -> list[ScoreRow]:
+    def results(self, rows: list[dict], base_dir: Path | None = None, only: list[str] | None = None,
+                ahead: list[dict] | None = None) -> list[ScoreRow]:
         """`score_batch`, typed: the same rows as `ScoreRow` objects.
 
         Args:
             rows: input rows, as for `score_batch`.
             base_dir: the folder relative paths are read from.
             only: score with these of the loaded metrics only (default: all).
+            ahead: the rows scored next, as for `score_batch`.
 
         Returns:
             One `result.ScoreRow` per input row, in order; `to_dict()` gives
@@ -271,6 +278,7 @@ class Scorer:
         """
         prepared = [self._prepare(i, row, base_dir) for i, row in enumerate(rows)]
         ready = [p for p in prepared if not p.errors]
+        upcoming = Upcoming(ahead or [], lambda row: self._upcoming_image(row, base_dir))
         results: dict[int, dict[str, MetricResult]] = {p.index: {} for p in prepared}
         for name, metric in self.metrics.items():
             if only is not None and name not in only:
@@ -283,7 +291,7 @@ class Scorer:
             usable = [p for p in usable if not (needs.image and self._dim_mismatch(p, metric))]
             if not usable:
                 continue
-            images = self._image_features(metric, needs, usable) if needs.image else [None] * len(usable)
+            images = self._image_features(metric, needs, usable, upcoming) if needs.image else [None] * len(usable)
             global_only = self.specs[name].kind == "global"
             outs = windows.compute(metric, [p.pair for p in usable], images, self.long_captions, global_only)
             for p, out in zip(usable, outs):
@@ -298,13 +306,14 @@ class Scorer:
             return True
         return False
 
-    def _image_features(self, metric, needs: Needs, prepared: list[_Prepared]) -> list[ImageFeatures]:
+    def _image_features(self, metric, needs: Needs, prepared: list[_Prepared], upcoming: Upcoming) -> list[ImageFeatures]:
         out: list[ImageFeatures | None] = [None] * len(prepared)
         pixels = [i for i, p in enumerate(prepared) if p.features is None or needs.pixels]
         if pixels:
             images = [prepared[i].image for i in pixels]
             regions = [prepared[i].regions if needs.regions else [] for i in pixels]
-            for i, features in zip(pixels, metric.backbone.image_features(images, regions)):
+            ahead = ((image, rs if needs.regions else []) for image, rs in upcoming)
+            for i, features in zip(pixels, metric.backbone.image_features(images, regions, ahead)):
                 out[i] = features
         for i, p in enumerate(prepared):
             if out[i] is None:
@@ -312,6 +321,17 @@ class Scorer:
         return out
 
     # ------------------------------------------------------------ input rows
+
+    def _upcoming_image(self, row: dict, base_dir: Path | None) -> tuple[Image.Image, list[Region]] | None:
+        """A row of `ahead`'s image and regions, or None where it has none to
+        encode (a features file, no image) or they cannot be had: its own turn says why."""
+        if not isinstance(row, dict) or row.get("image") is None or row.get("features") is not None:
+            return None
+        try:
+            image, _ = row_image(row["image"], base_dir)
+            return image, self._regions(image, row.get("regions"))
+        except RowError:
+            return None
 
     def _prepare(self, index: int, row: dict, base_dir: Path | None) -> _Prepared:
         caption = row.get("caption")
@@ -411,6 +431,21 @@ class Scorer:
 
 
 # ---------------------------------------------------------------- helpers
+
+class Upcoming:
+    """The (image, regions) of the rows scored next, each row read once, and
+    only when a pass has spare rows for it (`encoder.encode_cached`)."""
+
+    def __init__(self, rows: list[dict], read):
+        self._rows, self._read, self._done = rows, read, []
+
+    def __iter__(self):
+        for i, row in enumerate(self._rows):
+            if i == len(self._done):
+                self._done.append(self._read(row))
+            if self._done[i] is not None:
+                yield self._done[i]
+
 
 def row_regions(given, size: tuple[int, int]) -> list[Region]:
     """A row's own regions, checked against the image size; RowError says what is wrong."""

@@ -45,8 +45,13 @@ def engine_results(task, items: Iterable, batch_size: int, cluster) -> Iterator:
 
 
 def local_results(work, items: Iterable, batch_size: int) -> Iterator:
-    for batch in batched(items, batch_size):
-        yield from work(batch)
+    """`work(batch, ahead)` for each batch in turn, `ahead` the batch after it (read one batch early)."""
+    batches = batched(items, batch_size)
+    batch = next(batches, None)
+    while batch is not None:
+        ahead = next(batches, None)
+        yield from work(batch, ahead or ())
+        batch = ahead
 
 
 def fetch_url(url: str, limit: int) -> bytes:
@@ -131,17 +136,21 @@ class ScoreTask:
 
     def worker(self) -> Callable[[list], list[dict]]:
         scorer = build_scorer(self.options)
-        return lambda items: score_items(scorer, self.base_dir, items)
+        return lambda items, ahead=(): score_items(scorer, self.base_dir, items, ahead)
 
 
-def score_items(scorer, base_dir: Path, items: list) -> list[dict]:
+def score_items(scorer, base_dir: Path, items: list, ahead=()) -> list[dict]:
     """Output rows for one batch, in order. A line that is no row is an error
     row here; a URL that cannot be fetched fails its pair as a missing file does
-    (the scorer still gives tokens and the model block)."""
+    (the scorer still gives tokens and the model block). `ahead`, the items
+    scored next, may fill the batch's spare image rows (`Scorer.score_batch`);
+    rows with a URL are left for their turn (fetched once, then)."""
     with Scratch() as scratch:
         prepared = [prepare_item(item, scratch) for item in items]
         ready = [sent for sent, _, _ in prepared if sent is not None]
-        scored = iter(scorer.score_batch(ready, base_dir=base_dir) if ready else ())
+        upcoming = [row for _, row, err in ahead if err is None and isinstance(row, dict)
+                    and not is_url(row.get("image")) and not is_url(row.get("features"))]
+        scored = iter(scorer.score_batch(ready, base_dir=base_dir, ahead=upcoming) if ready else ())
         out = []
         for (_, row, _), (sent, line_error, fetch_error) in zip(items, prepared):
             result = next(scored) if sent is not None else error_row(row, line_error)
@@ -186,7 +195,7 @@ class FeatureTask:
         scorer = build_scorer(self.options)
         backbone = next(iter(scorer.metrics.values())).backbone
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        return lambda items: [self.one(scorer, backbone, item) for item in items]
+        return lambda items, ahead=(): [self.one(scorer, backbone, item) for item in items]
 
     def one(self, scorer, backbone, item) -> dict:
         from capscope.metrics.scorer import RowError

@@ -50,18 +50,21 @@ class SlowingScorer:
     metrics: dict = {}
 
     def __init__(self, seconds: list[float], batches_per_run: int):
-        self.seconds, self.batches_per_run, self.calls = seconds, batches_per_run, 0
+        self.seconds, self.batches_per_run, self.calls, self.aheads = seconds, batches_per_run, 0, []
 
-    def score_batch(self, pairs):
+    def score_batch(self, pairs, ahead=None):
         time.sleep(self.seconds[self.calls // self.batches_per_run] / self.batches_per_run)
         self.calls += 1
+        self.aheads.append(ahead)
         return [{"error": None} for _ in pairs]
 
 
 def test_pairs_per_second_is_the_best_of_its_repeats():
     scorer = SlowingScorer([0.30, 0.10, 0.20], batches_per_run=2)
-    rate = speed.pairs_per_second(scorer, [{}] * 4, batch_size=2, repeats=3)
+    pairs = [{"id": str(i)} for i in range(4)]
+    rate = speed.pairs_per_second(scorer, pairs, batch_size=2, repeats=3)
     assert scorer.calls == 6
+    assert scorer.aheads == [pairs[2:], []] * 3  # each batch sees the next, as capscope score's do
     assert 4 / 0.10 * 0.8 < rate <= 4 / 0.10  # the 0.10 s run, not the mean (20 pairs/s)
 
 

@@ -1,7 +1,8 @@
 """The same pair gets the same numbers whatever it is batched with: every
 metric scores each pair alone, then inside batches of other sizes, other
-neighbours and other positions (cold caches each time), to 1e-6 on the
-global scores, the token scores and the region scores; long captions too."""
+neighbours and other positions, and with the next batch as look-ahead (its
+images in a pass's spare rows), cold caches each time, to 1e-6 on the global
+scores, the token scores and the region scores; long captions too."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from capscope.bench.speed import make_long_pairs, make_pairs, make_shared_pairs, model_files
+from capscope.metrics import encoder
 from capscope.metrics.scorer import Scorer
 
 TOLERANCE = 1e-6
@@ -32,26 +34,37 @@ def numbers(result: dict) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-def scored(scorer, pairs: list[dict], batch_size: int) -> dict[str, dict]:
+def scored(scorer, pairs: list[dict], batch_size: int, look_ahead: bool = False) -> dict[str, dict]:
     for metric in scorer.metrics.values():
         metric.backbone.clear_caches()
     rows = {}
     for start in range(0, len(pairs), batch_size):
-        for row in scorer.score_batch(pairs[start : start + batch_size]):
+        ahead = pairs[start + batch_size : start + 2 * batch_size] if look_ahead else None
+        for row in scorer.score_batch(pairs[start : start + batch_size], ahead=ahead):
             assert row["error"] is None, row["error"]
             rows[row["id"]] = row
     return rows
 
 
 @pytest.mark.slow
-def test_every_metric_gives_a_pair_the_same_numbers_in_any_batch(scorer):
+def test_every_metric_gives_a_pair_the_same_numbers_in_any_batch(scorer, monkeypatch):
+    filled = []  # images of the look-ahead that took a pass's spare rows
+    spare_fill = encoder.spare_fill
+
+    def counted_fill(*args):
+        chosen = spare_fill(*args)
+        filled.extend(chosen)
+        return chosen
+
+    monkeypatch.setattr(encoder, "spare_fill", counted_fill)
     # and two long captions, read in windows (InfoMetIC's go through its head 8 to a pass on a CPU)
     pairs = make_pairs(3, seed=11) + make_shared_pairs(2, captions_per_image=2, seed=12) + make_long_pairs(2, 70, seed=13)
     for i, pair in enumerate(pairs):
         pair["id"] = f"p{i}"
     alone = scored(scorer, pairs, 1)
-    for order, size in ((pairs[::-1], 2), (pairs[2:] + pairs[:2], len(pairs))):
-        together = scored(scorer, order, size)
+    for order, size, look_ahead in ((pairs[::-1], 2, False), (pairs[2:] + pairs[:2], len(pairs), False),
+                                    (pairs, 3, True)):
+        together = scored(scorer, order, size, look_ahead)
         for pair_id, row in alone.items():
             for metric, result in row["metrics"].items():
                 other = together[pair_id]["metrics"][metric]
@@ -61,3 +74,4 @@ def test_every_metric_gives_a_pair_the_same_numbers_in_any_batch(scorer):
                 assert gap <= TOLERANCE, (metric, pair_id, size, gap)
                 assert result["token_correct"] == other["token_correct"]
                 assert result["region_mentioned"] == other["region_mentioned"]
+    assert filled, "no look-ahead image took a spare row: the look-ahead configuration tested nothing"
