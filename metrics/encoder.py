@@ -136,14 +136,18 @@ def regions_key(regions: list[Region]) -> str:
 
 
 def encode_cached(cache: LRUCache, key_of, encode, images: list[Image.Image], regions: list[list[Region]],
-                  ahead: Iterable[tuple[Image.Image, list[Region]]], rows: int) -> list[ImageFeatures]:
+                  ahead: Iterable[tuple[Image.Image, list[Region]]], rows: int,
+                  hashes: list[str] | None = None) -> list[ImageFeatures]:
     """`encode(images, regions)` for the pairs `cache` lacks (each distinct key
     once), an image and its regions taking 1 + len(regions) rows of passes
-    `rows` wide. Where the last pass would be filled up with copies, pairs of
-    `ahead` not yet cached that fit take the spare rows and go into the cache:
-    a pass's rows never change each other's features (module docstring), so
-    this changes no number and saves the passes those pairs would cost later."""
-    keys = [key_of(image, rs) for image, rs in zip(images, regions)]
+    `rows` wide; `key_of(image_key, regions)` names a pair in `cache`, and
+    `hashes` are the images' `image_key`s where the caller has them. Where the
+    last pass would be filled up with copies, pairs of `ahead` not yet cached
+    that fit take the spare rows and go into the cache: a pass's rows never
+    change each other's features (module docstring), so this changes no number
+    and saves the passes those pairs would cost later."""
+    hashes = hashes if hashes is not None else [image_key(image) for image in images]
+    keys = [key_of(h, rs) for h, rs in zip(hashes, regions)]
 
     def compute(todo: list[int]) -> list[ImageFeatures]:
         todo_images, todo_regions = [images[i] for i in todo], [regions[i] for i in todo]
@@ -160,10 +164,21 @@ def spare_fill(used: int, rows: int, ahead: Iterable[tuple[Image.Image, list[Reg
                taken: set) -> list[tuple[str, Image.Image, list[Region]]]:
     """(key, image, regions) of `ahead`, in order, that fit in the spare rows of
     the last `rows`-wide pass after `used` rows, skipping what `cache` or
-    `taken` holds; `ahead` is read only while rows are spare."""
+    `taken` holds; `ahead` is read (and hashed) only while rows are spare."""
     spare, out = -used % rows, []
     if not used or not spare:
         return out
+    for image, rs in ahead:
+        if 1 + len(rs) > spare:
+            continue
+        key = key_of(image_key(image), rs)
+        if key not in cache and key not in taken:
+            taken.add(key)
+            out.append((key, image, rs))
+            spare -= 1 + len(rs)
+            if not spare:
+                break
+    return out
     for image, rs in ahead:
         if 1 + len(rs) > spare:
             continue
@@ -420,14 +435,16 @@ class ClipBackbone:
         return torch.cat(out) if out else torch.zeros(0, self.dim)
 
     def image_features(self, images: list[Image.Image], regions: list[list[Region]],
-                       ahead: Iterable[tuple[Image.Image, list[Region]]] = ()) -> list[ImageFeatures]:
+                       ahead: Iterable[tuple[Image.Image, list[Region]]] = (),
+                       hashes: list[str] | None = None) -> list[ImageFeatures]:
         """Global and region-crop features of many images; crops of all
-        images go through CLIP together. Cached per (image, regions). The last
+        images go through CLIP together. Cached per (image, regions); `hashes`,
+        the images' `image_key`s where the caller made them already. The last
         pass's spare rows take images of `ahead` (rows scored next), cached for
         when they come, where copies would fill them."""
-        key = lambda image, rs: f"{image_key(image)}:{regions_key(rs)}:{self.crop}"  # noqa: E731
+        key = lambda image_hash, rs: f"{image_hash}:{regions_key(rs)}:{self.crop}"  # noqa: E731
         return encode_cached(self._images, key, self._encode, images, regions, ahead,
-                             pass_rows(IMAGE_ROWS, self.device))
+                             pass_rows(IMAGE_ROWS, self.device), hashes)
 
     def _encode(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
         crops, counts = [], []

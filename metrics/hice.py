@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from .encoder import (
-    IMAGE_ROWS, ClipBackbone, CropStyle, ImageFeatures, border_colour, encode_cached, grown_box, image_key,
+    IMAGE_ROWS, ClipBackbone, CropStyle, ImageFeatures, border_colour, encode_cached, grown_box,
     paste_centred, pass_rows, regions_key, shrink_to,
 )
 from .loading import ModelUnavailable, load_state_file
@@ -214,14 +214,15 @@ class HiceImageEncoder:
         return getattr(self._backbone, name)
 
     def image_features(self, images: list[Image.Image], regions: list[list[Region]],
-                       ahead: Iterable[tuple[Image.Image, list[Region]]] = ()) -> list[ImageFeatures]:
+                       ahead: Iterable[tuple[Image.Image, list[Region]]] = (),
+                       hashes: list[str] | None = None) -> list[ImageFeatures]:
         """As `ClipBackbone.image_features`, with HICE-S's region features;
         Alpha-CLIP's passes are its own, so `ahead` fills masked-crop passes only."""
-        key = lambda image, rs: f"{image_key(image)}:{regions_key(rs)}:{_masks_key(rs)}"  # noqa: E731
+        key = lambda image_hash, rs: f"{image_hash}:{regions_key(rs)}:{_masks_key(rs)}"  # noqa: E731
         if self.alpha is not None:
-            return encode_cached(self._cache, key, self._alpha_features, images, regions, (), 1)
+            return encode_cached(self._cache, key, self._alpha_features, images, regions, (), 1, hashes)
         return encode_cached(self._cache, key, self._masked_features, images, regions, ahead,
-                             pass_rows(IMAGE_ROWS, self._backbone.device))
+                             pass_rows(IMAGE_ROWS, self._backbone.device), hashes)
 
     def clear_caches(self) -> None:
         """Forget the cached region features here and the backbone's caches."""

@@ -32,6 +32,9 @@ def read_image(source, name: str | None = None, formats: set[str] | None = None)
     accepted Pillow formats (e.g. {"PNG", "JPEG"})."""
     if isinstance(source, Image.Image):
         check_pixels(source.size, name or "image")
+        if source.mode == "RGB":  # used as it is (capscope never writes into an image): a copy cost 90 us
+            source.load()
+            return source
         return source.convert("RGB")
     if isinstance(source, (bytes, bytearray)):
         name = name or "image"

@@ -55,6 +55,7 @@ class _Prepared:
     features: dict | None = None
     image_name: str | None = None
     errors: list[str] = field(default_factory=list)
+    image_hash: ImageHash | None = None
 
 
 class Scorer:
@@ -313,7 +314,8 @@ class Scorer:
             images = [prepared[i].image for i in pixels]
             regions = [prepared[i].regions if needs.regions else [] for i in pixels]
             ahead = ((image, rs if needs.regions else []) for image, rs in upcoming)
-            for i, features in zip(pixels, metric.backbone.image_features(images, regions, ahead)):
+            hashes = [prepared[i].image_hash() for i in pixels]
+            for i, features in zip(pixels, metric.backbone.image_features(images, regions, ahead, hashes)):
                 out[i] = features
         for i, p in enumerate(prepared):
             if out[i] is None:
@@ -329,7 +331,7 @@ class Scorer:
             return None
         try:
             image, _ = row_image(row["image"], base_dir)
-            return image, self._regions(image, row.get("regions"))
+            return image, self._regions(image, row.get("regions"), ImageHash(image))
         except RowError:
             return None
 
@@ -349,8 +351,9 @@ class Scorer:
                 prepared.regions = features_from_file(prepared.features).regions
             if row.get("image") is not None:
                 prepared.image, prepared.image_name = row_image(row["image"], base_dir)
+                prepared.image_hash = ImageHash(prepared.image)
                 if prepared.regions is None:
-                    prepared.regions = self._regions(prepared.image, row.get("regions"))
+                    prepared.regions = self._regions(prepared.image, row.get("regions"), prepared.image_hash)
             elif prepared.features is None:
                 raise RowError("row has neither an image nor a features file")
             if given is None:  # parsed last, so a row that cannot be scored (a missing image) is never parsed
@@ -370,13 +373,13 @@ class Scorer:
             tokens.append(token)
         return tokens
 
-    def _regions(self, image: Image.Image, given) -> list[Region]:
+    def _regions(self, image: Image.Image, given, image_hash: ImageHash) -> list[Region]:
         if given is not None:
             return row_regions(given, image.size)
         if not self.proposes_regions:
             return []
         return self._regions_cache.get_or_compute(
-            image_key(image), lambda: select_regions(self.proposer().propose(image), self.max_regions))
+            image_hash(), lambda: select_regions(self.proposer().propose(image), self.max_regions))
 
     def proposer(self):
         """The configured region proposer, loaded once, on the scorer's device."""
@@ -431,6 +434,21 @@ class Scorer:
 
 
 # ---------------------------------------------------------------- helpers
+
+class ImageHash:
+    """An image's `encoder.image_key`, made when first asked and once for every
+    cache that asks (the region proposals', each metric's image features').
+    Hashing on a thread beside the parsing was slower (2,440 against 2,550
+    pairs/s, CLIP-S's host ceiling): the GIL passed back and forth."""
+
+    def __init__(self, image: Image.Image):
+        self._image, self._key = image, None
+
+    def __call__(self) -> str:
+        if self._key is None:
+            self._key = image_key(self._image)
+        return self._key
+
 
 class Upcoming:
     """The (image, regions) of the rows scored next, each row read once, and

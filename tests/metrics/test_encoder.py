@@ -137,3 +137,16 @@ def test_remembered_bpe_ids_are_open_clips_tokenizer_ids_cut_as_it_cuts(scorer, 
     monkeypatch.setattr(backbone.tokenizer, "encode", lambda text: calls.append(text) or encode(text))
     assert backbone.reads_whole(texts[0]) and not backbone.reads_whole(texts[1])
     assert calls == []  # each text was split into BPE pieces once
+
+
+def test_an_image_is_hashed_once_for_every_metric_and_its_pixels_not_copied(scorer, monkeypatch):
+    from capscope.metrics import scorer as scorer_module
+
+    hashed = []
+    monkeypatch.setattr(scorer_module, "image_key", lambda image: hashed.append(image) or encoder.image_key(image))
+    images = [Image.fromarray(np.full((40, 50, 3), shade, dtype=np.uint8)) for shade in (10, 200)]
+    for metric in scorer.metrics.values():
+        metric.backbone.clear_caches()
+    rows = scorer.score_batch([{"id": str(i), "image": im, "caption": "a dog."} for i, im in enumerate(images)])
+    assert all(set(r["metrics"]) == {"clip-s", "pac-s"} for r in rows)
+    assert hashed == images  # two metrics, one hash an image, and of the caller's own image (an RGB image is not copied)

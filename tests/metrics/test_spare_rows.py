@@ -10,7 +10,7 @@ from PIL import Image
 
 from capscope.batch.pipeline import local_results
 from capscope.common.lru import LRUCache
-from capscope.metrics.encoder import encode_cached, spare_fill
+from capscope.metrics.encoder import encode_cached, image_key, spare_fill
 from capscope.metrics.regions import Region
 from capscope.metrics.scorer import Upcoming
 
@@ -23,19 +23,23 @@ def regions(n: int) -> list[Region]:
     return [Region(box=(0, 0, 4 + k, 4)) for k in range(n)]
 
 
-def key_of(im: Image.Image, rs: list[Region]) -> str:
-    return f"{im.getpixel((0, 0))[0]}:{len(rs)}"
+SHADES = {image_key(image(shade)): shade for shade in range(10)}
+
+
+def key_of(image_hash: str, rs: list[Region]) -> str:
+    """A pair's cache key: its image's shade (for reading) and its region count."""
+    return f"{SHADES[image_hash]}:{len(rs)}"
 
 
 class Passes:
-    """A stand-in encoder: one 'feature' per image (its shade), and the rows it was asked for."""
+    """A stand-in encoder: one 'feature' per image (its cache key), and the rows it was asked for."""
 
     def __init__(self):
         self.calls: list[list[str]] = []
 
     def __call__(self, images, rs):
-        self.calls.append([key_of(im, r) for im, r in zip(images, rs)])
-        return [key_of(im, r) for im, r in zip(images, rs)]
+        self.calls.append([key_of(image_key(im), r) for im, r in zip(images, rs)])
+        return self.calls[-1]
 
 
 def test_fill_takes_in_order_what_fits_and_skips_cached_and_taken():
