@@ -268,7 +268,8 @@ def score_file(options: ScorerConfig, input_path: Path, output: Path, batch_size
             done += 1
             errors += result["error"] is not None
             out.write(json.dumps(result, ensure_ascii=False) + "\n")
-            out.flush()
+            if done % batch_size == 0:  # a batch's rows come together: on disk before the next is scored
+                out.flush()
             bar.update(1)
     elapsed = time.perf_counter() - started
     log.info("%d pairs in %.1f s (%.1f pairs/s), %d with errors -> %s",
