@@ -88,16 +88,23 @@ def clip_box(box, width: int, height: int) -> tuple[float, float, float, float]:
     return (x0, y0, x1, y1)
 
 
+def _finite(value) -> bool:
+    """A real number, not a bool, not NaN or infinite."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
+
+
 def _four_numbers(box) -> bool:
     if isinstance(box, (str, bytes, dict)) or not hasattr(box, "__len__") or len(box) != 4:
         return False
-    return all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v) for v in box)
+    return all(_finite(v) for v in box)
 
 
 def given_regions(boxes: list, width: int, height: int) -> list[Region]:
     """A row's own regions: boxes (or `{"box", "confidence"?, "mask"?}`),
     clipped into the image; a mask (COCO RLE of the image's size, or null) is
     decoded and kept for the metrics that read masks (HICE-S)."""
+    if isinstance(boxes, (str, bytes, dict)) or not hasattr(boxes, "__len__"):
+        raise ValueError("regions must be a list of boxes")
     if len(boxes) > MAX_REGIONS:
         raise ValueError(f"{len(boxes)} regions (limit {MAX_REGIONS})")
     regions = []
@@ -105,6 +112,8 @@ def given_regions(boxes: list, width: int, height: int) -> list[Region]:
         box = item.get("box") if isinstance(item, dict) else item
         conf = item.get("confidence") if isinstance(item, dict) else None
         mask = item.get("mask") if isinstance(item, dict) else None
+        if conf is not None and not _finite(conf):  # it is written out with float() and sorted by
+            raise ValueError(f"region {index}: confidence must be a finite number or null")
         try:
             mask = None if mask is None else checked_rle_mask(mask, width, height)
         except ValueError as err:

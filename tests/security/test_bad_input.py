@@ -349,3 +349,23 @@ def test_a_summary_json_over_the_limit_is_a_413_and_a_good_one_is_read(team, htt
     monkeypatch.setattr(limits, "MAX_SUMMARY_BYTES", 100)  # the server runs in this process
     answer = _diagnose(http, folder)
     assert answer.status_code == 413 and "over" in answer.json()["detail"]
+
+
+# ---------------------------------------------------------------- scored rows
+
+@pytest.mark.parametrize("regions, words", [
+    (5, "regions must be a list"),
+    ({"box": [0, 0, 5, 5]}, "regions must be a list"),
+    ("0099", "regions must be a list"),
+    ([{"box": [0, 0, 5, 5], "confidence": "high"}], "confidence must be a finite number"),
+    ([{"box": [0, 0, 5, 5], "confidence": float("nan")}], "confidence must be a finite number"),
+    ([{"box": [0, 0, 5, 5], "confidence": True}], "confidence must be a finite number"),
+])
+def test_a_scored_rows_regions_of_the_wrong_type_are_its_error(regions, words):
+    """`capscope score` and the look-ahead read a row's regions through `row_regions`: anything but
+    RowError there stopped the whole run (an int) or broke the row's output (a string confidence)."""
+    from capscope.metrics.scorer import RowError, row_regions
+
+    with pytest.raises(RowError, match=words):
+        row_regions(regions, (64, 48))
+    assert row_regions([{"box": [0, 0, 5, 5], "confidence": 0.5}], (64, 48))[0].confidence == 0.5
