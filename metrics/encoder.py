@@ -179,17 +179,6 @@ def spare_fill(used: int, rows: int, ahead: Iterable[tuple[Image.Image, list[Reg
             if not spare:
                 break
     return out
-    for image, rs in ahead:
-        if 1 + len(rs) > spare:
-            continue
-        key = key_of(image, rs)
-        if key not in cache and key not in taken:
-            taken.add(key)
-            out.append((key, image, rs))
-            spare -= 1 + len(rs)
-            if not spare:
-                break
-    return out
 
 
 class ClipBackbone:

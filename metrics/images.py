@@ -16,6 +16,7 @@ from PIL import Image, UnidentifiedImageError
 
 from capscope.common import limits
 from capscope.common.errors import CapscopeError
+from capscope.common.jsonl import shown
 
 
 class ImageError(CapscopeError, ValueError):
@@ -46,6 +47,8 @@ def read_image(source, name: str | None = None, formats: set[str] | None = None)
         check_bytes(path.stat().st_size, name)
     except (FileNotFoundError, NotADirectoryError):
         raise ImageError(f"image not found: {name}") from None
+    except (OSError, ValueError):  # a name too long, a NUL byte: no file can have it
+        raise ImageError(f"image {shown(name)} is not a usable path") from None
     return _decode(lambda: path, name, formats)
 
 

@@ -38,7 +38,7 @@ from .regions import PROPOSERS, Region, given_regions, select_regions
 from .registry import MetricParts, Needs, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, reproducibility
 from .row_errors import RowError
-from .text import Token, check_caption, check_references, load_spacy, tokenize
+from .text import Token, check_caption, check_references, checked_tokens, load_spacy, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -365,13 +365,10 @@ class Scorer:
     def _tokens(self, caption: str, given) -> list[Token]:
         if given is None:
             return tokenize(caption, self.nlp)
-        tokens = []
-        for t in given:
-            token = Token(t["text"], int(t["start"]), int(t["end"]), bool(t.get("semantic", True)))
-            if caption[token.start : token.end] != token.text:
-                raise RowError(f"token {token.text!r} does not match caption[{token.start}:{token.end}]")
-            tokens.append(token)
-        return tokens
+        try:
+            return checked_tokens(given, caption)
+        except ValueError as err:
+            raise RowError(str(err)) from None
 
     def _regions(self, image: Image.Image, given, image_hash: ImageHash) -> list[Region]:
         if given is not None:

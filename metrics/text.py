@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, asdict
 from functools import lru_cache
 
+from capscope.common.jsonl import shown
 from capscope.common.limits import MAX_CAPTION_CHARS, MAX_REFERENCES
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,27 @@ def check_caption(caption) -> str:
     if len(caption) > MAX_CAPTION_CHARS:
         return f"caption has {len(caption)} characters (limit {MAX_CAPTION_CHARS})"
     return ""
+
+
+def checked_tokens(given, caption: str) -> list[Token]:
+    """A row's own tokens, each `{"text", "start", "end", "semantic"?}` and
+    matching `caption[start:end]`; ValueError says what is wrong (one row's error)."""
+    if not isinstance(given, list):
+        raise ValueError("'tokens' must be a list")
+    tokens = []
+    for i, token in enumerate(given):
+        if not isinstance(token, dict):
+            raise ValueError(f"token {i} must be an object")
+        start, end, text = token.get("start"), token.get("end"), token.get("text")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)) or not isinstance(text, str):
+            raise ValueError(f"token {i} needs integer 'start', 'end' and a string 'text'")
+        if not 0 <= start < end <= len(caption) or caption[start:end] != text:
+            raise ValueError(f"token {i} {shown(text)} does not match caption[{start}:{end}]")
+        semantic = token.get("semantic", True)
+        if not isinstance(semantic, bool):
+            raise ValueError(f"token {i}: 'semantic' must be true or false")
+        tokens.append(Token(text, start, end, semantic))
+    return tokens
 
 
 def check_references(references) -> str:

@@ -19,6 +19,7 @@ from capscope.annotation.importer.problems import RowError, RowProblem
 from capscope.common.jsonl import json_lines, shown
 from capscope.common.limits import MAX_ID_CHARS
 from capscope.metrics.text import check_caption, check_references
+from capscope.metrics.text import checked_tokens as engine_checked_tokens
 
 TOKEN_LABELS = ("correct", "incorrect")
 REGION_LABELS = ("mentioned", "unmentioned")
@@ -127,22 +128,10 @@ def _content_hash(obj: dict, image_sha: str) -> str:
 
 
 def checked_tokens(raw, caption: str) -> list[dict]:
-    if not isinstance(raw, list):
-        raise RowProblem("'tokens' must be a list")
-    tokens = []
-    for i, tok in enumerate(raw):
-        if not isinstance(tok, dict):
-            raise RowProblem(f"token {i} must be an object")
-        start, end, text = tok.get("start"), tok.get("end"), tok.get("text")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)) or not isinstance(text, str):
-            raise RowProblem(f"token {i} needs integer 'start', 'end' and a string 'text'")
-        if not 0 <= start < end <= len(caption) or caption[start:end] != text:
-            raise RowProblem(f"token {i} {shown(text)} does not match caption[{start}:{end}]")
-        semantic = tok.get("semantic", True)
-        if not isinstance(semantic, bool):
-            raise RowProblem(f"token {i}: 'semantic' must be true or false")
-        tokens.append({"text": text, "start": start, "end": end, "semantic": semantic})
-    return tokens
+    try:
+        return [token.to_dict() for token in engine_checked_tokens(raw, caption)]
+    except ValueError as err:
+        raise RowProblem(str(err)) from None
 
 
 def tokenize(caption: str) -> list[dict]:

@@ -369,3 +369,38 @@ def test_a_scored_rows_regions_of_the_wrong_type_are_its_error(regions, words):
     with pytest.raises(RowError, match=words):
         row_regions(regions, (64, 48))
     assert row_regions([{"box": [0, 0, 5, 5], "confidence": 0.5}], (64, 48))[0].confidence == 0.5
+
+
+SCORED_WRONG_TYPES = [  # (fields of a row capscope score reads, words its error names)
+    ({"tokens": 5}, "'tokens' must be a list"),
+    ({"tokens": {"a": 1}}, "'tokens' must be a list"),
+    ({"tokens": [5]}, "token 0 must be an object"),
+    ({"tokens": [{"text": "a"}]}, "integer 'start', 'end'"),
+    ({"tokens": [{"text": "a", "start": "0", "end": 1}]}, "integer 'start', 'end'"),
+    ({"tokens": [{"text": "a", "start": 0, "end": 1, "semantic": "no"}]}, "'semantic' must be true or false"),
+    ({"tokens": [{"text": "dog", "start": 0, "end": 1}]}, "does not match caption[0:1]"),
+    ({"regions": 5}, "regions must be a list"),
+    ({"image": "x" * 5000}, "is not a usable path"),
+    ({"image": "a\x00.png"}, "is not a usable path"),
+    ({"image": "."}, "Is a directory"),
+]
+
+
+def test_rows_capscope_score_cannot_read_are_row_errors_and_the_rest_is_scored(tmp_path, clip_checkpoint):
+    """Each of these stopped `capscope score` (TypeError, KeyError, OSError, ValueError) before."""
+    import numpy as np
+    from PIL import Image
+
+    from capscope.batch.pipeline import score_items
+    from capscope.metrics.scorer import Scorer
+
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(tmp_path / "a.png")
+    scorer = Scorer(["clip-s"], device="cpu", clip_model="ViT-B-32", clip_pretrained=str(clip_checkpoint),
+                    regions="given", runtime="eager")
+    good = {"id": "good", "image": "a.png", "caption": "a dog."}
+    rows = [{**good, "id": f"r{i}", **fields} for i, (fields, _) in enumerate(SCORED_WRONG_TYPES)] + [good]
+    items = [(n, row, None) for n, row in enumerate(rows, start=1)]
+    out = score_items(scorer, tmp_path, items, ahead=items)  # the look-ahead reads them too
+    for row, (_, words) in zip(out, SCORED_WRONG_TYPES):
+        assert row["error"] and words in row["error"], (row["id"], row["error"])
+    assert out[-1]["error"] is None and out[-1]["metrics"]["clip-s"]["scores"]
