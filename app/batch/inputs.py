@@ -86,7 +86,7 @@ class CocoCaptions:
                     self.references.setdefault(int(note["image_id"]), []).append(caption)
         except FileNotFoundError:
             raise CapscopeError(f"--annotations: {path}: no such file") from None
-        except (ValueError, KeyError, TypeError) as err:
+        except (ValueError, KeyError, TypeError, OverflowError) as err:
             raise CapscopeError(f"--annotations: {path} is not a COCO captions file "
                                 f"(images[].id/file_name, annotations[].image_id/caption): {err}") from None
 
@@ -131,7 +131,7 @@ def coco_pairs(results: Path, annotations: CocoCaptions, images: Path, absolute:
 def _image_id(value) -> int:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity, which Python's JSON reads
         raise CapscopeError(f"image_id {value!r} is not an integer") from None
 
 

@@ -404,3 +404,19 @@ def test_rows_capscope_score_cannot_read_are_row_errors_and_the_rest_is_scored(t
     for row, (_, words) in zip(out, SCORED_WRONG_TYPES):
         assert row["error"] and words in row["error"], (row["id"], row["error"])
     assert out[-1]["error"] is None and out[-1]["metrics"]["clip-s"]["scores"]
+
+
+@pytest.mark.parametrize("image_id", ['"x"', "null", "[1]", "Infinity", "NaN"])
+def test_a_coco_image_id_that_is_no_integer_is_one_clear_error(tmp_path, image_id):
+    """Python's JSON reads Infinity, and int(inf) raises OverflowError: it stopped the run with a traceback."""
+    from capscope.batch.inputs import CocoCaptions, coco_pairs
+
+    good = {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": [{"image_id": 1, "caption": "a dog"}]}
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    (tmp_path / "bad.json").write_text(
+        '{"images": [{"id": %s, "file_name": "a.jpg"}], "annotations": []}' % image_id)
+    (tmp_path / "results.json").write_text('[{"image_id": %s, "caption": "a dog"}]' % image_id)
+    with pytest.raises(CapscopeError, match="is not a COCO captions file"):
+        CocoCaptions(tmp_path / "bad.json")
+    with pytest.raises(CapscopeError, match="is not an integer"):
+        list(coco_pairs(tmp_path / "results.json", CocoCaptions(tmp_path / "good.json"), tmp_path))
