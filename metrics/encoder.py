@@ -131,19 +131,35 @@ def image_key(image: Image.Image) -> str:
     return digest.hexdigest()[:32]
 
 
+class ImageHash:
+    """An image's `image_key`, made when first asked and then kept, so that every
+    cache that asks of one image (the region proposals', each metric's image
+    features') shares one hash. Hashing on a thread beside the caption parsing
+    was slower (CLIP-S's host ceiling 2,440 against 2,550 pairs/s): the GIL
+    passed back and forth."""
+
+    def __init__(self, image: Image.Image):
+        self.image, self._key = image, None
+
+    def __call__(self) -> str:
+        if self._key is None:
+            self._key = image_key(self.image)
+        return self._key
+
+
 def regions_key(regions: list[Region]) -> str:
     return hashlib.blake2b(repr([r.box for r in regions]).encode(), digest_size=8).hexdigest()
 
 
 def encode_cached(cache: LRUCache, key_of, encode, images: list[Image.Image], regions: list[list[Region]],
-                  ahead: Iterable[tuple[Image.Image, list[Region]]], rows: int,
+                  ahead: Iterable[tuple[list[Region], ImageHash]], rows: int,
                   hashes: list[str] | None = None) -> list[ImageFeatures]:
     """`encode(images, regions)` for the pairs `cache` lacks (each distinct key
     once), an image and its regions taking 1 + len(regions) rows of passes
     `rows` wide; `key_of(image_key, regions)` names a pair in `cache`, and
     `hashes` are the images' `image_key`s where the caller has them. Where the
-    last pass would be filled up with copies, pairs of `ahead` not yet cached
-    that fit take the spare rows and go into the cache: a pass's rows never
+    last pass would be filled up with copies, (regions, image hash) pairs of
+    `ahead` not yet cached that fit take the spare rows and go into the cache: a pass's rows never
     change each other's features (module docstring), so this changes no number
     and saves the passes those pairs would cost later."""
     hashes = hashes if hashes is not None else [image_key(image) for image in images]
@@ -152,7 +168,7 @@ def encode_cached(cache: LRUCache, key_of, encode, images: list[Image.Image], re
     def compute(todo: list[int]) -> list[ImageFeatures]:
         todo_images, todo_regions = [images[i] for i in todo], [regions[i] for i in todo]
         fill = spare_fill(sum(1 + len(rs) for rs in todo_regions), rows, ahead, key_of, cache, set(keys))
-        feats = encode(todo_images + [image for _, image, _ in fill], todo_regions + [rs for _, _, rs in fill])
+        feats = encode(todo_images + [h.image for _, _, h in fill], todo_regions + [rs for _, rs, _ in fill])
         for (key, _, _), features in zip(fill, feats[len(todo) :]):
             cache[key] = features
         return feats[: len(todo)]
@@ -160,21 +176,29 @@ def encode_cached(cache: LRUCache, key_of, encode, images: list[Image.Image], re
     return cache.get_many(keys, compute)
 
 
-def spare_fill(used: int, rows: int, ahead: Iterable[tuple[Image.Image, list[Region]]], key_of, cache: LRUCache,
-               taken: set) -> list[tuple[str, Image.Image, list[Region]]]:
-    """(key, image, regions) of `ahead`, in order, that fit in the spare rows of
-    the last `rows`-wide pass after `used` rows, skipping what `cache` or
-    `taken` holds; `ahead` is read (and hashed) only while rows are spare."""
+def split_features(images: list[Image.Image], regions: list[list[Region]], feats: torch.Tensor,
+                   extra: dict | None = None) -> list[ImageFeatures]:
+    """One ImageFeatures per image from a stack of rows: each image's own, then
+    one per region; each with its own copy of `extra`."""
+    parts = torch.split(feats, [1 + len(rs) for rs in regions])
+    return [ImageFeatures(image.size, rs, f[0], f[1:], dict(extra or {})) for image, rs, f in zip(images, regions, parts)]
+
+
+def spare_fill(used: int, rows: int, ahead: Iterable[tuple[list[Region], ImageHash]], key_of, cache: LRUCache,
+               taken: set) -> list[tuple[str, list[Region], ImageHash]]:
+    """(key, regions, image hash) of `ahead`, in order, that fit in the spare
+    rows of the last `rows`-wide pass after `used` rows, skipping what `cache`
+    or `taken` holds; `ahead` is read (and hashed) only while rows are spare."""
     spare, out = -used % rows, []
     if not used or not spare:
         return out
-    for image, rs in ahead:
+    for rs, image_hash in ahead:
         if 1 + len(rs) > spare:
             continue
-        key = key_of(image_key(image), rs)
+        key = key_of(image_hash(), rs)
         if key not in cache and key not in taken:
             taken.add(key)
-            out.append((key, image, rs))
+            out.append((key, rs, image_hash))
             spare -= 1 + len(rs)
             if not spare:
                 break
@@ -424,25 +448,24 @@ class ClipBackbone:
         return torch.cat(out) if out else torch.zeros(0, self.dim)
 
     def image_features(self, images: list[Image.Image], regions: list[list[Region]],
-                       ahead: Iterable[tuple[Image.Image, list[Region]]] = (),
+                       ahead: Iterable[tuple[list[Region], ImageHash]] = (),
                        hashes: list[str] | None = None) -> list[ImageFeatures]:
         """Global and region-crop features of many images; crops of all
         images go through CLIP together. Cached per (image, regions); `hashes`,
         the images' `image_key`s where the caller made them already. The last
-        pass's spare rows take images of `ahead` (rows scored next), cached for
-        when they come, where copies would fill them."""
+        pass's spare rows take images of `ahead` (rows scored next: their
+        regions and `ImageHash`), cached for when they come, where copies would
+        fill them."""
         key = lambda image_hash, rs: f"{image_hash}:{regions_key(rs)}:{self.crop}"  # noqa: E731
         return encode_cached(self._images, key, self._encode, images, regions, ahead,
                              pass_rows(IMAGE_ROWS, self.device), hashes)
 
     def _encode(self, images: list[Image.Image], regions: list[list[Region]]) -> list[ImageFeatures]:
-        crops, counts = [], []
+        crops = []
         for image, rs in zip(images, regions):
             crops.append(image)
             crops.extend(crop_region(image, region, self.crop) for region in rs)
-            counts.append(1 + len(rs))
-        feats = torch.split(self.encode_images(crops), counts)
-        return [ImageFeatures(image.size, rs, f[0], f[1:].clone()) for image, rs, f in zip(images, regions, feats)]
+        return split_features(images, regions, self.encode_images(crops))
 
     def clear_caches(self) -> None:
         """Forget every cached image, text and piece feature (benchmarks, one-off encodings)."""

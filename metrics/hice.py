@@ -48,8 +48,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from .encoder import (
-    IMAGE_ROWS, ClipBackbone, CropStyle, ImageFeatures, border_colour, encode_cached, grown_box,
-    paste_centred, pass_rows, regions_key, shrink_to,
+    IMAGE_ROWS, ClipBackbone, CropStyle, ImageFeatures, ImageHash, border_colour, encode_cached, grown_box,
+    paste_centred, pass_rows, regions_key, shrink_to, split_features,
 )
 from .loading import ModelUnavailable, load_state_file
 from capscope.common.lru import LRUCache
@@ -214,7 +214,7 @@ class HiceImageEncoder:
         return getattr(self._backbone, name)
 
     def image_features(self, images: list[Image.Image], regions: list[list[Region]],
-                       ahead: Iterable[tuple[Image.Image, list[Region]]] = (),
+                       ahead: Iterable[tuple[list[Region], ImageHash]] = (),
                        hashes: list[str] | None = None) -> list[ImageFeatures]:
         """As `ClipBackbone.image_features`, with HICE-S's region features;
         Alpha-CLIP's passes are its own, so `ahead` fills masked-crop passes only."""
@@ -229,21 +229,15 @@ class HiceImageEncoder:
         self._cache.clear()
         self._backbone.clear_caches()
 
-    def _features(self, images, regions, feats: torch.Tensor, counts: list[int]) -> list[ImageFeatures]:
-        """One ImageFeatures per image from a stack of its global and region rows."""
-        return [ImageFeatures(image.size, rs, f[0], f[1:], {"region_features": self.mode})
-                for image, rs, f in zip(images, regions, torch.split(feats, counts))]
-
-    def _masked_features(self, images, regions):
-        inputs, counts = [], []
+    def _masked_features(self, images, regions) -> list[ImageFeatures]:
+        inputs = []
         for image, rs in zip(images, regions):
             inputs.append(image)
             inputs.extend(masked_crop(image, r, self._backbone.crop) for r in rs)
-            counts.append(len(rs) + 1)
-        return self._features(images, regions, self._backbone.encode_images(inputs), counts)
+        return split_features(images, regions, self._backbone.encode_images(inputs), {"region_features": self.mode})
 
-    def _alpha_features(self, images, regions):
-        pixels, alphas, counts = [], [], []
+    def _alpha_features(self, images, regions) -> list[ImageFeatures]:
+        pixels, alphas = [], []
         for image, rs in zip(images, regions):
             rgb = self._backbone.preprocess(image.convert("RGB"))
             side = rgb.shape[-1]
@@ -251,7 +245,6 @@ class HiceImageEncoder:
             for mask in masks:
                 pixels.append(rgb)
                 alphas.append(_alpha_input(mask, side))
-            counts.append(len(masks))
         out = []
         device = self._backbone.device
         with self._backbone.running():
@@ -259,7 +252,7 @@ class HiceImageEncoder:
                 batch = torch.stack(pixels[start : start + 32]).to(device)
                 alpha = torch.stack(alphas[start : start + 32]).to(device)
                 out.append(self.alpha(batch, alpha).float().cpu())
-        return self._features(images, regions, torch.cat(out), counts)
+        return split_features(images, regions, torch.cat(out), {"region_features": self.mode})
 
 
 def _alpha_input(mask: np.ndarray, side: int) -> torch.Tensor:

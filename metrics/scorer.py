@@ -27,7 +27,7 @@ from capscope.common.lru import LRUCache
 from . import loading, windows
 from .clipscore import PROMPT
 from .config import ScorerConfig
-from .encoder import ImageFeatures, image_key
+from .encoder import ImageFeatures, ImageHash
 from .feature_files import features_from_file, read_features
 from .images import ImageError, read_image
 from .loading import ModelUnavailable
@@ -313,7 +313,7 @@ class Scorer:
         if pixels:
             images = [prepared[i].image for i in pixels]
             regions = [prepared[i].regions if needs.regions else [] for i in pixels]
-            ahead = ((image, rs if needs.regions else []) for image, rs in upcoming)
+            ahead = ((rs if needs.regions else [], image_hash) for rs, image_hash in upcoming)
             hashes = [prepared[i].image_hash() for i in pixels]
             for i, features in zip(pixels, metric.backbone.image_features(images, regions, ahead, hashes)):
                 out[i] = features
@@ -324,14 +324,15 @@ class Scorer:
 
     # ------------------------------------------------------------ input rows
 
-    def _upcoming_image(self, row: dict, base_dir: Path | None) -> tuple[Image.Image, list[Region]] | None:
-        """A row of `ahead`'s image and regions, or None where it has none to
-        encode (a features file, no image) or they cannot be had: its own turn says why."""
+    def _upcoming_image(self, row: dict, base_dir: Path | None) -> tuple[list[Region], ImageHash] | None:
+        """A row of `ahead`'s regions and image (as its `ImageHash`, which every
+        metric's fill shares), or None where it has none to encode (a features
+        file, no image) or they cannot be had: its own turn says why."""
         if not isinstance(row, dict) or row.get("image") is None or row.get("features") is not None:
             return None
         try:
-            image, _ = row_image(row["image"], base_dir)
-            return image, self._regions(image, row.get("regions"), ImageHash(image))
+            image_hash = ImageHash(row_image(row["image"], base_dir)[0])
+            return self._regions(image_hash.image, row.get("regions"), image_hash), image_hash
         except RowError:
             return None
 
@@ -432,24 +433,9 @@ class Scorer:
 
 # ---------------------------------------------------------------- helpers
 
-class ImageHash:
-    """An image's `encoder.image_key`, made when first asked and once for every
-    cache that asks (the region proposals', each metric's image features').
-    Hashing on a thread beside the parsing was slower (2,440 against 2,550
-    pairs/s, CLIP-S's host ceiling): the GIL passed back and forth."""
-
-    def __init__(self, image: Image.Image):
-        self._image, self._key = image, None
-
-    def __call__(self) -> str:
-        if self._key is None:
-            self._key = image_key(self._image)
-        return self._key
-
-
 class Upcoming:
-    """The (image, regions) of the rows scored next, each row read once, and
-    only when a pass has spare rows for it (`encoder.encode_cached`)."""
+    """The (regions, image hash) of the rows scored next, each row read once,
+    and only when a pass has spare rows for it (`encoder.encode_cached`)."""
 
     def __init__(self, rows: list[dict], read):
         self._rows, self._read, self._done = rows, read, []

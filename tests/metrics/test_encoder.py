@@ -140,13 +140,17 @@ def test_remembered_bpe_ids_are_open_clips_tokenizer_ids_cut_as_it_cuts(scorer, 
 
 
 def test_an_image_is_hashed_once_for_every_metric_and_its_pixels_not_copied(scorer, monkeypatch):
-    from capscope.metrics import scorer as scorer_module
-
-    hashed = []
-    monkeypatch.setattr(scorer_module, "image_key", lambda image: hashed.append(image) or encoder.image_key(image))
+    hashed, image_key = [], encoder.image_key
+    monkeypatch.setattr(encoder, "image_key", lambda image: hashed.append(image) or image_key(image))
     images = [Image.fromarray(np.full((40, 50, 3), shade, dtype=np.uint8)) for shade in (10, 200)]
     for metric in scorer.metrics.values():
         metric.backbone.clear_caches()
     rows = scorer.score_batch([{"id": str(i), "image": im, "caption": "a dog."} for i, im in enumerate(images)])
     assert all(set(r["metrics"]) == {"clip-s", "pac-s"} for r in rows)
     assert hashed == images  # two metrics, one hash an image, and of the caller's own image (an RGB image is not copied)
+    for metric in scorer.metrics.values():
+        metric.backbone.clear_caches()
+    hashed.clear()
+    scorer.score_batch([{"id": "0", "image": images[0], "caption": "a dog."}],
+                       ahead=[{"id": "1", "image": images[1], "caption": "a cat."}])
+    assert hashed == images  # the look-ahead's image filled both metrics' spare rows on one hash

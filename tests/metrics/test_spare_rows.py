@@ -10,7 +10,7 @@ from PIL import Image
 
 from capscope.batch.pipeline import local_results
 from capscope.common.lru import LRUCache
-from capscope.metrics.encoder import encode_cached, image_key, spare_fill
+from capscope.metrics.encoder import ImageHash, encode_cached, image_key, spare_fill
 from capscope.metrics.regions import Region
 from capscope.metrics.scorer import Upcoming
 
@@ -21,6 +21,11 @@ def image(shade: int) -> Image.Image:
 
 def regions(n: int) -> list[Region]:
     return [Region(box=(0, 0, 4 + k, 4)) for k in range(n)]
+
+
+def upcoming(shade: int, n: int) -> tuple[list[Region], ImageHash]:
+    """A look-ahead entry: an image's `n` regions and its hash."""
+    return regions(n), ImageHash(image(shade))
 
 
 SHADES = {image_key(image(shade)): shade for shade in range(10)}
@@ -45,7 +50,7 @@ class Passes:
 def test_fill_takes_in_order_what_fits_and_skips_cached_and_taken():
     cache = LRUCache(8)
     cache["4:0"] = "cached"
-    ahead = [(image(1), regions(3)), (image(2), regions(1)), (image(3), []), (image(4), []), (image(5), [])]
+    ahead = [upcoming(1, 3), upcoming(2, 1), upcoming(3, 0), upcoming(4, 0), upcoming(5, 0)]
     # 5 rows used of an 8-row pass: 3 spare. Image 1 needs 4 (skipped), 2 needs 2, 3 needs 1; then none spare
     chosen = spare_fill(5, 8, ahead, key_of, cache, taken={"9:0"})
     assert [key for key, _, _ in chosen] == ["2:1", "3:0"]
@@ -66,13 +71,13 @@ def test_fill_reads_no_look_ahead_when_no_row_is_spare():
 def test_look_ahead_images_are_encoded_in_spare_rows_and_cached_for_their_turn():
     cache, encode = LRUCache(16), Passes()
     now = [(image(1), regions(2)), (image(2), [])]  # 3 + 1 rows of a 8-row pass: 4 spare
-    later = [(image(3), regions(1)), (image(4), regions(4)), (image(5), [])]
+    later = [upcoming(3, 1), upcoming(4, 4), upcoming(5, 0)]
     out = encode_cached(cache, key_of, encode, [im for im, _ in now], [rs for _, rs in now], iter(later), 8)
     assert out == ["1:2", "2:0"]  # the caller gets its own images only
     assert encode.calls == [["1:2", "2:0", "3:1", "5:0"]]  # image 4 (5 rows) does not fit
     assert "3:1" in cache and "5:0" in cache and "4:4" not in cache
     # their turn: only image 4 is encoded
-    out = encode_cached(cache, key_of, encode, [im for im, _ in later], [rs for _, rs in later], (), 8)
+    out = encode_cached(cache, key_of, encode, [h.image for _, h in later], [rs for rs, _ in later], (), 8)
     assert out == ["3:1", "4:4", "5:0"] and encode.calls[-1] == ["4:4"]
 
 
