@@ -236,6 +236,13 @@ def caption_view(image, row: dict | None, metric: str) -> tuple:
         phrases_markdown(row)
 
 
+def column_view(side: str, image, row: dict | None, other_row: dict | None, metric: str) -> tuple:
+    """What scoring caption `side` ("a" or "b") into `row` shows: the row, its
+    column (`caption_view`) and the table of both captions."""
+    pair = (row, other_row) if side == "a" else (other_row, row)
+    return row, *caption_view(image, row, metric), scores_rows(*pair)
+
+
 def click_report(models: Models, image, row: dict | None, metric: str, point, user: str | None = None) -> tuple:
     """(overlay with the region selected, report) for a click at `point` = [x, y]."""
     image = readable_image(image)
@@ -407,37 +414,34 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
     model_queue = SCORING_EVENTS  # the scorer's own turns, not Gradio's queue
     latest = LatestShown()
 
+    def column_outputs(side: str) -> list:
+        """What `column_view` fills: the row, its column and the table."""
+        return [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
+                c[f"phrases_{side}"], c["table"]]
+
     def make_scorer(side: str):
         other = "b" if side == "a" else "a"
 
         def score_side(image, caption, references, metric, regions, other_row, request: gr.Request):
-            def shown():
-                row = score_caption(models, image, caption, references, regions, user=user_of(request))
-                pair = (row, other_row) if side == "a" else (other_row, row)
-                return row, *caption_view(image, row, metric), scores_rows(*pair)
+            return latest.answer(request, side, caption, lambda: column_view(
+                side, image, score_caption(models, image, caption, references, regions, user=user_of(request)),
+                other_row, metric))
 
-            return latest.answer(request, side, caption, shown)
-
-        outputs = [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
-                   c[f"phrases_{side}"], c["table"]]
         inputs = [c["image"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"], c[f"row_{other}"]]
-        return score_side, inputs, outputs
+        return score_side, inputs, column_outputs(side)
 
     def make_rest(side: str):
         other = "b" if side == "a" else "a"
 
         def rest_side(image, caption, references, metric, regions, other_row, first, request: gr.Request):
-            def shown():  # the words too: a keystroke refused as busy (or overtaken) left them on an older caption
-                row = score_rest(models, image, caption, references, regions, first, user=user_of(request))
-                pair = (row, other_row) if side == "a" else (other_row, row)
-                return row, *caption_view(image, row, metric), scores_rows(*pair)
-
-            return latest.answer(request, side, caption, shown)
+            # the words too: a keystroke refused as busy (or overtaken) left them on an older caption
+            return latest.answer(request, side, caption, lambda: column_view(
+                side, image, score_rest(models, image, caption, references, regions, first, user=user_of(request)),
+                other_row, metric))
 
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"],
                   c[f"row_{other}"], c[f"first_{side}"]]
-        return rest_side, inputs, [c[f"row_{side}"], c[f"overlay_{side}"], c[f"tokens_{side}"], c[f"summary_{side}"],
-                                   c[f"phrases_{side}"], c["table"]]
+        return rest_side, inputs, column_outputs(side)
 
     def make_words_first(side: str):
         def first_side(image, caption, references, metric, regions, request: gr.Request):
