@@ -27,7 +27,7 @@ from capscope.common.lru import LRUCache
 from . import loading, windows
 from .clipscore import PROMPT
 from .config import ScorerConfig
-from .encoder import ImageFeatures, ImageHash
+from .encoder import ImageFeatures, ImageHash, image_keys
 from .feature_files import features_from_file, read_features
 from .images import ImageError, read_image
 from .loading import ModelUnavailable
@@ -314,7 +314,7 @@ class Scorer:
             images = [prepared[i].image for i in pixels]
             regions = [prepared[i].regions if needs.regions else [] for i in pixels]
             ahead = ((rs if needs.regions else [], image_hash) for rs, image_hash in upcoming)
-            hashes = [prepared[i].image_hash() for i in pixels]
+            hashes = image_keys([prepared[i].image_hash for i in pixels])
             for i, features in zip(pixels, metric.backbone.image_features(images, regions, ahead, hashes)):
                 out[i] = features
         for i, p in enumerate(prepared):

@@ -238,7 +238,8 @@ def summary(result: dict) -> str:
     if sweep:
         rates = ", ".join(f"{k} {v:.0f}" for k, v in sweep["pairs_per_s"].items())
         lines.append(f"clip-s on {sweep['n_pairs']} distinct images, pairs/s: {rates}; naive {sweep['naive_pairs_per_s']:.0f}; "
-                     f"the host alone (towers free) {sweep['host_ceiling_pairs_per_s']:.0f}")
+                     f"the host alone (towers free) {sweep['host_ceiling_pairs_per_s']:.0f}, "
+                     f"its part of a GPU's path {sweep['host_ceiling_gpu_pairs_per_s']:.0f}")
     lines.append(f"peak RSS: {result['peak_rss_mb']:.0f} MB")
     if result.get("peak_gpu_mb") is not None:
         lines.append(f"peak GPU memory (torch): {result['peak_gpu_mb']:.0f} MB")

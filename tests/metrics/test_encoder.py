@@ -154,3 +154,34 @@ def test_an_image_is_hashed_once_for_every_metric_and_its_pixels_not_copied(scor
     scorer.score_batch([{"id": "0", "image": images[0], "caption": "a dog."}],
                        ahead=[{"id": "1", "image": images[1], "caption": "a cat."}])
     assert hashed == images  # the look-ahead's image filled both metrics' spare rows on one hash
+
+
+def test_a_batchs_image_keys_are_made_together_each_once(monkeypatch):
+    hashed, image_key = [], encoder.image_key
+    monkeypatch.setattr(encoder, "image_key", lambda image: hashed.append(image) or image_key(image))
+    images = [Image.fromarray(np.full((20, 30, 3), shade, dtype=np.uint8)) for shade in (1, 2, 3)]
+    hashes = [encoder.ImageHash(im) for im in images]
+    made_before = hashes[1]()
+    assert encoder.image_keys(hashes + hashes[:1]) == [image_key(im) for im in images + images[:1]]
+    assert made_before == image_key(images[1])
+    assert sorted(map(id, hashed)) == sorted(map(id, images))  # each once, the one made before not again
+
+
+def test_the_host_part_of_a_gpus_path_sends_the_pixels_as_bytes_and_restores_the_cpus(scorer):
+    from capscope.bench.speed_precision import free_towers, host_as_for_gpu
+
+    backbone = scorer.metrics["clip-s"].backbone
+    images = [Image.fromarray(np.full((224, 224, 3), shade, dtype=np.uint8)) for shade in (5, 250)]
+    sent, widths = [], (dict(encoder.IMAGE_ROWS), dict(encoder.TEXT_ROWS))
+    with free_towers(backbone), host_as_for_gpu(backbone):
+        stand_in = backbone.model.encode_image
+        backbone.model.encode_image = lambda pixels: sent.append(pixels.clone()) or stand_in(pixels)
+        assert encoder.pass_rows(encoder.IMAGE_ROWS, torch.device("cpu")) == encoder.IMAGE_ROWS["cuda"]
+        backbone.encode_images(images)
+        del backbone.model.encode_image
+    assert len(sent) == 1 and sent[0].dtype == torch.uint8
+    assert sent[0].shape == (encoder.IMAGE_ROWS["cuda"], 224, 224, 3)
+    assert sent[0][0].eq(5).all() and sent[0][1].eq(250).all() and sent[0][2:].eq(5).all()
+    assert (encoder.IMAGE_ROWS, encoder.TEXT_ROWS) == widths and "passes" not in vars(backbone.pixels)
+    features = backbone.encode_images(images)  # the real tower again, floats on the host
+    assert features.shape == (2, backbone.dim) and features.abs().sum() > 0
