@@ -89,8 +89,16 @@ def clip_box(box, width: int, height: int) -> tuple[float, float, float, float]:
 
 
 def _finite(value) -> bool:
-    """A real number, not a bool, not NaN or infinite."""
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
+    """A real number, not a bool, not NaN or infinite, and one a float can
+    hold (JSON reads an integer of 400 digits, which float() refuses)."""
+    if type(value) is float:  # JSON's numbers first, before the slower ABC check
+        return math.isfinite(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _four_numbers(box) -> bool:

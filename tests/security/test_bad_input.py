@@ -360,6 +360,8 @@ def test_a_summary_json_over_the_limit_is_a_413_and_a_good_one_is_read(team, htt
     ([{"box": [0, 0, 5, 5], "confidence": "high"}], "confidence must be a finite number"),
     ([{"box": [0, 0, 5, 5], "confidence": float("nan")}], "confidence must be a finite number"),
     ([{"box": [0, 0, 5, 5], "confidence": True}], "confidence must be a finite number"),
+    ([[0, 0, 10**400, 5]], "box must be four finite numbers"),  # JSON reads it; float() overflowed
+    ([{"box": [0, 0, 5, 5], "confidence": -(10**400)}], "confidence must be a finite number"),
 ])
 def test_a_scored_rows_regions_of_the_wrong_type_are_its_error(regions, words):
     """`capscope score` and the look-ahead read a row's regions through `row_regions`: anything but
