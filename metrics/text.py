@@ -73,10 +73,18 @@ def _is_semantic(tok, has_tags: bool) -> bool:
     return not (tok.is_stop or tok.is_punct or tok.is_space or not tok.text.strip())
 
 
+@lru_cache(maxsize=8)
+def _tags_words(nlp) -> bool:
+    """Whether `nlp` tags parts of speech. Asked once per pipeline: the two
+    `has_pipe` calls took a quarter of a caption's tokenizing (capscope never
+    adds a pipe to a pipeline it has loaded)."""
+    return nlp.has_pipe("tagger") or nlp.has_pipe("morphologizer")
+
+
 def tokenize(caption: str, nlp=None) -> list[Token]:
     nlp = nlp or load_spacy()
     doc = nlp(caption)
-    has_tags = nlp.has_pipe("tagger") or nlp.has_pipe("morphologizer")
+    has_tags = _tags_words(nlp)
     return [
         Token(t.text, t.idx, t.idx + len(t.text), _is_semantic(t, has_tags))
         for t in doc
