@@ -54,7 +54,9 @@ from .windows import weighted_mean
 
 EPSILON = -5e-5      # main.py --epsilon: a word below it is misaligned
 LAYERS = 3           # main.py --start_layer_text -3: the last three text blocks
-CHUNK = 16           # (caption, image) rows per attribution pass on a CPU
+# (caption, image) rows per attribution pass on a CPU: a lone re-score runs one pass, filled with copies
+# (8 against 16: 52.0 against 56.5 ms, pairs/s the same within 1%; BENCHMARKS.md run 18)
+CHUNK = 8
 ATTRIBUTION_ROWS = {"cpu": CHUNK, "cuda": 64}
 # a forward pass runs a text's ids after the template padded to the first of these that holds them,
 # `encoder.text_rows` texts to a pass; 12 because a sentence window is 5 to 10 ids past the template
