@@ -29,7 +29,8 @@ follows the scorer's precision. And the work is split in two:
   depends on an attributed block's `<eot>` row through that row's own query,
   key and value alone, so the `<eot>` rows are run again through the
   attributed blocks with the other positions' keys and values as constants,
-  `CHUNK` rows a pass, keys padded to the context, and differentiated there.
+  `CHUNK` rows a pass on a CPU (a long caption's windows in passes of their
+  own, wider), keys padded to the context, and differentiated there.
 Every pass has a fixed shape, so a caption's numbers do not depend on what it
 is batched with (as in metrics/encoder.py).
 
@@ -58,6 +59,7 @@ LAYERS = 3           # main.py --start_layer_text -3: the last three text blocks
 # (8 against 16: 52.0 against 56.5 ms, pairs/s the same within 1%; BENCHMARKS.md run 18)
 CHUNK = 8
 ATTRIBUTION_ROWS = {"cpu": CHUNK, "cuda": 64}
+WINDOW_ATTRIBUTION_ROWS = {"cpu": 16, "cuda": 64}  # a long caption's windows: 8 a pass cost its pairs/s 7%
 # a forward pass runs a text's ids after the template padded to the first of these that holds them,
 # `encoder.text_rows` texts to a pass; 12 because a sentence window is 5 to 10 ids past the template
 SUFFIX_LENGTHS = (4, 8, 12, 16, 24, 32, 48, 64)
@@ -167,12 +169,14 @@ class TextRelevance:
             distinct = list(row_of)
             texts = list(dict.fromkeys(text for text, _ in distinct))
             states = self.text_states([list(ids) for ids, _ in texts], [w for _, w in texts])
-            size = pass_rows(ATTRIBUTION_ROWS, self.backbone.device)
             done = {}
-            for start in range(0, len(distinct), size):
-                chunk = filled_to(distinct[start : start + size], size)
-                found = self.attribute_rows(images[[row_of[p] for p in chunk]], [states[p[0]] for p in chunk])
-                done.update(zip(distinct[start : start + size], found))
+            for window in (False, True):  # a window's rows go in wider passes, as its forward does
+                group = [p for p in distinct if p[0][1] == window]
+                size = pass_rows(WINDOW_ATTRIBUTION_ROWS if window else ATTRIBUTION_ROWS, self.backbone.device)
+                for start in range(0, len(group), size):
+                    chunk = filled_to(group[start : start + size], size)
+                    found = self.attribute_rows(images[[row_of[p] for p in chunk]], [states[p[0]] for p in chunk])
+                    done.update(zip(group[start : start + size], found))
         return [done[p] for p in pairs]
 
     # ------------------------------------------------------------ forward, per text

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from capscope.metrics.clip4dm import CHUNK, TextRelevance
+from capscope.metrics.clip4dm import WINDOW_ATTRIBUTION_ROWS, TextRelevance
 from capscope.metrics.clipscore import PROMPT
 from capscope.metrics.scorer import Scorer
 
@@ -38,7 +38,7 @@ def test_a_caption_gets_the_same_floats_alone_and_in_any_batch(scorer, images):
     alone = {(i, c): scorer.score(images[i], c)["metrics"]["clip4dm"] for i, c in dict.fromkeys(pairs)}
     assert len(alone[(0, LONG)]["windows"]) > 1
     rows = [{"id": str(k), "image": images[i], "caption": c} for k, (i, c) in enumerate(pairs * 3)]
-    assert sum(len(alone[p]["windows"]) for p in pairs * 3) > 2 * CHUNK  # several attribution passes
+    assert sum(len(alone[p]["windows"]) for p in pairs * 3) > 2 * WINDOW_ATTRIBUTION_ROWS["cpu"]  # several passes
     for batch in (rows, rows[::-1]):
         for given, row in zip(batch, scorer.score_batch(batch)):
             pair = (images.index(given["image"]), given["caption"])
