@@ -28,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from pydantic import BaseModel, Field, StrictBool, StrictInt
+from pydantic import BaseModel, Field, StrictBool, StrictInt, conint
 from starlette.background import BackgroundTask
 
 from capscope import __version__
@@ -115,7 +115,7 @@ class QueueRequest(BaseModel):
 
 class TrainRequest(BaseModel):
     dataset: str = Field(max_length=200)
-    init: Literal["active", "demo"] | StrictInt = "active"
+    init: Literal["active", "demo"] | conint(strict=True, ge=1, le=2**62) = "active"  # or a version's id
     minutes: float | None = Field(default=None, gt=0, le=240)
     steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     holdout: float = Field(default=DEFAULT_HOLDOUT, ge=0, lt=1)

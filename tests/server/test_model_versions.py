@@ -370,6 +370,8 @@ def test_admin_only(world, method, url):
     ("post", "/api/models/train", {"dataset": DATASET, "check_dataset": "default", "steps": 5}, 422,
      "no labels to check on"),
     ("post", "/api/models/train", {"dataset": DATASET, "init": "best"}, 422, None),
+    ("post", "/api/models/train", {"dataset": DATASET, "init": 2**63}, 422, None),  # past SQLite's integers: was a 500
+    ("post", "/api/models/train", {"dataset": DATASET, "init": 10**30}, 422, None),
     ("post", "/api/models/train", {"dataset": DATASET, "steps": 0}, 422, None),
     ("post", "/api/models/train", {"dataset": DATASET, "minutes": -1}, 422, None),
     ("post", "/api/models/train", {"dataset": DATASET, "holdout": 1.5}, 422, None),
