@@ -98,7 +98,7 @@ class Pixels:
         `device` (default the CPU), filled up to `rows` with copies of the
         first; the tensor is the caller's."""
         device = _device(device)
-        return self._finish(self._host(images, rows or len(images), device, spare=False), device)
+        return self.send(self._host(images, rows or len(images), device, spare=False), device)
 
     def passes(self, images: list[Image.Image], rows: int, device=None) -> Iterator[tuple[torch.Tensor, int]]:
         """(batch, n) for each `rows` images in turn: `batch` as `batch()` gives
@@ -112,8 +112,8 @@ class Pixels:
         if len(chunks) <= 1 or device.type == "cpu":  # a CPU's tower has the cores: nothing to overlap
             for chunk in chunks:
                 host = self._host(chunk, rows, device)
-                yield self._finish(host, device), len(chunk)
-                self._give_back(host)  # the caller asked for more: it is done with the batch
+                yield self.send(host, device), len(chunk)
+                self.recycle(host)  # the caller asked for more: it is done with the batch
             return
         ahead = self._thread()
         pending: Future | None = ahead.submit(self._host, chunks[0], rows, device)
@@ -121,7 +121,7 @@ class Pixels:
             for k, chunk in enumerate(chunks):
                 host = pending.result()
                 pending = ahead.submit(self._host, chunks[k + 1], rows, device) if k + 1 < len(chunks) else None
-                yield self._finish(host, device), len(chunk)  # its host buffer is free once on the device
+                yield self.send(host, device), len(chunk)  # its host buffer is free once on the device
         finally:
             if pending is not None:
                 pending.cancel()
@@ -184,7 +184,8 @@ class Pixels:
                         return self._spare.pop(i)
         return np.empty(shape, dtype)
 
-    def _give_back(self, array) -> None:
+    def recycle(self, array) -> None:
+        """A pass's host buffer back to the spares, once nothing reads it."""
         if isinstance(array, np.ndarray):
             with self._lock:
                 if len(self._spare) < SPARE_BUFFERS:
@@ -198,14 +199,14 @@ class Pixels:
 
     # ------------------------------------------------------------ tensors
 
-    def _finish(self, host, device: torch.device) -> torch.Tensor:
+    def send(self, host, device: torch.device) -> torch.Tensor:
         """A pass's host part as the tower's input on `device`."""
         if isinstance(host, torch.Tensor):  # the transform's own tensors
             return host.to(device)
         if device.type == "cpu":
             return torch.from_numpy(host)  # the buffer itself: `passes` takes it back at the next pass
         on_device = torch.from_numpy(host).to(device)  # a blocking copy: the host buffer is free after it
-        self._give_back(host)
+        self.recycle(host)
         if device.type != "cuda":
             return on_device
         ids = on_device.permute(0, 3, 1, 2).long()

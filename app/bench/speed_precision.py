@@ -88,10 +88,10 @@ def host_as_for_gpu(backbone):
         if host.shape not in staging:  # the driver copies pageable memory through staging buffers it keeps
             staging[host.shape] = torch.empty(host.shape, dtype=torch.uint8)
         staging[host.shape].copy_(torch.from_numpy(host))
-        pixels._give_back(host)
+        pixels.recycle(host)
         return staging[host.shape]
 
-    pixels._finish = sent
+    pixels.send = sent
     pixels.passes = lambda images, rows, device=None: type(pixels).passes(pixels, images, rows, cuda)
     saved = [(table, dict(table)) for table in (encoder.IMAGE_ROWS, encoder.TEXT_ROWS)]
     for table, _ in saved:
@@ -99,7 +99,7 @@ def host_as_for_gpu(backbone):
     try:
         yield
     finally:
-        del pixels._finish, pixels.passes
+        del pixels.send, pixels.passes
         for table, values in saved:
             table.clear()
             table.update(values)
