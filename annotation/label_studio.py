@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 
-import math
 import re
 import secrets
 import urllib.error
@@ -34,6 +33,7 @@ from capscope.annotation.votes import ItemData, iter_items, load_item
 from capscope.db import Caption, Dataset, Store
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.jsonl import JsonTextError, loads_limited, shown
+from capscope.common.limits import finite_number
 from capscope.metrics.regions import box_mask, rle_to_mask
 from capscope.metrics.registry import SPECS
 
@@ -423,13 +423,13 @@ def _labels_of(item: ItemData, result: list) -> Judged:
     spans, boxes, relations = {}, {}, []   # result id -> its words / its region
     for number, entry in enumerate(result):
         if isinstance(entry, dict) and entry.get("type") == "relation":
-            relations.append((entry.get("from_id"), entry.get("to_id")))
+            relations.append((_result_id(entry.get("from_id")), _result_id(entry.get("to_id"))))
             continue
         value = entry.get("value") if isinstance(entry, dict) else None
         if not isinstance(value, dict):
             judged.missed.append(f"result {number} is not an object with a 'value' object")
             continue
-        kind, ident = entry.get("type"), entry.get("id")
+        kind, ident = entry.get("type"), _result_id(entry.get("id"))
         if kind == "labels" and {WRONG, TIED} & set(_names(value, "labels")):
             hit = _span_tokens(item, value, judged.missed)
             spans[ident] = hit
@@ -488,10 +488,15 @@ def _drawn_region(item: ItemData, entry: dict, kind: str, judged: Judged):
     return ("new", len(judged.new_regions) - 1)
 
 
-def _names(value: dict, key: str) -> list:
-    """A result's label names (a list in Label Studio's export; anything else labels nothing)."""
+def _names(value: dict, key: str) -> list[str]:
+    """A result's label names (a list of strings in Label Studio's export; anything else labels nothing)."""
     names = value.get(key)
-    return names if isinstance(names, list) else []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def _result_id(ident):
+    """A result's id as a relation names it (a string or a number); None for anything else."""
+    return ident if isinstance(ident, (str, int)) and not isinstance(ident, bool) else None
 
 
 def _span_tokens(item: ItemData, value: dict, missed: list[str]) -> set[int]:
@@ -505,8 +510,6 @@ def _span_tokens(item: ItemData, value: dict, missed: list[str]) -> set[int]:
     return hit
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _pixel_box(entry: dict) -> tuple[float, float, float, float]:
@@ -517,7 +520,7 @@ def _pixel_box(entry: dict) -> tuple[float, float, float, float]:
 
 def _matching_region(item: ItemData, entry: dict) -> int | None:
     size = (entry.get("original_width"), entry.get("original_height"))
-    if not all(_is_number(v) and v > 0 for v in size) or not _box_numbers(entry["value"]):
+    if not all(finite_number(v) and v > 0 for v in size) or not _box_numbers(entry["value"]):
         return None
     box = _pixel_box(entry)
     return _best_match([_iou(box, r["box"]) for r in item.regions])
@@ -571,7 +574,7 @@ def _iou(a, b) -> float:
 
 
 def _box_numbers(value: dict) -> bool:
-    return all(_is_number(value.get(key)) for key in ("x", "y", "width", "height"))
+    return all(finite_number(value.get(key)) for key in ("x", "y", "width", "height"))
 
 
 def _box_text(entry: dict) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from capscope.common.limits import finite_number
 from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
 from capscope.metrics.words import region_threshold, word_threshold
 from capscope.metrics.registry import SPECS
@@ -47,7 +48,7 @@ def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic:
     word when `semantic` is unknown), against the word threshold times the
     model's `word_scale`, and the regions with a score, against the same rule's region threshold."""
     words = scored_words(token_scores, semantic)
-    regions = [s for s in region_scores if _finite(s)]
+    regions = [s for s in region_scores if finite_number(s)]
     if not words and not regions:
         return None
     threshold = word_threshold(token_rule, beta, len(words), word_scale)
@@ -59,13 +60,13 @@ def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic:
 def scored_words(token_scores: Sequence, semantic: Sequence[bool] | None = None) -> list[float]:
     """The shares of the semantic words with a score (every scored word when `semantic` is unknown)."""
     flags = list(semantic) if semantic is not None else [True] * len(token_scores)
-    return [s for s, sem in zip(token_scores, flags) if sem and _finite(s)]
+    return [s for s, sem in zip(token_scores, flags) if sem and finite_number(s)]
 
 
 def token_uncertainty(scores: Sequence, threshold: float = BETA) -> float | None:
     """Mean closeness of the scores to a threshold (1 = on it), on the
     threshold's own scale (HICE-S's 0.2 and CLIP4DM's -5e-5 alike)."""
-    values = [s for s in scores if _finite(s)]
+    values = [s for s in scores if finite_number(s)]
     if not values:
         return None
     scale = abs(threshold) or 1.0
@@ -85,5 +86,3 @@ def prediction_uncertainty(metric: str, token_scores: Sequence | None, region_sc
     return token_uncertainty(list(token_scores or []) + list(region_scores or []), threshold)
 
 
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

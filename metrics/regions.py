@@ -9,15 +9,13 @@ same way.
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
 from PIL import Image
 
-from capscope.common.limits import MAX_REGIONS
+from capscope.common.limits import MAX_REGIONS, finite_number
 
 log = logging.getLogger(__name__)
 
@@ -88,23 +86,10 @@ def clip_box(box, width: int, height: int) -> tuple[float, float, float, float]:
     return (x0, y0, x1, y1)
 
 
-def _finite(value) -> bool:
-    """A real number, not a bool, not NaN or infinite, and one a float can
-    hold (JSON reads an integer of 400 digits, which float() refuses)."""
-    if type(value) is float:  # JSON's numbers first, before the slower ABC check
-        return math.isfinite(value)
-    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def _four_numbers(box) -> bool:
     if isinstance(box, (str, bytes, dict)) or not hasattr(box, "__len__") or len(box) != 4:
         return False
-    return all(_finite(v) for v in box)
+    return all(finite_number(v) for v in box)
 
 
 def given_regions(boxes: list, width: int, height: int) -> list[Region]:
@@ -120,7 +105,7 @@ def given_regions(boxes: list, width: int, height: int) -> list[Region]:
         box = item.get("box") if isinstance(item, dict) else item
         conf = item.get("confidence") if isinstance(item, dict) else None
         mask = item.get("mask") if isinstance(item, dict) else None
-        if conf is not None and not _finite(conf):  # it is written out with float() and sorted by
+        if conf is not None and not finite_number(conf):  # it is written out with float() and sorted by
             raise ValueError(f"region {index}: confidence must be a finite number or null")
         try:
             mask = None if mask is None else checked_rle_mask(mask, width, height)

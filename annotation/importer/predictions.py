@@ -14,6 +14,7 @@ from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.db import Caption, Dataset, Prediction, Store, Token
 from capscope.db.models import utcnow
 from capscope.common.jsonl import shown
+from capscope.common.limits import finite_number
 
 
 def import_predictions(store: Store, path: Path, dataset: str = "default", model_version: str | None = None) -> ImportReport:
@@ -65,7 +66,9 @@ def _metrics_problem(metrics: dict) -> str:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A float as JSON reads one (NaN and infinities as capscope's rows may hold them), or an integer a
+    float holds: the uncertainty that ranks a queue raised OverflowError on one of 400 digits."""
+    return isinstance(value, float) or (isinstance(value, int) and finite_number(value))
 
 
 def _write_predictions(session, dataset: str, rows, report: ImportReport) -> None:

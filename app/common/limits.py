@@ -3,6 +3,9 @@ the UI and the file readers all read them here, so a caption or an image that
 one of them accepts is one that the others accept too."""
 from __future__ import annotations
 
+import math
+import numbers
+
 MAX_CAPTION_CHARS = 5000          # a caption (about 800 words, read in windows), and each of its references
 MAX_REFERENCES = 50               # references given with one caption
 MAX_IMAGE_PIXELS = 40_000_000     # width x height of one image
@@ -14,3 +17,17 @@ MAX_JSON_DEPTH = 64               # nesting of JSON arrays and objects in any fi
 MAX_SUMMARY_BYTES = 64 * 2**20    # a summary.json the server reads (GET /api/diagnose)
 MAX_NAME_CHARS = 200              # a dataset's name as stored (it is data, not a path)
 MAX_FILE_NAME_CHARS = 100         # a file or folder name made from a user's text (`paths.safe_name`)
+
+
+def finite_number(value) -> bool:
+    """A real number, not a bool, neither NaN nor infinite, and one a float
+    holds: JSON reads an integer of 400 digits, which float() and
+    math.isfinite refuse with OverflowError."""
+    if type(value) is float:  # JSON's numbers first, before the slower ABC check
+        return math.isfinite(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):  # numpy's bool is no numbers.Real
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

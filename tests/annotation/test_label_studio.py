@@ -212,3 +212,26 @@ def test_ties_and_junk_go_to_label_studio_and_come_back(store):
     assert (back.incorrect_tokens, back.mentioned_regions, back.junk_regions, back.links) == \
         ({1}, {0}, {1}, {(1, 0), (2, 0)})
     assert "Relation" in ls.labeling_config() and 'value="no object"' in ls.labeling_config()
+
+
+HUGE = 10**400  # JSON reads an integer of 400 digits; float() and math.isfinite refuse it
+BOX = box(5, 5, 30, 29)
+HOSTILE_RESULTS = {
+    "a box's x past float's range": {**BOX, "value": {**BOX["value"], "x": HUGE}},
+    "an image width past float's range": {**BOX, "original_width": HUGE},
+    "a result id that is a list": {**BOX, "id": [1]},
+    "a result id that is an object": {**BOX, "id": {"a": 1}},
+    "labels that are objects": {**BOX, "type": "labels", "value": {"start": 0, "end": 1, "labels": [{}]}},
+    "a relation between lists": {"type": "relation", "from_id": ["s"], "to_id": {"b": 1}},
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_RESULTS))
+def test_a_hostile_result_is_reported_and_the_rest_imported(store, case):
+    """Each of these stopped the whole import with a TypeError or an OverflowError."""
+    store, _ = store
+    item = next(iter_items(store))
+    red = next(t for t in item.tokens if t["text"] == "red")
+    report = ls.import_export_rows(store, [label_studio_export(item, [(9, [span(red), HOSTILE_RESULTS[case]])])])
+    judged = {j.user: j.incorrect_tokens for j in next(iter_items(store)).judgements}
+    assert judged["label-studio-9"] == {item.tokens.index(red)}, report.not_mapped

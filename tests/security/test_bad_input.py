@@ -202,12 +202,14 @@ def test_score_rows_of_the_wrong_shape_are_row_errors_when_imported_as_predictio
             {"id": item.external_id, "metrics": {"infometic": {"scores": 5}}},
             {"id": item.external_id, "metrics": {"infometic": {"token_scores": "abc"}}},
             {"id": item.external_id, "metrics": {"infometic": {"region_scores": [{"a": 1}]}}},
+            {"id": item.external_id, "metrics": {"infometic": {"token_scores": [10**400]}}},  # its uncertainty overflowed
             DEEP_OBJECT,
             {"id": item.external_id, "metrics": {"infometic": {"scores": {"overall": 1.0}, "token_scores": [0.5]}},
              "model": {"metric_options": [1]}}]
     report = import_predictions(store, write_jsonl(tmp_path / "scored.jsonl", rows))
-    assert report.added == 1 and [error.line for error in report.errors] == [1, 2, 3, 4, 5]
+    assert report.added == 1 and [error.line for error in report.errors] == [1, 2, 3, 4, 5, 6]
     assert "its result must be an object" in report.errors[0].reason
+    assert "'token_scores' must be a list of numbers or nulls" in report.errors[4].reason
     assert "'token_scores' must be a list of numbers or nulls" in report.errors[2].reason
 
 
