@@ -100,7 +100,7 @@ def recorded_word_scale(model: dict | None, metric: str) -> float | None:
     every = (model or {}).get("metric_options")
     options = every.get(metric) if isinstance(every, dict) else None
     scale = options.get("word_threshold_scale") if isinstance(options, dict) else None
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+    if not finite_number(scale) or scale <= 0:
         return None
     return None if scale == 1 else float(scale)
 

@@ -2,10 +2,8 @@
 checked COCO RLE) and those the engine proposes for images that have none."""
 from __future__ import annotations
 
-import math
-
 from capscope.annotation.importer.problems import ImportReport, RowProblem
-from capscope.common.limits import MAX_REGIONS
+from capscope.common.limits import MAX_REGIONS, finite_number
 from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_rle
 
 
@@ -24,8 +22,7 @@ def checked_regions(raw, width: int, height: int) -> list[dict]:
         except ValueError as err:
             raise RowProblem(f"region {i}: {err}") from None
         confidence = item.get("confidence")
-        if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, (int, float))
-                                      or not math.isfinite(confidence)):
+        if confidence is not None and not finite_number(confidence):
             raise RowProblem(f"region {i}: confidence must be a number")
         regions.append({
             "box": [round(v, 2) for v in box],

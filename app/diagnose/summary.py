@@ -19,6 +19,7 @@ import numpy as np
 
 from capscope import __version__
 from capscope.metrics.registry import SPECS, metric_title
+from capscope.common.limits import finite_number
 from capscope.common.stats import bootstrap_interval
 
 from .diagnosis import (Comparison, DiagnosisSummary, ErrorType, Estimate, FailedRow, MetricSummary, MetricWarning,
@@ -65,7 +66,7 @@ class MetricTally:
     def add(self, image: int, row: dict, result: dict, types: list[str | None]) -> None:
         self.captions += 1
         for key, value in result.get("scores", {}).items():
-            if isinstance(value, (int, float)) and np.isfinite(value):
+            if finite_number(value):
                 slot = self.scores.setdefault(key, {}).setdefault(image, [0.0, 0])
                 slot[0] += value
                 slot[1] += 1
@@ -102,7 +103,7 @@ class MetricTally:
 
     def _keep_if_worst(self, row: dict, result: dict) -> None:
         value = result.get("scores", {}).get(self.primary)
-        if not isinstance(value, (int, float)):
+        if not finite_number(value):
             return
         kept = {"id": row["id"], "image": row.get("image"), "caption": row["caption"], "tokens": row["tokens"],
                 "regions": row["regions"], "result": result}

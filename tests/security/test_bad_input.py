@@ -83,6 +83,7 @@ WRONG_TYPES = [  # (fields of a row, words its error names)
     ({"regions": [{"box": [1, 1, 30, 30], "mask": {"size": [48, 64], "counts": [10**30]}}]}, "malformed RLE"),
     ({"regions": [{"box": [1, 1, 30, 30], "mask": {"size": [48, 64], "counts": [1.5, 3071.5]}}]}, "malformed RLE"),
     ({"regions": [{"box": [1, 1, 30, 30], "label": {"a": 1}}]}, 'got {"a": 1}'),
+    ({"regions": [{"box": [1, 1, 30, 30], "confidence": 10**400}]}, "confidence must be a number"),  # overflowed
     ({"references": "abc"}, "references must be"),
     ({"model": {"a": "b"}}, "'model' must be"),
     ({"image": ["a"]}, "missing field 'image'"),
@@ -424,3 +425,20 @@ def test_a_coco_image_id_that_is_no_integer_is_one_clear_error(tmp_path, image_i
         CocoCaptions(tmp_path / "bad.json")
     with pytest.raises(CapscopeError, match="is not an integer"):
         list(coco_pairs(tmp_path / "results.json", CocoCaptions(tmp_path / "good.json"), tmp_path))
+
+
+def test_a_scored_row_whose_score_no_float_holds_is_left_out_of_the_diagnosis(tmp_path, capsys):
+    """`capscope diagnose` on rows capscope score wrote: a 400-digit score (JSON reads it) stopped it with a
+    TypeError in NumPy's isfinite. It is left out as a NaN is; the other rows are summarised."""
+    from capscope.cli import main
+
+    tokens = [{"text": "a", "start": 0, "end": 1, "semantic": False}, {"text": "dog", "start": 2, "end": 5, "semantic": True}]
+    rows = [{"id": f"r{i}", "image": f"im{i}.png", "caption": "a dog", "tokens": tokens, "regions": [],
+             "metrics": {"clip-s": {"scores": {"clip_s": value}}}, "model": None, "error": None}
+            for i, value in enumerate([0.5, 10**400, 0.25])]
+    path = write_jsonl(tmp_path / "scored.jsonl", rows)
+    args = ["diagnose", "--model", f"a={path}", "--input-format", "scored", "--metric", "clip-s",
+            "--out", str(tmp_path / "out"), "--bootstrap", "10"]
+    assert main(args) == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert "3 captions" in capsys.readouterr().out and summary

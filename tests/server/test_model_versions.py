@@ -488,6 +488,7 @@ def test_stored_predictions_keep_the_word_threshold_scale_their_rows_record(worl
     ({"metric_options": {"infometic": {"word_threshold_scale": -1}}}, None),     # not a scale: ignored
     ({"metric_options": {"infometic": {"word_threshold_scale": "0.6"}}}, None),
     ({"metric_options": {"infometic": {"word_threshold_scale": True}}}, None),
+    ({"metric_options": {"infometic": {"word_threshold_scale": 10**400}}}, None),  # float() overflowed
     ({}, None), (None, None),
 ])
 def test_a_rows_recorded_word_scale(model, expected):
