@@ -42,6 +42,7 @@ from capscope.common.jsonl import JsonTextError, loads_limited
 from capscope.common import limits
 from capscope.metrics.text import check_caption, check_references
 from capscope.metrics.config import ScorerConfig
+from capscope.server.callers import SIGNIN_KEY, CallerIdentity, basic_credentials
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
                                     script_or_json)
@@ -139,21 +140,31 @@ _basic = HTTPBasic(auto_error=False)
 def user_from_request(request: Request) -> UserInfo | None:
     """The user named by the request's HTTP Basic credentials, or None (for the UI's auth hook);
     None too while failed sign-ins for the name or the client are backing off."""
-    header = request.headers.get("authorization", "")
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic" or not encoded:
+    credentials = basic_credentials(request.headers.get("authorization"))
+    if credentials is None:
         return None
-    try:
-        name, _, password = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    user, _wait = _guarded_sign_in(request, name, password)
+    user, _wait = _guarded_sign_in(request, *credentials)
     return user
+
+
+def basic_sign_in(scope, name: str, password: str) -> tuple[UserInfo | None, float]:
+    """`_guarded_sign_in` for callers.CallerIdentity, which has the request's scope."""
+    return _guarded_sign_in(Request(scope), name, password)
 
 
 def _guarded_sign_in(request: Request, name: str, password: str) -> tuple[UserInfo | None, float]:
     """(the user or None, seconds to wait): the password is not even checked while failed
-    sign-ins for this name or client address are backing off (app/server/signin.py)."""
+    sign-ins for this name or client address are backing off (app/server/signin.py).
+    Checked once a request: the answer is kept in the request's scope."""
+    kept = request.scope.get(SIGNIN_KEY)
+    if kept is not None and kept[0] == (name, password):
+        return kept[1]
+    answer = _checked_sign_in(request, name, password)
+    request.scope[SIGNIN_KEY] = ((name, password), answer)
+    return answer
+
+
+def _checked_sign_in(request: Request, name: str, password: str) -> tuple[UserInfo | None, float]:
     guard, address = guard_for(request.app), request.client.host if request.client else ""
     wait = guard.retry_after(name, address)
     if wait:
@@ -162,15 +173,16 @@ def _guarded_sign_in(request: Request, name: str, password: str) -> tuple[UserIn
     if user is None:
         guard.failed(name, address)
     else:
-        guard.succeeded(name)
+        guard.succeeded(name, address)
     return user, 0.0
 
 
-def current_user(request: Request, credentials: HTTPBasicCredentials | None = Depends(_basic)) -> UserInfo:
+def current_user(request: Request, _scheme: HTTPBasicCredentials | None = Depends(_basic)) -> UserInfo:
     challenge = {"WWW-Authenticate": 'Basic realm="capscope"'}
+    credentials = basic_credentials(request.headers.get("authorization"))
     if credentials is None:
         raise HTTPException(401, "credentials required (HTTP Basic)", headers=challenge)
-    user, wait = _guarded_sign_in(request, credentials.username, credentials.password)
+    user, wait = _guarded_sign_in(request, *credentials)
     if wait:
         seconds = max(1, math.ceil(wait))
         raise HTTPException(429, f"too many failed sign-ins: try again in {seconds} s",
@@ -299,6 +311,8 @@ def _add_guards(app: FastAPI, cors_origins: tuple[str, ...]) -> None:
                        per_caller=app.state.models.gate.per_user, state=app.state)
     app.add_middleware(BodyLimit, default=MAX_BODY_BYTES, by_path={"/api/score": MAX_SCORE_BODY_BYTES},
                        by_prefix={"/gradio_api/upload": MAX_UPLOAD_REQUEST_BYTES})
+    app.state.basic_sign_in = basic_sign_in
+    app.add_middleware(CallerIdentity, state=app.state)  # before any body is read: the limits above are per caller
     app.add_middleware(CORSMiddleware, allow_origins=list(app.state.cors_origins),
                        allow_credentials=bool(cors_origins), allow_methods=["GET", "POST", "PUT"],
                        allow_headers=["Authorization", "Content-Type", "X-Requested-With"])

@@ -6,14 +6,21 @@ Outermost first:
 - CORS (Starlette's middleware, added by `create_app`): off unless origins are
   configured (`capscope serve --cors-origin`); its presence also keeps Gradio
   from adding its own, which echoes origins.
-- `BodyLimit`: bodies over their path's limit are refused (413) as they arrive.
+- `CallerIdentity` (app/server/callers.py): who the request comes from, decided
+  before any of its body is read.
+- `BodyLimit`: bodies over their path's limit, and a stranger's over
+  `ANONYMOUS_BODY_BYTES` whatever the path, are refused (413) as they arrive.
 - `InFlightCap`: a caller's requests to the scorer beyond its cap are refused
   (429) before their bodies are read.
 - `RequestGuard`: state-changing requests from another site are refused
   (signed-in REST calls that change something must also carry JSON or an
   `X-Requested-With` header: `script_or_json`, checked with the credentials
   by the API); JSON bodies with
-  a lone surrogate, or nested past `MAX_JSON_DEPTH`, are refused (422); a
+  a lone surrogate, nested past `MAX_JSON_DEPTH` or of more than
+  `MAX_JSON_VALUES` values, are refused (422); a body in UTF-16, UTF-32 or
+  after a byte-order mark is handed on as plain UTF-8, so that the guard and
+  the app read the same text; Gradio's upload route takes only a multipart
+  form, never read here; a
   Gradio event may name only files that were uploaded to Gradio (a file data
   naming a server path or a URL is refused, 403), and Gradio's file route
   fetches no URL.
@@ -21,7 +28,6 @@ Outermost first:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -33,6 +39,7 @@ from starlette.responses import JSONResponse
 
 from capscope.common.jsonl import too_deep
 from capscope.common.limits import MAX_JSON_DEPTH
+from capscope.server.callers import caller_of, session_token  # noqa: F401  (session_token: its old home)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SECURITY_HEADERS = (
@@ -42,6 +49,10 @@ SECURITY_HEADERS = (
     (b"referrer-policy", b"same-origin"),
 )
 GRADIO_PREFIX = "/gradio_api/"
+GRADIO_UPLOAD = GRADIO_PREFIX + "upload"
+ANONYMOUS_BODY_BYTES = 64 * 2**10   # a body from someone not signed in (the sign-in form is far smaller)
+MAX_JSON_VALUES = 100_000           # separators (",", ":") in one JSON body: 10,000 label pairs need 40,000
+PARSE_ON_THREAD_BYTES = 64 * 2**10  # a JSON body at least this long is parsed in a worker thread
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _URL_LIKE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://|^data:|^//")
 
@@ -73,22 +84,25 @@ class SecurityHeaders:
 class BodyLimit:
     """Reject request bodies over the limit with 413 before the app reads them
     whole: `by_path` for exact paths, `by_prefix` for path prefixes (Gradio's
-    uploads), `default` for the rest."""
+    uploads), `default` for the rest; `anonymous` at most for a caller who is
+    not signed in (callers.CallerIdentity decides), whatever the path."""
 
     def __init__(self, app, default: int, by_path: dict[str, int] | None = None,
-                 by_prefix: dict[str, int] | None = None):
-        self.app, self.default = app, default
+                 by_prefix: dict[str, int] | None = None, anonymous: int = ANONYMOUS_BODY_BYTES):
+        self.app, self.default, self.anonymous = app, default, anonymous
         self.by_path, self.by_prefix = by_path or {}, by_prefix or {}
 
-    def limit_for(self, path: str) -> int:
+    def limit_for(self, path: str, signed_in: bool = True) -> int:
         if path in self.by_path:
-            return self.by_path[path]
-        return next((limit for prefix, limit in self.by_prefix.items() if path.startswith(prefix)), self.default)
+            limit = self.by_path[path]
+        else:
+            limit = next((limit for prefix, limit in self.by_prefix.items() if path.startswith(prefix)), self.default)
+        return limit if signed_in else min(limit, self.anonymous)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = self.limit_for(scope["path"])
+        limit = self.limit_for(scope["path"], caller_of(scope).signed_in)
         declared = Headers(scope=scope).get("content-length")
         if declared is not None:
             problem = _declared_length_problem(declared, limit)
@@ -140,12 +154,16 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         headers, path, method = Headers(scope=scope), scope["path"], scope["method"]
         problem = self.request_problem(headers, path, method)
-        if problem is None and method not in SAFE_METHODS and (is_json(headers) or path.startswith(GRADIO_PREFIX)):
+        if problem is None and reads_body(headers, path, method):
             try:
                 body = await read_body(receive)
             except HTTPException as err:  # over the body limit, raised as the body arrived
                 return await refuse(err.status_code, err.detail)(scope, receive, send)
-            problem = self.body_problem(path, body)
+            read, (body, problem) = body, as_utf8(body)
+            if problem is None:
+                problem = await self.checked_body(path, body)
+            if body is not read:
+                scope = with_length(scope, len(body))
             receive = replay(body, receive)
         if problem is not None:
             return await refuse(*problem)(scope, receive, send)
@@ -158,7 +176,17 @@ class RequestGuard:
             return None
         if not self.same_site(headers):
             return 403, ("request from another site refused (capscope serve --cors-origin ORIGIN allows one)")
+        if path.rstrip("/") == GRADIO_UPLOAD and not is_multipart(headers):
+            return 415, "an upload is a multipart/form-data body"
         return None
+
+    async def checked_body(self, path: str, body: bytes) -> tuple[int, str] | None:
+        """`body_problem`, in a worker thread for a long body (parsing it must not hold the event loop)."""
+        if len(body) < PARSE_ON_THREAD_BYTES:
+            return self.body_problem(path, body)
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(self.body_problem, path, body)
 
     def same_site(self, headers: Headers) -> bool:
         """No Origin (not a browser, or a same-site navigation) and not marked
@@ -172,6 +200,8 @@ class RequestGuard:
         return bool(host) and host in (headers.get("host"), headers.get("x-forwarded-host"))
 
     def body_problem(self, path: str, body: bytes) -> tuple[int, str] | None:
+        if body.count(b",") + body.count(b":") > MAX_JSON_VALUES:
+            return 413, f"a JSON body holds at most {MAX_JSON_VALUES} values"
         needs_files = path.startswith(GRADIO_PREFIX)
         if not needs_files and not _ESCAPED_SURROGATE.search(body):
             return None
@@ -216,7 +246,7 @@ class InFlightCap:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.paths:
             return await self.app(scope, receive, send)
-        caller = self.caller(Headers(scope=scope))
+        caller = self.caller(scope)
         if self.in_flight.get(caller, 0) >= self.per_caller:
             await asyncio.sleep(self.refusal_delay_s)
             response = JSONResponse({"detail": f"you already have {self.per_caller} requests of this kind in flight; "
@@ -232,23 +262,9 @@ class InFlightCap:
             else:
                 del self.in_flight[caller]
 
-    def caller(self, headers: Headers) -> str:
-        credentials = headers.get("authorization")
-        if credentials:
-            return "basic:" + hashlib.sha256(credentials.encode()).hexdigest()
-        token = session_token(headers.get("cookie", ""))
-        user = getattr(self.state, "session_user", None)
-        name = user(token) if user is not None and token else None
-        return f"user:{name}" if name else "session:" + hashlib.sha256((token or "").encode()).hexdigest()
-
-
-def session_token(cookies: str) -> str | None:
-    """The web UI's session token from a Cookie header (Gradio's access-token cookies)."""
-    for part in cookies.split(";"):
-        name, _, value = part.strip().partition("=")
-        if name.startswith("access-token") and value:
-            return value
-    return None
+    @staticmethod
+    def caller(scope) -> str:
+        return caller_of(scope).key
 
 
 class ThreadBudget:
@@ -274,6 +290,40 @@ def script_or_json(method: str, headers) -> bool:
     header, neither of which a form on another site can send without a CORS
     preflight (a browser adds cached HTTP Basic credentials to a form's POST by itself)."""
     return method in SAFE_METHODS or is_json(headers) or "x-requested-with" in headers
+
+
+def reads_body(headers: Headers, path: str, method: str) -> bool:
+    """Whether the guard reads the body: JSON, and anything to Gradio's routes (which read JSON whatever the
+    Content-Type) but its upload route's multipart form, which Gradio streams to disk itself."""
+    if method in SAFE_METHODS:
+        return False
+    if path.startswith(GRADIO_PREFIX):
+        return path.rstrip("/") != GRADIO_UPLOAD
+    return is_json(headers)
+
+
+def is_multipart(headers: Headers) -> bool:
+    return headers.get("content-type", "").split(";")[0].strip().lower() == "multipart/form-data"
+
+
+def as_utf8(body: bytes) -> tuple[bytes, tuple[int, str] | None]:
+    """(the body as UTF-8 without a byte-order mark, problem or None). JSON's readers (Python's, and
+    so FastAPI's and Gradio's) take UTF-16 and UTF-32 and a BOM too: the guard must read what they read."""
+    if not body or body[0] < 0x80 and body[:2].find(b"\x00") < 0:
+        return body, None  # plain ASCII-led UTF-8 without a BOM: the common case, not copied
+    encoding = json.detect_encoding(body)
+    if encoding == "utf-8":
+        return body, None
+    try:
+        return body.decode(encoding).encode("utf-8"), None
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        return body, (400, f"the body is not valid {encoding.upper()} text")
+
+
+def with_length(scope, length: int):
+    """The scope with its Content-Length set to the body handed on (a BOM dropped or the text re-encoded)."""
+    headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+    return {**scope, "headers": [*headers, (b"content-length", str(length).encode())]}
 
 
 def is_json(headers: Headers) -> bool:

@@ -1,13 +1,18 @@
 """Guessing passwords against the server: back-off, and the UI's sign-in.
 
-`SignInGuard` counts failed sign-ins per user name and per client address.
-After `limit` failures within `window_s` for either, attempts for it are
-refused without a password check for `first_backoff_s`; each failure after
-that backs off twice as long as the one before, up to `max_backoff_s`, until
-`window_s` passes without a failure or a back-off. A success clears
-the name's count (not the address's: one's own account must not wash out
-guesses at others'). The REST API (HTTP Basic) and the UI's login form share
-an app's one guard (`guard_for(app)`), so failures on either count for both.
+`SignInGuard` counts failed sign-ins per user name at a client address, and
+per client address. After `limit` failures within `window_s` for either,
+attempts for it are refused without a password check for `first_backoff_s`;
+each failure after that backs off twice as long as the one before, up to
+`max_backoff_s`, until `window_s` passes without a failure or a back-off. A
+success clears the name's count at that address (not the address's: one's own
+account must not wash out guesses at others'). A name is never counted alone:
+whoever guesses at a name from one address cannot lock its owner out at
+another (an admin locked out at one address signs in from another, or once
+the back-off ends). Behind a proxy the address is the client's own
+(`capscope serve --trusted-proxy`). The REST API (HTTP Basic) and the UI's
+login form share an app's one guard (`guard_for(app)`), so failures on either
+count for both.
 
 The UI's login runs the password check in a worker thread, at most
 `UI_HASHING_AT_ONCE` at a time (waiting on the event loop, not in a thread),
@@ -74,9 +79,9 @@ class SignInGuard:
                     record.blocked_until = now + min(doubled, self.max_backoff_s)
                     record.backoffs += 1
 
-    def succeeded(self, name: str) -> None:
+    def succeeded(self, name: str, address: str) -> None:
         with self._lock:
-            self._records.pop(("name", name[:200]), None)
+            self._records.pop(self._keys(name, address)[0], None)
 
     def clear(self) -> None:
         with self._lock:
@@ -87,7 +92,7 @@ class SignInGuard:
 
     @staticmethod
     def _keys(name: str, address: str) -> tuple[tuple[str, str], ...]:
-        return ("name", name[:200]), ("address", address)
+        return ("name at address", f"{name[:200]}\n{address}"), ("address", address)
 
     def _record(self, key: tuple[str, str], now: float) -> _Record | None:
         """The key's record, or None once a window has passed since its last failure or back-off."""
@@ -146,7 +151,7 @@ def ui_auth(app, store: Store):
         if user is None:
             guard.failed(name, address)
             return False
-        guard.succeeded(name)
+        guard.succeeded(name, address)
         return True
 
     return login

@@ -102,8 +102,9 @@ def test_the_guard_doubles_its_back_off_and_a_success_clears_the_name():
         guard.failed("ann", "10.0.0.1")
     assert guard.retry_after("ann", "10.0.0.1") == 0
     guard.failed("ann", "10.0.0.1")
-    assert guard.retry_after("ann", "10.0.0.2") == pytest.approx(1.0)  # the name backs off
+    assert guard.retry_after("ann", "10.0.0.1") == pytest.approx(1.0)  # the name at that address backs off
     assert guard.retry_after("bob", "10.0.0.1") == pytest.approx(1.0)  # and so does the address
+    assert guard.retry_after("ann", "10.0.0.2") == 0  # but not ann elsewhere: no one can lock her out
     waits = []
     for _ in range(12):
         now[0] += guard.retry_after("ann", "10.0.0.1")
@@ -111,10 +112,20 @@ def test_the_guard_doubles_its_back_off_and_a_success_clears_the_name():
         waits.append(guard.retry_after("ann", "10.0.0.1"))
     assert waits[:4] == [2.0, 4.0, 8.0, 16.0] and waits[-1] == 15 * 60  # doubling, capped at 15 minutes
     now[0] += 15 * 60
-    guard.succeeded("ann")
+    guard.succeeded("ann", "10.0.0.1")
     assert guard.retry_after("ann", "10.0.0.9") == 0
     now[0] += 15 * 60 + 1  # failures older than the window are forgotten
     assert guard.retry_after("bob", "10.0.0.1") == 0 and len(guard) == 0
+
+
+def test_guesses_at_a_name_from_one_address_leave_its_owner_a_way_in():
+    """On a15ad8a anyone could keep any account, the admin's included, locked for up to
+    15 minutes: failures were counted per name, from wherever they came."""
+    guard = SignInGuard()
+    for _ in range(40):
+        guard.failed("boss", "203.0.113.7")
+    assert guard.retry_after("boss", "203.0.113.7") > 0
+    assert guard.retry_after("boss", "198.51.100.1") == 0
 
 
 def test_the_guard_holds_a_bounded_number_of_entries():
