@@ -132,6 +132,7 @@ def checked_rle_mask(rle, width: int, height: int) -> np.ndarray:
             _check_counts(counts, height * width)
             coded = coco_mask.frPyObjects({"size": [height, width], "counts": counts}, height, width)
         elif isinstance(counts, str) and counts:
+            _check_counts(compressed_counts(counts), height * width)  # else pycocotools reads past them
             coded = {"size": [height, width], "counts": counts.encode("ascii")}
         else:
             raise TypeError
@@ -148,6 +149,32 @@ def _check_counts(counts: list, pixels: int) -> None:
     pixels (pycocotools would overflow on a huge one, or read floats as ints)."""
     if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts) or sum(counts) != pixels:
         raise ValueError("mask has malformed RLE counts")
+
+
+def compressed_counts(text: str) -> list[int]:
+    """The run lengths of a COCO RLE `counts` string (pycocotools' compressed
+    form: each count in 5-bit groups, ASCII 48 onwards, a group's 0x20 bit saying
+    another follows, the last group's 0x10 bit its sign; from the fourth on, each
+    count is stored as its difference to the count two before). ValueError when
+    the text is not such a string."""
+    counts, value, shift = [], 0, 0
+    for char in text:
+        group = ord(char) - 48
+        if not 0 <= group < 64:
+            raise ValueError("mask has malformed RLE counts")
+        value |= (group & 0x1F) << shift
+        shift += 5
+        if group & 0x20:
+            if shift > 60:
+                raise ValueError("mask has malformed RLE counts")
+            continue
+        if group & 0x10:
+            value -= 1 << shift
+        counts.append(value + counts[-2] if len(counts) > 2 else value)
+        value, shift = 0, 0
+    if shift:
+        raise ValueError("mask has malformed RLE counts")  # the text ends inside a count
+    return counts
 
 
 def mask_to_box(mask: np.ndarray) -> tuple[float, float, float, float]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 
+from capscope.metrics.regions import compressed_counts
 from capscope.server.segmenting import PER_USER, ClickService, SegmentingBusy
 from security_support import ANN, BOB, basic
 
@@ -86,3 +88,34 @@ def test_one_user_cannot_hold_the_segmenter(tmp_path):
         thread.join()
     assert service.segment(1, str(path), [(1, 1, 1)], user="ann")["fallback"] is True
     service.close()
+
+
+def test_a_compressed_mask_that_does_not_cover_the_image_is_422(http, ann_item):
+    """On a15ad8a a COCO RLE string whose runs ended early was stored, and
+    pycocotools filled the rest of the mask from memory it had not written."""
+    from pycocotools import mask as coco_mask
+
+    item_id, width, height = ann_item
+    small = np.zeros((8, 8), dtype=np.uint8, order="F")
+    small[2:6, 2:6] = 1
+    short = coco_mask.encode(small)["counts"].decode()  # runs of 64 pixels, not width x height
+    for counts in (short, short + "1", "0" * 3 + "j", "\x7f", "ab\u00e9"):
+        answer = http.post(f"/api/items/{item_id}/regions", json={"mask": {"size": [height, width], "counts": counts}},
+                           headers=basic(ANN))
+        assert answer.status_code == 422, (counts, answer.text)
+
+
+def test_compressed_counts_read_as_pycocotools_writes_them():
+    from pycocotools import mask as coco_mask
+
+    rng = np.random.default_rng(0)
+    for height, width in ((1, 1), (5, 7), (40, 30), (97, 131)):
+        for share in (0.0, 0.01, 0.5, 1.0):
+            mask = np.asfortranarray((rng.random((height, width)) < share).astype(np.uint8))
+            counts = compressed_counts(coco_mask.encode(mask)["counts"].decode())
+            flat = mask.T.reshape(-1)
+            changes = np.flatnonzero(np.diff(np.concatenate([[0], flat, [2]])) != 0)
+            assert counts == [int(changes[0]), *np.diff(changes).astype(int).tolist()]
+    assert compressed_counts("") == []
+    with pytest.raises(ValueError):
+        compressed_counts("R")  # a count whose next group never comes (0x20 set)
