@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Callable, Iterable, NamedTuple
 
-from sqlalchemy import and_, delete, exists, func, or_, select
+from sqlalchemy import and_, delete, exists, func, or_, select, tuple_
 
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.queue import candidate_captions, holds_slot, queue_order_of
@@ -283,9 +283,11 @@ def _write_label_rows(session, assignment: Assignment, kind: str, old: set[int],
 
 
 def _write_links(session, assignment: Assignment, old: frozenset, new: frozenset) -> None:
-    for token, region in old - new:
-        session.execute(delete(Link).where(Link.assignment_id == assignment.id, Link.token_index == token,
-                                           Link.region_index == region))
+    gone = old - new
+    if gone:  # one statement, however many ties go: the write lock is held for one
+        session.execute(delete(Link).where(Link.assignment_id == assignment.id,
+                                           tuple_(Link.token_index, Link.region_index).in_(sorted(gone)))
+                        .execution_options(synchronize_session=False))
     session.add_all(Link(assignment_id=assignment.id, caption_id=assignment.caption_id, token_index=t,
                          region_index=r) for t, r in sorted(new - old))
 
@@ -345,10 +347,14 @@ def _checked_links(values: Iterable, n_tokens: int, n_regions: int) -> frozenset
 
 
 def _edit(new_tokens: Iterable[int] | None, new_regions: Iterable[int] | None, requested_status: str | None,
-          new_junk: Iterable[int] | None = None, new_links: Iterable | None = None) -> Change:
-    """A change to the given parts of the label state (None: that part stays)."""
+          new_junk: Iterable[int] | None = None, new_links: Iterable | None = None,
+          sent: list[int | None] | None = None) -> Change:
+    """A change to the given parts of the label state (None: that part stays); `sent`: how
+    many of each a client sent, duplicates included (`_checked_sizes`)."""
     def change(session, assignment, state: LabelState):
         n_tokens, n_regions = _item_size(session, assignment.caption_id)
+        if sent is not None:
+            _checked_sizes(sent, n_tokens, n_regions)
         tokens = state.tokens if new_tokens is None else frozenset(_checked_indices(new_tokens, n_tokens, "token"))
         regions = state.regions if new_regions is None else frozenset(
             _checked_indices(new_regions, n_regions, "region"))
@@ -373,8 +379,47 @@ def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: It
                 mentioned_regions: Iterable[int], status: str = "draft", *, junk_regions: Iterable[int] | None = None,
                 links: Iterable | None = None, **kw) -> dict:
     """Set the label state of an item (the REST PUT); junk regions and links
-    stay as they are when not given. Idempotent."""
-    return _apply(store, user, item_id, _edit(incorrect_tokens, mentioned_regions, status, junk_regions, links), **kw)
+    stay as they are when not given. Idempotent. The lists are checked for
+    their types and made unique before the write begins, so that the write
+    lock is held for what the item can hold, not for what was sent; a list
+    longer than the item allows (ties: words x regions) is refused."""
+    given = (incorrect_tokens, mentioned_regions, junk_regions, links)
+    sent = [None if values is None else len(values) for values in map(_listed, given)]
+    tokens, regions, junk = (None if v is None else _unique_indices(v, what)
+                             for v, what in zip(given, ("token", "region", "region")))
+    pairs = None if links is None else _unique_pairs(links)
+    edit = _edit(tokens, regions, status, junk, pairs, sent=sent)
+    return _apply(store, user, item_id, edit, **kw)
+
+
+def _listed(values: Iterable | None) -> list | None:
+    return None if values is None else values if isinstance(values, (list, tuple, set, frozenset)) else list(values)
+
+
+def _unique_indices(values: Iterable, what: str) -> frozenset[int]:
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Invalid(f"{what} indices must be integers, got {value!r}")
+    return frozenset(values)
+
+
+def _unique_pairs(values: Iterable) -> frozenset[tuple[int, int]]:
+    pairs = set()
+    for value in values:
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise Invalid(f"a link is [token_index, region_index], got {value!r}")
+        _unique_indices(value[:1], "token")
+        _unique_indices(value[1:], "region")
+        pairs.add((value[0], value[1]))
+    return frozenset(pairs)
+
+
+def _checked_sizes(sent: list[int | None], n_tokens: int, n_regions: int) -> None:
+    """A save's lists are at most as long as the item allows (duplicates included)."""
+    most = (n_tokens, n_regions, n_regions, n_tokens * n_regions)
+    for count, limit, what in zip(sent, most, ("incorrect tokens", "mentioned regions", "junk regions", "ties")):
+        if count is not None and count > limit:
+            raise Invalid(f"{count} {what} sent; this item has room for {limit}")
 
 
 def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],

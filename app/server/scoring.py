@@ -17,6 +17,7 @@ from collections import OrderedDict, deque
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
+from capscope.common.heap import freeze_long_lived
 from capscope.metrics.config import ScorerConfig
 from capscope.metrics.constants import BETA
 from capscope.common.errors import CapscopeError, ModelUnavailable
@@ -251,6 +252,7 @@ class Models:
             raise ModelUnavailable(f"InfoMetIC could not be loaded from the version's checkpoint: "
                                    f"{unavailable.get('infometic', 'not loaded')}")
         warm_text_towers(scorer)
+        freeze_long_lived()  # the model's objects live as long as the server
         return scorer, unavailable
 
     def swap(self, scorer, unavailable: dict[str, str], checkpoint: str | None, version: str | None) -> None:

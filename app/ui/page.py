@@ -25,6 +25,7 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
+from capscope.common.heap import freeze_long_lived
 from capscope.annotation import browse, importer
 from capscope.annotation.refusals import Invalid
 from capscope.annotation.users import add_user, get_user, list_users
@@ -239,4 +240,5 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
     sessions = expire_sessions(app, store, lifetime_s)
     app.state.session_user = sessions.get  # who a UI request comes from, for the caps on scoring (guards.InFlightCap)
     app.add_middleware(ClientAddress)
+    freeze_long_lived()  # the UI's and the app's objects live as long as the server
     return app
