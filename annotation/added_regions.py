@@ -5,6 +5,8 @@ label refers to never change. A region that overlaps an existing one with
 IoU >= `DUPLICATE_IOU` is that region: the existing one is given back and
 nothing is added. Each added region keeps who added it, when, and the prompts
 that made it; every annotator of the image's captions sees it from then on.
+One annotator adds at most `MAX_ADDED_REGIONS` to an image, so that no one
+can fill an image's `MAX_REGIONS` alone.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from sqlalchemy import exists, select
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.users import UserInfo
 from capscope.annotation.workflow import region_view
-from capscope.common.limits import MAX_REGIONS
+from capscope.common.limits import MAX_ADDED_REGIONS, MAX_REGIONS
 from capscope.db import Assignment, Caption, Image, Region, Store, utcnow
 from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_box, mask_to_rle
 
@@ -64,6 +66,8 @@ def add_region(store: Store, user: UserInfo, item_id: int, *, mask=None, box=Non
             return region_view(same), False
         if len(regions) >= MAX_REGIONS:
             raise Invalid(f"this image has {len(regions)} regions, the most an image may have")
+        if sum(r.added_by == user.name for r in regions) >= MAX_ADDED_REGIONS:
+            raise Invalid(f"you have added {MAX_ADDED_REGIONS} regions to this image, the most one person may")
         region = Region(image_id=image.id, index=(regions[-1].index + 1) if regions else 0, source=source,
                         x0=new_box[0], y0=new_box[1], x1=new_box[2], y1=new_box[3],
                         mask_rle=None if new_mask is None else mask_to_rle(new_mask), confidence=None,

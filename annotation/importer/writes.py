@@ -93,10 +93,14 @@ def _attach_regions(session, image: Image, row: PreparedRow) -> str:
         return ""
     existing = image.regions
     if image.regions_source != "none":
-        stored = [{"box": r.box, "mask": r.mask_rle} for r in existing]
+        # regions annotators added since are appended after the imported ones: they are no clash
+        stored = [{"box": r.box, "mask": r.mask_rle} for r in existing[:len(row.regions)]]
         if _region_key(stored) != _region_key(row.regions):
             return "this image already has other regions (from an earlier row or import)"
         return ""
+    if existing:
+        return ("annotators added regions to this image before any were imported: import this row without "
+                "regions, or under another image")
     for index, region in enumerate(row.regions):
         x0, y0, x1, y1 = region["box"]
         session.add(Region(image_id=image.id, index=index, source=region["source"], x0=x0, y0=y0, x1=x1, y1=y1,

@@ -11,6 +11,7 @@ MAX_REFERENCES = 50               # references given with one caption
 MAX_IMAGE_PIXELS = 40_000_000     # width x height of one image
 MAX_IMAGE_BYTES = 50 * 2**20      # one image file on disk
 MAX_REGIONS = 100                 # regions given with one image
+MAX_ADDED_REGIONS = 10            # regions one annotator may add to one image (the others keep room for theirs)
 MAX_LINE_BYTES = 8 * 2**20        # one line of a JSONL file
 MAX_ID_CHARS = 200                # a row's id
 MAX_JSON_DEPTH = 64               # nesting of JSON arrays and objects in any file a user gives

@@ -138,3 +138,53 @@ def test_gold_from_the_majority_counts_those_who_saw_a_region_and_leaves_junk_un
     assert region_labels[0] is None  # junk to both who saw it
     assert region_labels[n] == "mentioned"  # one vote, of the one who saw it
     assert all(label == "unmentioned" for label in region_labels[1:n])
+
+
+def test_one_annotator_adds_at_most_ten_regions_to_an_image_and_leaves_room_for_the_others(scenes):
+    """On a15ad8a one annotator could fill an image's 100 regions alone (then others got 422)."""
+    from capscope.common.limits import MAX_ADDED_REGIONS
+
+    item_id = scenes.get("/api/items/next", auth=ANN).json()["item_id"]
+    assert scenes.get("/api/items/next", auth=BOB).json()["item_id"] == item_id
+    boxes = [[2 + 20 * (i % 10), 2 + 20 * (i // 10), 18 + 20 * (i % 10), 18 + 20 * (i // 10)] for i in range(12)]
+    codes = [scenes.post(f"/api/items/{item_id}/regions", auth=ANN, json={"box": box}).status_code for box in boxes]
+    assert codes == [201] * MAX_ADDED_REGIONS + [422] * (12 - MAX_ADDED_REGIONS)
+    refused = scenes.post(f"/api/items/{item_id}/regions", auth=ANN, json={"box": [150, 150, 200, 200]})
+    assert "the most one person may" in refused.json()["detail"]
+    assert scenes.post(f"/api/items/{item_id}/regions", auth=BOB, json={"box": [150, 150, 200, 200]}).status_code == 201
+
+
+def test_regions_annotators_added_do_not_break_a_later_import_of_the_image(scenes, tmp_path):
+    """On a15ad8a a later import's rows on an image with added regions were refused, and an image
+    without imported regions made the import fail with IntegrityError, losing its batch."""
+    from PIL import Image
+
+    from annotation_support import write_jsonl
+    from capscope.annotation.importer import ImportOptions, import_captions
+
+    store = scenes.app.state.store
+    item = scenes.get("/api/items/next", auth=ANN).json()
+    scenes.post(f"/api/items/{item['item_id']}/regions", auth=ANN, json={"box": [150, 150, 200, 200]})
+    with store.read() as session:
+        from capscope.db import Caption
+
+        image = session.get(Caption, item["item_id"]).image
+        path, given = image.path, [{"box": list(r.box)} for r in image.regions if r.added_by is None]
+    folder = tmp_path / "more"
+    folder.mkdir()
+    Image.new("RGB", (64, 48), "white").save(folder / "plain.png")
+    (folder / "scene.png").write_bytes(open(path, "rb").read())
+    rows = [{"id": "again", "image": "scene.png", "caption": "a red circle.", "regions": given},
+            {"id": "plain-1", "image": "plain.png", "caption": "a white square."}]
+    report = import_captions(store, write_jsonl(folder / "rows.jsonl", rows), folder,
+                             ImportOptions(dataset="later", regions="none", progress=False))
+    assert report.added == 2 and not report.errors, report.errors
+    # an image imported without regions, given one by an annotator, then imported with regions
+    plain = next(i for i in range(1, 200) if scenes.get(f"/api/items/{i}", auth=BOSS).json().get("id") == "plain-1")
+    assert scenes.post(f"/api/items/{plain}/regions", auth=BOSS, json={"box": [2, 2, 30, 30]}).status_code == 201
+    rows = [{"id": "plain-2", "image": "plain.png", "caption": "a white square.", "regions": [{"box": [1, 1, 9, 9]}]},
+            {"id": "plain-3", "image": "plain.png", "caption": "a white square again."}]
+    report = import_captions(store, write_jsonl(folder / "rows2.jsonl", rows), folder,
+                             ImportOptions(dataset="later", regions="none", progress=False))
+    assert report.added == 1 and [e.id for e in report.errors] == ["plain-2"], report.errors
+    assert "annotators added regions" in report.errors[0].reason
