@@ -11,6 +11,7 @@ can fill an image's `MAX_REGIONS` alone.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 import numpy as np
 from sqlalchemy import exists, select
@@ -18,7 +19,7 @@ from sqlalchemy import exists, select
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.users import UserInfo
 from capscope.annotation.workflow import region_view
-from capscope.common.limits import MAX_ADDED_REGIONS, MAX_REGIONS
+from capscope.common.limits import MAX_ADDED_REGIONS, MAX_REGIONS, finite_number
 from capscope.db import Assignment, Caption, Image, Region, Store, utcnow
 from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_box, mask_to_rle
 
@@ -60,6 +61,7 @@ def add_region(store: Store, user: UserInfo, item_id: int, *, mask=None, box=Non
         # the image's row lock serialises appends to its regions
         session.get(Image, image.id, with_for_update=True)
         new_mask, new_box = checked_shape(mask, box, image.width, image.height)
+        kept_prompts = stored_prompts(prompts, image.width, image.height)
         regions = session.scalars(select(Region).where(Region.image_id == image.id).order_by(Region.index)).all()
         same = duplicate_of(regions, new_mask, new_box, image.width, image.height)
         if same is not None:
@@ -71,7 +73,7 @@ def add_region(store: Store, user: UserInfo, item_id: int, *, mask=None, box=Non
         region = Region(image_id=image.id, index=(regions[-1].index + 1) if regions else 0, source=source,
                         x0=new_box[0], y0=new_box[1], x1=new_box[2], y1=new_box[3],
                         mask_rle=None if new_mask is None else mask_to_rle(new_mask), confidence=None,
-                        added_by=user.name, created_at=now or utcnow(), prompts=prompts)
+                        added_by=user.name, created_at=now or utcnow(), prompts=kept_prompts)
         session.add(region)
         session.flush()
         return region_view(region), True
@@ -99,8 +101,56 @@ def duplicate_of(regions: list[Region], mask: np.ndarray | None, box, width: int
     return regions[best] if overlaps[best] >= DUPLICATE_IOU else None
 
 
-def item_image_file(store: Store, user: UserInfo, item_id: int) -> tuple[int, str]:
-    """(image id, file) of an item given to this user (admins: any item's)."""
+class ImageFile(NamedTuple):
+    id: int
+    path: str
+    size: tuple[int, int]  # (width, height) as stored: prompts are checked against it before any embedding
+
+
+def item_image_file(store: Store, user: UserInfo, item_id: int) -> ImageFile:
+    """The image of an item given to this user (admins: any item's)."""
     with store.read() as session:
         image = item_image(session, user, item_id)
-        return image.id, image.path
+        return ImageFile(image.id, image.path, (image.width, image.height))
+
+
+MAX_POINTS = 64  # clicks in one prompt
+
+
+def checked_prompts(points, box, width: int, height: int) -> tuple[list[tuple[float, float, int]], tuple | None]:
+    """Points [[x, y, 1|0], ...] and box [x0, y0, x1, y1] inside a width x height image, or Invalid."""
+    if points is not None and not isinstance(points, (list, tuple)):
+        raise Invalid("points are a list of [x, y, 1|0]")
+    points = list(points or [])
+    if not points and box is None:
+        raise Invalid("give at least one point [x, y, 1|0] or a box [x0, y0, x1, y1]")
+    if len(points) > MAX_POINTS:
+        raise Invalid(f"at most {MAX_POINTS} points in one prompt")
+    checked = []
+    for point in points:
+        if not isinstance(point, (list, tuple)) or len(point) != 3 or type(point[2]) is not int \
+                or point[2] not in (0, 1) or not all(map(finite_number, point[:2])):
+            raise Invalid("a point is [x, y, 1] (positive) or [x, y, 0] (negative)")
+        x, y = float(point[0]), float(point[1])
+        if not (0 <= x < width and 0 <= y < height):
+            raise Invalid(f"point ({x:g}, {y:g}) is outside the {width} x {height} image")
+        checked.append((x, y, int(point[2])))
+    if box is not None:
+        if not isinstance(box, (list, tuple)) or len(box) != 4 or not all(map(finite_number, box)):
+            raise Invalid("a box is four finite numbers [x0, y0, x1, y1]")
+        x0, y0, x1, y1 = (float(v) for v in box)
+        if not (0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height):
+            raise Invalid(f"box must satisfy 0 <= x0 < x1 <= {width} and 0 <= y0 < y1 <= {height}")
+        box = (x0, y0, x1, y1)
+    return checked, box
+
+
+def stored_prompts(prompts: dict | None, width: int, height: int) -> dict | None:
+    """The clicks (and box) that made a region as they are kept with it: checked as a segment call's
+    prompts are (finite numbers inside the image), the segmenter's name at most 200 characters."""
+    if not prompts or (not prompts.get("points") and prompts.get("box") is None):
+        return None
+    points, box = checked_prompts(prompts.get("points"), prompts.get("box"), width, height)
+    segmenter = prompts.get("segmenter")
+    return {"points": [list(p) for p in points], "box": None if box is None else list(box),
+            "segmenter": segmenter[:200] if isinstance(segmenter, str) else None}

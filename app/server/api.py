@@ -405,9 +405,10 @@ def _add_routes(app: FastAPI) -> None:
     @app.post("/api/items/{item_id}/segment", responses={422: {"description": "no prompt, or a point outside"}})
     def segment(item_id: ItemId, body: SegmentRequest, user: User) -> dict:
         """A mask from clicks (and a box) on the item's image; nothing is stored."""
-        image_id, path = added_regions.item_image_file(store, user, item_id)
+        image = added_regions.item_image_file(store, user, item_id)
         try:
-            return app.state.clicks.segment(image_id, path, body.points, body.box, user=user.name)
+            return app.state.clicks.segment(image.id, image.path, body.points, body.box, user=user.name,
+                                            size=image.size)
         except SegmentingBusy as err:
             raise HTTPException(429, str(err), headers={"Retry-After": "1"}) from None
         except ModelUnavailable as err:
@@ -422,8 +423,8 @@ def _add_routes(app: FastAPI) -> None:
     def add_region(item_id: ItemId, body: RegionRequest, user: User, response: Response) -> dict:
         """Append a region (a mask or a box) to the item's image; indexes never change."""
         prompts = None if body.prompts is None else body.prompts.model_dump()
-        if prompts is not None:
-            prompts["segmenter"] = app.state.clicks.describe()["segmenter"]
+        if prompts is not None:  # checked against the image with the region; naming the segmenter loads nothing
+            prompts["segmenter"] = app.state.clicks.name
         region, added = added_regions.add_region(store, user, item_id, mask=body.mask, box=body.box, prompts=prompts)
         if not added:
             response.status_code = 200

@@ -1,30 +1,41 @@
 """Click to segment on the server: one segmenter, image embeddings kept per image.
 
 An item's image embedding is computed once (on the first click, or ahead when
-the item is handed out) and kept for its clicks in a small LRU. Embeddings are
-computed one at a time in one background thread, so a user who opens many
-items cannot hold the segmenter for the others longer than one embedding each.
+the item is handed out) and kept for its clicks in a small cache. Embeddings
+are computed one at a time in one background thread. What one user can make
+the server do is bounded:
+- prompts are checked against the image's stored size before any embedding;
+- each user has at most one look-ahead waiting (a newer one replaces it), and
+  the clicks of anyone go before every look-ahead;
+- the cache evicts from whoever holds the most of it, so one user's
+  look-aheads cannot push out another's embeddings;
+- at most `PER_USER` segment calls of a user and `AT_ONCE` of all users run
+  at once; a call that waits `WAIT_S` for its turn is refused (429).
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import numpy as np
 
-from capscope.annotation.refusals import Invalid
+from capscope.annotation.added_regions import MAX_POINTS, checked_prompts  # noqa: F401  (MAX_POINTS: the API's)
 from capscope.metrics.click_segmenters import ClickSegmenter, Embedding, make_click_segmenter
 from capscope.metrics.images import read_image
 from capscope.metrics.regions import mask_to_box, mask_to_rle
 
 log = logging.getLogger(__name__)
 
-MAX_POINTS = 64  # clicks in one prompt
 KEPT_EMBEDDINGS = 8
 PER_USER = 2  # a user's segment calls running at once; more are refused (429)
+AT_ONCE = 2   # segment calls of all users computing at once (the CPU's cores)
+WAIT_S = 30.0  # the longest a segment call waits for its turn
+CLICK, LOOK_AHEAD = 0, 1  # embedding priorities: clicks first
 
 
 class SegmentingBusy(Exception):
@@ -38,12 +49,13 @@ class ClickService:
         self.requested, self.device = name, device
         self._segmenter = segmenter
         self._load_lock = threading.Lock()
-        self._kept: OrderedDict[int, Future] = OrderedDict()
+        self._kept: OrderedDict[int, tuple[Future, str]] = OrderedDict()  # image id -> (embedding, whose)
         self._kept_lock = threading.Lock()
-        self._embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capscope-embed")
+        self._embedder = _Embedder(self._embed)
         self._running: dict[str, int] = {}
         self._segmenting: set[str] = set()  # users who have clicked to segment
         self._running_lock = threading.Lock()
+        self._turns = threading.BoundedSemaphore(AT_ONCE)
 
     @property
     def segmenter(self) -> ClickSegmenter:
@@ -53,21 +65,38 @@ class ClickService:
                 log.info("click segmenter: %s", self._segmenter.name)
             return self._segmenter
 
+    @property
+    def name(self) -> str:
+        """The segmenter's name once loaded, else the one asked for: naming it loads nothing."""
+        return self._segmenter.name if self._segmenter is not None else self.requested
+
     def describe(self) -> dict:
         segmenter = self.segmenter
         return {"segmenter": segmenter.name, "fallback": bool(segmenter.fallback)}
 
-    def embedding(self, image_id: int, path: str) -> Future:
+    def embedding(self, image_id: int, path: str, user: str = "", priority: int = CLICK) -> Future:
         """The image's embedding (a Future), computed at most once while kept."""
         with self._kept_lock:
-            future = self._kept.get(image_id)
-            if future is None or (future.done() and future.exception() is not None):
-                future = self._embedder.submit(self._embed, path)
-                self._kept[image_id] = future
+            kept = self._kept.get(image_id)
+            future = kept[0] if kept else None
+            if future is None or future.cancelled() or (future.done() and future.exception() is not None):
+                future = self._embedder.submit(path, user, priority)
+            elif priority == CLICK:
+                self._embedder.hurry(future)
+            self._kept[image_id] = (future, user if kept is None else kept[1])
             self._kept.move_to_end(image_id)
-            while len(self._kept) > KEPT_EMBEDDINGS:
-                self._kept.popitem(last=False)
+            self._evict()
             return future
+
+    def _evict(self) -> None:
+        """Down to KEPT_EMBEDDINGS: the least recently used of whoever holds the most."""
+        while len(self._kept) > KEPT_EMBEDDINGS:
+            held: dict[str, int] = {}
+            for _future, whose in self._kept.values():
+                held[whose] = held.get(whose, 0) + 1
+            most = max(held.values())
+            image_id = next(i for i, (_f, whose) in self._kept.items() if held[whose] == most)
+            self._kept.pop(image_id)  # a click waiting on it still gets it
 
     def prefetch(self, user: str, image_id: int, path: str) -> None:
         """Compute an item's image embedding ahead when it is handed to a user who has
@@ -75,7 +104,7 @@ class ClickService:
         if user not in self._segmenting:
             return
         try:
-            self.embedding(image_id, path)
+            self.embedding(image_id, path, user, LOOK_AHEAD)
         except RuntimeError:  # shutting down
             pass
 
@@ -87,22 +116,31 @@ class ClickService:
         embedding.ms = (time.perf_counter() - started) * 1000
         return embedding
 
-    def segment(self, image_id: int, path: str, points, box=None, user: str = "") -> dict:
+    def segment(self, image_id: int, path: str, points, box=None, user: str = "",
+                size: tuple[int, int] | None = None) -> dict:
+        """`size`: the image's (width, height) as stored, to check the prompts against before any work."""
+        if size is not None:
+            checked_prompts(points, box, *size)
         with self._running_lock:
             if self._running.get(user, 0) >= PER_USER:
                 raise SegmentingBusy(f"you have {PER_USER} segment calls running; wait for them")
             self._running[user] = self._running.get(user, 0) + 1
             self._segmenting.add(user)
         try:
-            return self._segment(image_id, path, points, box)
+            if not self._turns.acquire(timeout=WAIT_S):
+                raise SegmentingBusy(f"the segmenter stayed busy for {WAIT_S:g} s; try again")
+            try:
+                return self._segment(image_id, path, points, box, user)
+            finally:
+                self._turns.release()
         finally:
             with self._running_lock:
                 self._running[user] -= 1
                 if not self._running[user]:
                     del self._running[user]
 
-    def _segment(self, image_id: int, path: str, points, box) -> dict:
-        future = self.embedding(image_id, path)
+    def _segment(self, image_id: int, path: str, points, box, user: str) -> dict:
+        future = self.embedding(image_id, path, user)
         embedding = future.result()
         checked_points, checked_box = checked_prompts(points, box, embedding.width, embedding.height)
         started = time.perf_counter()
@@ -115,27 +153,65 @@ class ClickService:
                 "embedding_ms": round(embedding.ms, 2)}
 
     def close(self) -> None:
-        self._embedder.shutdown(wait=False, cancel_futures=True)
+        self._embedder.close()
 
 
-def checked_prompts(points, box, width: int, height: int) -> tuple[list[tuple[float, float, int]], tuple | None]:
-    """Points [[x, y, 1|0], ...] and box [x0, y0, x1, y1] inside a width x height image, or Invalid."""
-    points = list(points or [])
-    if not points and box is None:
-        raise Invalid("give at least one point [x, y, 1|0] or a box [x0, y0, x1, y1]")
-    if len(points) > MAX_POINTS:
-        raise Invalid(f"at most {MAX_POINTS} points in one prompt")
-    checked = []
-    for point in points:
-        if len(point) != 3 or type(point[2]) is not int or point[2] not in (0, 1) or not all(np.isfinite(point[:2])):
-            raise Invalid("a point is [x, y, 1] (positive) or [x, y, 0] (negative)")
-        x, y = float(point[0]), float(point[1])
-        if not (0 <= x < width and 0 <= y < height):
-            raise Invalid(f"point ({x:g}, {y:g}) is outside the {width} x {height} image")
-        checked.append((x, y, int(point[2])))
-    if box is not None:
-        x0, y0, x1, y1 = (float(v) for v in box)
-        if not all(np.isfinite((x0, y0, x1, y1))) or not (0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height):
-            raise Invalid(f"box must satisfy 0 <= x0 < x1 <= {width} and 0 <= y0 < y1 <= {height}")
-        box = (x0, y0, x1, y1)
-    return checked, box
+class _Embedder:
+    """One background thread that computes embeddings, clicks before look-aheads,
+    each user's newest look-ahead only (an older one waiting is dropped)."""
+
+    def __init__(self, embed):
+        self.embed = embed
+        self._queue: list[tuple[int, int, Future, str]] = []  # (priority, order, future, path)
+        self._order = itertools.count()
+        self._look_ahead: dict[str, Future] = {}
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="capscope-embed", daemon=True)
+        self._thread.start()
+
+    def submit(self, path: str, user: str, priority: int) -> Future:
+        future: Future = Future()
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("the segmenter is shut down")
+            if priority == LOOK_AHEAD:
+                older = self._look_ahead.get(user)
+                if older is not None:
+                    older.cancel()
+                self._look_ahead[user] = future
+            heapq.heappush(self._queue, (priority, next(self._order), future, path))
+            self._wake.notify()
+        return future
+
+    def hurry(self, future: Future) -> None:
+        """A look-ahead someone now clicks on goes before the other look-aheads."""
+        with self._wake:
+            for i, (priority, order, queued, path) in enumerate(self._queue):
+                if queued is future and priority != CLICK:
+                    self._queue[i] = (CLICK, order, queued, path)
+                    heapq.heapify(self._queue)
+                    break
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                _priority, _order, future, path = heapq.heappop(self._queue)
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self.embed(path))
+            except BaseException as err:  # the click that waits on it gets the error
+                future.set_exception(err)
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            for _priority, _order, future, _path in self._queue:
+                future.cancel()
+            self._queue.clear()
+            self._wake.notify_all()

@@ -188,11 +188,11 @@ class Annotator:
         return workflow.toggle_link(self.store, user, item_id, token, region, lease_seconds=self.lease)
 
     def segment(self, user: UserInfo, item_id: int, points: list) -> dict:
-        image_id, path = added_regions.item_image_file(self.store, user, item_id)
-        return self.clicks.segment(image_id, path, points, user=user.name)
+        image = added_regions.item_image_file(self.store, user, item_id)
+        return self.clicks.segment(image.id, image.path, points, user=user.name, size=image.size)
 
     def add_region(self, user: UserInfo, item_id: int, mask: dict, points: list) -> tuple[dict, bool]:
-        prompts = {"points": [list(p) for p in points], "segmenter": self.clicks.describe()["segmenter"]}
+        prompts = {"points": [list(p) for p in points], "segmenter": self.clicks.name}
         return added_regions.add_region(self.store, user, item_id, mask=mask, prompts=prompts)
 
     def region_at_click(self, user: UserInfo, item_id: int, point) -> int | None:

@@ -119,3 +119,118 @@ def test_compressed_counts_read_as_pycocotools_writes_them():
     assert compressed_counts("") == []
     with pytest.raises(ValueError):
         compressed_counts("R")  # a count whose next group never comes (0x20 set)
+
+
+class CountingSegmenter(HeldSegmenter):
+    def __init__(self):
+        super().__init__()
+        self.release.set()
+        self.embedded: list[tuple[int, int]] = []
+
+    def embed(self, image):
+        self.embedded.append(image.size)
+        return super().embed(image)
+
+
+def images(tmp_path, n: int) -> list[str]:
+    from PIL import Image
+
+    paths = []
+    for i in range(n):
+        path = tmp_path / f"{i}.png"
+        Image.new("RGB", (8 + i, 8)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def test_a_bad_prompt_is_refused_before_any_embedding(tmp_path):
+    """On a15ad8a a point outside the image got its 422 only after the image's embedding was made."""
+    from capscope.annotation.refusals import Invalid
+
+    segmenter = CountingSegmenter()
+    service = ClickService(segmenter=segmenter)
+    (path,) = images(tmp_path, 1)
+    for points in ([(50, 1, 1)], [(float("nan"), 1, 1)], [(1, 1, 2)], []):
+        with pytest.raises(Invalid):
+            service.segment(1, path, points, user="ann", size=(8, 8))
+    assert segmenter.embedded == []
+    assert service.segment(1, path, [(1, 1, 1)], user="ann", size=(8, 8))["mask"]["size"] == [8, 8]
+    service.close()
+
+
+def test_look_aheads_wait_behind_clicks_and_evict_no_one_else(tmp_path):
+    """On a15ad8a one user's look-aheads queued without end and pushed others' embeddings out."""
+    from capscope.server import segmenting
+
+    segmenter = HeldSegmenter()  # embeddings are made at once; clicks wait for `release`
+    service = ClickService(segmenter=segmenter)
+    paths = images(tmp_path, 40)
+    segmenter.release.set()
+    service.segment(0, paths[0], [(1, 1, 1)], user="bob")  # bob's image is kept
+    service.segment(1, paths[1], [(1, 1, 1)], user="ann")  # ann has clicked: she gets look-aheads
+    for i in range(2, 40):
+        service.prefetch("ann", i, paths[i])
+    waiting = [f for _p, _o, f, _path in service._embedder._queue if not f.cancelled()]
+    assert len(waiting) <= 1  # her newest look-ahead only
+    assert 0 in service._kept  # bob's embedding was not evicted by ann's
+    assert len(service._kept) <= segmenting.KEPT_EMBEDDINGS
+    service.close()
+
+
+def test_the_server_computes_at_most_at_once_segment_calls(tmp_path, monkeypatch):
+    from capscope.server import segmenting
+
+    monkeypatch.setattr(segmenting, "WAIT_S", 0.2)
+    segmenter = HeldSegmenter()
+    service = ClickService(segmenter=segmenter)
+    (path,) = images(tmp_path, 1)
+    users = [f"user{i}" for i in range(segmenting.AT_ONCE)]
+    threads = [threading.Thread(target=service.segment, args=(1, path, [(1, 1, 1)]), kwargs={"user": u})
+               for u in users]
+    for thread in threads:
+        thread.start()
+    while service._turns._value:
+        threading.Event().wait(0.01)
+    with pytest.raises(SegmentingBusy):
+        service.segment(1, path, [(1, 1, 1)], user="someone else")
+    segmenter.release.set()
+    for thread in threads:
+        thread.join()
+    service.close()
+
+
+@pytest.mark.slow
+def test_the_fallback_costs_a_large_photo_what_a_small_one_costs():
+    """On a15ad8a a click of the fallback on a 36-megapixel image took 1.5-2.4 s and 416 MB here."""
+    import time
+    import tracemalloc
+
+    from PIL import Image, ImageDraw
+
+    from capscope.metrics.click_segmenters import ClassicClickSegmenter
+
+    image = Image.new("RGB", (7200, 5000), (200, 200, 200))
+    ImageDraw.Draw(image).ellipse((2000, 1500, 4000, 3500), fill=(200, 30, 30))
+    segmenter = ClassicClickSegmenter()
+    embedding = segmenter.embed(image)
+    tracemalloc.start()
+    started = time.perf_counter()
+    mask, _ = segmenter.predict(embedding, [(3000, 2500, 1)])
+    seconds = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    circle = np.pi * 1000**2
+    assert abs(mask.sum() - circle) < 0.05 * circle  # the walk runs 144 px a side: its edge is coarse
+    assert peak < 100, f"{peak:.0f} MB"  # the image-sized mask (36 MB) and PIL's copy of it
+    print(f"one click on 36 MP: {seconds:.2f} s, {peak:.0f} MB traced")
+
+
+def test_a_regions_prompts_are_checked_with_it(http, ann_item):
+    item_id, width, height = ann_item
+    box = [1, 1, min(9, width - 1), min(9, height - 1)]
+    for prompts in ({"points": [[width + 5, 1, 1]]}, {"box": [0, 0, width * 2, 4]}):
+        answer = http.post(f"/api/items/{item_id}/regions", json={"box": box, "prompts": prompts}, headers=basic(ANN))
+        assert answer.status_code == 422, (prompts, answer.text)
+    answer = http.post(f"/api/items/{item_id}/regions", content=b'{"box": [1, 1, 9, 9], "prompts": {"points": '
+                       b'[[NaN, 1, 1]]}}', headers={**basic(ANN), "Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
