@@ -60,12 +60,14 @@ def free_port() -> int:
 class Served:
     """An ASGI app served by uvicorn in a thread."""
 
-    def __init__(self, app, port: int | None = None):
+    def __init__(self, app, port: int | None = None, **options):
+        """`options`: more of uvicorn.Config's (its forwarded headers, for one)."""
         import uvicorn
 
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    **options))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):

@@ -28,6 +28,10 @@ def register(sub) -> None:
     serve.add_argument("--cors-origin", action="append", default=[], dest="cors_origins", metavar="ORIGIN",
                        help="another site whose pages may call this server with its users' credentials "
                             "(e.g. https://labels.example.org); repeatable; default none")
+    serve.add_argument("--trusted-proxy", action="append", default=[], dest="trusted_proxies", metavar="ADDRESS",
+                       help="a reverse proxy (an address or a network, e.g. 10.0.0.5 or 10.0.0.0/24) whose "
+                            "X-Forwarded-For and X-Forwarded-Proto are believed, so that sign-in back-off and the "
+                            "audit log see each client's own address; repeatable; default none (no header believed)")
     serve.add_argument("--score-waiting", type=int, default=8, metavar="N",
                        help="scorings a user may have waiting or running at once; more are refused (REST: 429) "
                             "(default 8; a user with several pages open types in each)")
@@ -70,8 +74,25 @@ def run_serve(args) -> int:
             raise
     else:
         app = mount_ui(app, session_hours=args.session_hours) or app
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info",
+                **proxy_options(args.trusted_proxies))
     return 0
+
+
+def proxy_options(trusted: list[str]) -> dict:
+    """uvicorn's forwarded-header options for `--trusted-proxy` values: the headers
+    are believed from those addresses only, and from none when none is given
+    (uvicorn's own default believes 127.0.0.1)."""
+    import ipaddress
+
+    for value in trusted:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise CapscopeError(f"--trusted-proxy takes an IP address or network, not {value!r}") from None
+    if not trusted:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": ",".join(trusted)}
 
 
 def check_origins(origins: list[str]) -> tuple[str, ...]:

@@ -536,18 +536,15 @@ def _add_routes(app: FastAPI) -> None:
             named = app.state.data_roots.check(folder, "folder") / "summary.json"
         except OutsideDataRoots as err:
             raise HTTPException(403, str(err)) from None
-        try:
-            path = app.state.data_roots.check(named, "summary.json") if named.is_file() else None
+        try:  # opened once, and what was opened is checked: no swap between a check and an open
+            with app.state.data_roots.open_checked(named, "summary.json") as handle:
+                data = handle.read(limits.MAX_SUMMARY_BYTES + 1)  # at most one byte past the limit
         except OutsideDataRoots:
             raise HTTPException(403, f"summary.json in {folder} links outside the server's data roots") from None
-        except OSError:  # a name too long for the file system
-            path = None
-        if path is None:
-            raise HTTPException(404, f"no summary.json in {folder}: run capscope diagnose --out {folder} first")
-        try:
-            with path.open("rb") as handle:  # read once, at most one byte past the limit
-                data = handle.read(limits.MAX_SUMMARY_BYTES + 1)
-        except OSError as err:
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+            raise HTTPException(404, f"no summary.json in {folder}: run capscope diagnose --out {folder} first") \
+                from None
+        except OSError as err:  # a name too long, no permission
             raise HTTPException(404, f"summary.json in {folder} cannot be read ({err.strerror})") from None
         if len(data) > limits.MAX_SUMMARY_BYTES:
             raise HTTPException(413, f"summary.json in {folder} is over {limits.MAX_SUMMARY_BYTES // 2**20} MB")

@@ -10,8 +10,12 @@ its own user names and is not confined.
 """
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from capscope.common.errors import CapscopeError
 
@@ -64,6 +68,25 @@ class DataRoots:
                                    "no user may read it through the server")
         return resolved
 
+    def open_checked(self, path: str | Path, what: str = "file") -> BinaryIO:
+        """The file at `path` opened for reading, once, then checked as `check` checks a path, on
+        what was opened (its own path and identity): a link swapped between a check and an open
+        cannot lead outside. A regular file only (a FIFO would hold the handler); OSError when it
+        cannot be opened, OutsideDataRoots when what was opened may not be read."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode):
+                raise IsADirectoryError(errno.EISDIR, f"{what} is not a regular file", str(path))
+            self.check(_opened_path(fd, path), what)
+            if (opened.st_dev, opened.st_ino) in {_identity_or_none(p) for p in self.private}:
+                raise OutsideDataRoots(f"{what} {path} is one of the server's own files; no user may read it")
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+
     def is_private(self, resolved: Path) -> bool:
         if resolved in self.private:
             return True
@@ -75,6 +98,18 @@ class DataRoots:
 
     def __repr__(self) -> str:
         return f"DataRoots({', '.join(map(str, self.folders))})"
+
+
+def _opened_path(fd: int, named: str | Path) -> Path:
+    """The path of the file an open descriptor holds (Linux's /proc; elsewhere the
+    named path, whose identity must then be the descriptor's)."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        opened, named_stat = os.fstat(fd), os.stat(named)
+        if (opened.st_dev, opened.st_ino) != (named_stat.st_dev, named_stat.st_ino):
+            raise OutsideDataRoots(f"{named} changed while it was opened") from None
+        return Path(named)
 
 
 def _identity(path: Path) -> tuple[int, int]:

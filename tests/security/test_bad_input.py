@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,30 @@ def test_a_scored_row_whose_score_no_float_holds_is_left_out_of_the_diagnosis(tm
     assert main(args) == 0, capsys.readouterr().err
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert "3 captions" in capsys.readouterr().out and summary
+
+
+def test_a_data_root_file_is_checked_as_it_was_opened(tmp_path):
+    """/api/diagnose opens summary.json once and checks what it opened (on a15ad8a it checked
+    a path, then opened it: a link swapped in between led outside). A FIFO is refused, not waited on."""
+    from capscope.server.data_roots import DataRoots, OutsideDataRoots
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir(), outside.mkdir()
+    (outside / "secret.json").write_text("{}")
+    (root / "good.json").write_text('{"ok": 1}')
+    (root / "link.json").symlink_to(outside / "secret.json")
+    database = root / "capscope.db"
+    database.write_text("db")
+    (root / "hard.json").hardlink_to(database)
+    os.mkfifo(root / "pipe.json")
+    roots = DataRoots([root])
+    roots.protect([database])
+    with roots.open_checked(root / "good.json") as handle:
+        assert handle.read() == b'{"ok": 1}'
+    for name in ("link.json", "hard.json"):
+        with pytest.raises(OutsideDataRoots):
+            roots.open_checked(root / name)
+    with pytest.raises(IsADirectoryError):
+        roots.open_checked(root / "pipe.json")
+    with pytest.raises(FileNotFoundError):
+        roots.open_checked(root / "missing.json")

@@ -24,6 +24,7 @@ from capscope.annotation.refusals import Invalid
 from capscope.annotation.users import MIN_PASSWORD_CHARS, add_user, authenticate, credential_stamp
 from capscope.cli import build_parser, main
 from capscope.db import Store, User
+from capscope.common.errors import CapscopeError
 from capscope.server.signin import SignInGuard, guard_for
 from capscope.ui.sessions import Sessions, session_hours
 from security_support import BOB, basic, ui_login
@@ -368,3 +369,33 @@ def test_a_chosen_admin_password_writes_no_file(tmp_path, monkeypatch, caplog):
         assert ensure_admin(store) == "chosen-password-1"
     assert not (tmp_path / "data" / ADMIN_PASSWORD_FILE).exists() and "chosen-password-1" not in caplog.text
     store.dispose()
+
+
+def test_behind_a_trusted_proxy_back_off_counts_each_clients_own_address(tmp_path):
+    """On a15ad8a every sign-in behind a proxy came from the proxy's address: one
+    client's wrong passwords locked every other client out."""
+    from capscope.commands.serve import proxy_options
+    from capscope.server.api import create_app
+    from ui_support import Served
+
+    app = create_app(f"sqlite:///{tmp_path / 'proxied.db'}")
+    add_user(app.state.store, "carol", "carol-password-1")
+    wrong, right = basic(("carol", "not-her-password")), basic(("carol", "carol-password-1"))
+    with Served(app, **proxy_options(["127.0.0.1"])) as served:
+        def me(headers, client):
+            return httpx.get(served.url + "/api/me", headers={**headers, "X-Forwarded-For": client}).status_code
+
+        assert [me(wrong, "203.0.113.5") for _ in range(6)] == [401] * 5 + [429]
+        assert me(right, "198.51.100.7") == 200  # another client behind the same proxy
+        assert me(right, "203.0.113.5") == 429  # the guesser's own address still backs off
+    with Served(create_app(f"sqlite:///{tmp_path / 'direct.db'}"), **proxy_options([])) as served:
+        direct = served.server.config
+        assert direct.proxy_headers is False  # no header is believed when no proxy is named
+
+
+def test_a_trusted_proxy_is_an_address():
+    from capscope.commands.serve import proxy_options
+
+    assert proxy_options(["10.0.0.0/24", "::1"]) == {"proxy_headers": True, "forwarded_allow_ips": "10.0.0.0/24,::1"}
+    with pytest.raises(CapscopeError):
+        proxy_options(["proxy.example.org"])
