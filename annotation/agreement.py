@@ -228,14 +228,15 @@ def _annotator_report(tokens: _Figures, regions: _Figures, names, judgements, sp
 
 def majority_labels(item: ItemData) -> tuple[list[str | None], list[str | None]]:
     """Majority labels from the store's judgements alone (ties and unjudged: None).
-    A region counts the votes of those who saw it; one that most of them call junk has none."""
+    A region counts the votes of those who saw it; one that most of them call junk has none, nor
+    one that fewer than two saw on an item more judged (it was added late: `too_few_seers`)."""
     def label(votes: list[bool], yes: str, no: str) -> str | None:
         verdict = majority(sum(votes), len(votes))
         return None if verdict is None else (yes if verdict else no)
 
     def region_label(i: int) -> str | None:
         seers = item.region_seers(i)
-        if 2 * sum(i in j.junk_regions for j in seers) > len(seers):
+        if 2 * sum(i in j.junk_regions for j in seers) > len(seers) or item.too_few_seers(i):
             return None
         return label([i in j.mentioned_regions for j in seers], "mentioned", "unmentioned")
 

@@ -122,8 +122,16 @@ class ItemData:
             return None
         if gold is not None:
             return gold
+        if self.too_few_seers(index):
+            return None
         verdict = majority(*self.region_votes(index))
         return None if verdict is None else ("mentioned" if verdict else "unmentioned")
+
+    def too_few_seers(self, index: int) -> bool:
+        """A region added after the others judged the item is seen by fewer: its majority waits
+        for two who saw it (one, on an item only one person judged), so that whoever adds a
+        region late does not label it alone."""
+        return len(self.region_seers(index)) < min(2, len(self.judgements))
 
 
 def caption_query(dataset: str | None = None):
