@@ -48,7 +48,8 @@ def checked_shape(mask_rle, box, width: int, height: int) -> tuple[np.ndarray | 
             if not mask.any():
                 raise ValueError("the mask is empty")
             return mask, mask_to_box(mask)
-        return None, clip_box(box, width, height)
+        _, inside = checked_prompts(None, box, width, height)  # as a segment call's box: inside the image
+        return None, clip_box(inside, width, height)
     except ValueError as err:
         raise Invalid(str(err)) from None
 

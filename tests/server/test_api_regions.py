@@ -188,3 +188,14 @@ def test_regions_annotators_added_do_not_break_a_later_import_of_the_image(scene
                              ImportOptions(dataset="later", regions="none", progress=False))
     assert report.added == 1 and [e.id for e in report.errors] == ["plain-2"], report.errors
     assert "annotators added regions" in report.errors[0].reason
+
+
+def test_a_box_outside_the_image_is_refused_by_segment_and_regions_alike(scenes):
+    """On a15ad8a POST .../regions clipped a box outside the image to the whole image, while
+    POST .../segment refused the same box."""
+    item_id = scenes.get("/api/items/next", auth=ANN).json()["item_id"]
+    for box in ([-10, -10, 10**6, 10**6], [0, 0, 225, 100], [5, 5, 5, 9]):
+        codes = [scenes.post(f"/api/items/{item_id}/{what}", auth=ANN, json={"box": box}).status_code
+                 for what in ("segment", "regions")]
+        assert codes == [422, 422], (box, codes)
+    assert scenes.post(f"/api/items/{item_id}/regions", auth=ANN, json={"box": [0, 0, 224, 100]}).status_code == 201
