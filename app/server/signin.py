@@ -8,8 +8,11 @@ each failure after that backs off twice as long as the one before, up to
 success clears the name's count at that address (not the address's: one's own
 account must not wash out guesses at others'). A name is never counted alone:
 whoever guesses at a name from one address cannot lock its owner out at
-another (an admin locked out at one address signs in from another, or once
-the back-off ends). Behind a proxy the address is the client's own
+another. A browser that has signed in as a name before carries a known-device
+cookie for it (HttpOnly, signed with a key of this process): its attempts for
+that name count on their own, so guesses from its address, a shared one
+behind a NAT included, do not lock that browser out (the way in for an
+admin). Behind a proxy the address is the client's own
 (`capscope serve --trusted-proxy`). The REST API (HTTP Basic) and the UI's
 login form share an app's one guard (`guard_for(app)`), so failures on either
 count for both.
@@ -23,6 +26,9 @@ puts each request's client address where `ui_auth`'s function reads it.
 from __future__ import annotations
 
 import contextvars
+import hashlib
+import hmac
+import secrets
 import threading
 import time
 from collections import OrderedDict, deque
@@ -35,7 +41,12 @@ from capscope.annotation.users import authenticate
 from capscope.db import Store
 
 UI_HASHING_AT_ONCE = 2
+DEVICE_COOKIE = "capscope-device"
+DEVICE_DAYS = 180
+_DEVICE_KEY = secrets.token_bytes(32)  # per process: after a restart a known device counts as any other
 client_address: contextvars.ContextVar[str] = contextvars.ContextVar("capscope_client_address", default="")
+login_request: contextvars.ContextVar["LoginRequest | None"] = contextvars.ContextVar("capscope_login",
+                                                                                       default=None)
 _guards_made = threading.Lock()
 
 
@@ -60,17 +71,18 @@ class SignInGuard:
     _records: OrderedDict[tuple[str, str], _Record] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def retry_after(self, name: str, address: str) -> float:
-        """Seconds until attempts for this name and address are checked again; 0: now."""
+    def retry_after(self, name: str, address: str, known_device: bool = False) -> float:
+        """Seconds until attempts for this name and address are checked again; 0: now.
+        `known_device`: the attempt comes from a browser that signed in as `name` before."""
         now = self.clock()
         with self._lock:
-            waits = [self._record(key, now) for key in self._keys(name, address)]
+            waits = [self._record(key, now) for key in self._keys(name, address, known_device)]
         return max((r.blocked_until - now for r in waits if r and r.blocked_until > now), default=0.0)
 
-    def failed(self, name: str, address: str) -> None:
+    def failed(self, name: str, address: str, known_device: bool = False) -> None:
         now = self.clock()
         with self._lock:
-            for key in self._keys(name, address):
+            for key in self._keys(name, address, known_device):
                 record = self._record(key, now) or self._add(key)
                 record.failures.append(now)
                 if record.backoffs or (len(record.failures) == self.limit
@@ -79,9 +91,9 @@ class SignInGuard:
                     record.blocked_until = now + min(doubled, self.max_backoff_s)
                     record.backoffs += 1
 
-    def succeeded(self, name: str, address: str) -> None:
+    def succeeded(self, name: str, address: str, known_device: bool = False) -> None:
         with self._lock:
-            self._records.pop(self._keys(name, address)[0], None)
+            self._records.pop(self._keys(name, address, known_device)[0], None)
 
     def clear(self) -> None:
         with self._lock:
@@ -91,7 +103,9 @@ class SignInGuard:
         return len(self._records)
 
     @staticmethod
-    def _keys(name: str, address: str) -> tuple[tuple[str, str], ...]:
+    def _keys(name: str, address: str, known_device: bool = False) -> tuple[tuple[str, str], ...]:
+        if known_device:
+            return (("name on a known device", name[:200]),)
         return ("name at address", f"{name[:200]}\n{address}"), ("address", address)
 
     def _record(self, key: tuple[str, str], now: float) -> _Record | None:
@@ -124,17 +138,54 @@ def guard_for(app) -> SignInGuard:
     return guard
 
 
+@dataclass
+class LoginRequest:
+    """What the UI's login function learns of the request it answers (Gradio hands it none)."""
+    address: str
+    device: str | None  # the known-device cookie sent, if any
+    signed_in: str | None = None  # the name, once the login succeeded: its answer sets the cookie
+
+
+def device_mark(name: str) -> str:
+    """The known-device cookie's value for a browser that signed in as `name`."""
+    return hmac.new(_DEVICE_KEY, name.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
 class ClientAddress:
-    """ASGI middleware: the request's client address, for the UI's login function to read."""
+    """ASGI middleware: the request's client address and known-device cookie, for the UI's
+    login function to read; a successful login's answer sets the cookie."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            client = scope.get("client")
-            client_address.set(client[0] if client else "")
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        client = scope.get("client")
+        address = client[0] if client else ""
+        client_address.set(address)
+        request = LoginRequest(address, _cookie(scope, DEVICE_COOKIE))
+        login_request.set(request)
+
+        async def send_marking(message):
+            if message["type"] == "http.response.start" and request.signed_in:
+                secure = "; Secure" if scope.get("scheme") == "https" else ""
+                cookie = (f"{DEVICE_COOKIE}={device_mark(request.signed_in)}; Max-Age={DEVICE_DAYS * 86400}; "
+                          f"Path=/; HttpOnly; SameSite=Strict{secure}")
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_marking)
+
+
+def _cookie(scope, wanted: str) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"cookie":
+            for part in value.decode("latin-1").split(";"):
+                key, _, found = part.strip().partition("=")
+                if key == wanted:
+                    return found
+    return None
 
 
 def ui_auth(app, store: Store):
@@ -143,15 +194,19 @@ def ui_auth(app, store: Store):
     slots = anyio.Semaphore(UI_HASHING_AT_ONCE)
 
     async def login(name: str, password: str) -> bool:
-        guard, address = guard_for(app), client_address.get()
-        if guard.retry_after(name, address):
+        guard, address, request = guard_for(app), client_address.get(), login_request.get()
+        known = bool(request and request.device and request.device.isascii()
+                     and hmac.compare_digest(request.device, device_mark(name)))
+        if guard.retry_after(name, address, known):
             return False
         async with slots:
             user = await anyio.to_thread.run_sync(authenticate, store, name, password)
         if user is None:
-            guard.failed(name, address)
+            guard.failed(name, address, known)
             return False
-        guard.succeeded(name, address)
+        guard.succeeded(name, address, known)
+        if request is not None:
+            request.signed_in = name
         return True
 
     return login

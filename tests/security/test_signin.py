@@ -27,7 +27,7 @@ from capscope.db import Store, User
 from capscope.common.errors import CapscopeError
 from capscope.server.signin import SignInGuard, guard_for
 from capscope.ui.sessions import Sessions, session_hours
-from security_support import BOB, basic, ui_login
+from security_support import ADMIN, ANN, BOB, basic, ui_login
 
 PASSWORD = "correct-horse-12"
 
@@ -399,3 +399,27 @@ def test_a_trusted_proxy_is_an_address():
     assert proxy_options(["10.0.0.0/24", "::1"]) == {"proxy_headers": True, "forwarded_allow_ips": "10.0.0.0/24,::1"}
     with pytest.raises(CapscopeError):
         proxy_options(["proxy.example.org"])
+
+
+def test_a_browser_that_signed_in_before_gets_in_past_guesses_from_its_own_address(team):
+    """The way in for an admin: guesses at their name from their own address (a NAT shared with
+    the guesser) back off every browser there but the one that signed in as them before."""
+    from capscope.server.signin import DEVICE_COOKIE
+
+    browser = ui_login(team, ADMIN)
+    device = browser.cookies.get(DEVICE_COOKIE)
+    assert device and "HttpOnly" in browser.post("/login", data={"username": ADMIN[0], "password": ADMIN[1]}
+                                                 ).headers["set-cookie"]
+    for _ in range(6):
+        httpx.post(team.url + "/login", data={"username": ADMIN[0], "password": "a guess"})
+    stranger = httpx.post(team.url + "/login", data={"username": ADMIN[0], "password": ADMIN[1]})
+    assert stranger.status_code != 200  # the address backs off
+    known = httpx.post(team.url + "/login", data={"username": ADMIN[0], "password": ADMIN[1]},
+                       cookies={DEVICE_COOKIE: device})
+    assert known.status_code == 200, known.text
+    # the cookie is the admin's only: it opens no back-off for another name
+    for _ in range(6):
+        httpx.post(team.url + "/login", data={"username": ANN[0], "password": "a guess"},
+                   cookies={DEVICE_COOKIE: device})
+    assert httpx.post(team.url + "/login", data={"username": ANN[0], "password": ANN[1]},
+                      cookies={DEVICE_COOKIE: device}).status_code != 200
