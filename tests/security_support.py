@@ -88,3 +88,29 @@ def uploaded(client: httpx.Client, name: str, content: bytes) -> str:
     answer = client.post("/gradio_api/upload", files={"files": (name, content)})
     assert answer.status_code == 200, answer.text
     return answer.json()[0]
+
+
+def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
+    """(key file, certificate file) for 127.0.0.1, made now: a team's HTTPS, on loopback."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+                   .not_valid_after(now + datetime.timedelta(days=2))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .sign(key, hashes.SHA256()))
+    key_file, cert_file = folder / "key.pem", folder / "cert.pem"
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return key_file, cert_file

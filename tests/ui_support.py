@@ -65,7 +65,8 @@ class Served:
         import uvicorn
 
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.https = "ssl_certfile" in options
+        self.url = f"{'https' if self.https else 'http'}://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                                     **options))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -77,7 +78,7 @@ class Served:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(self.url + "/api/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + "/api/health", timeout=2, verify=not self.https).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

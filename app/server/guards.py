@@ -23,7 +23,8 @@ Outermost first:
   form, never read here; a
   Gradio event may name only files that were uploaded to Gradio (a file data
   naming a server path or a URL is refused, 403), and Gradio's file route
-  fetches no URL.
+  fetches no URL. Gradio's routes the page never calls are not there (404): its
+  `token` route would hand any script on the page the session cookie.
 """
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ MAX_JSON_VALUES = 100_000           # separators (",", ":") in one JSON body: 10
 PARSE_ON_THREAD_BYTES = 64 * 2**10  # a JSON body at least this long is parsed in a worker thread
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _URL_LIKE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://|^data:|^//")
+# Gradio's routes that capscope's page never calls: `token` gives any script on the page the session
+# cookie's value (over HTTPS, where the browser sends it), undoing HttpOnly; the others serve Gradio's
+# run history, vibe editing, profiling and hot reload, none of which a team's server offers
+UNUSED_GRADIO_ROUTES = re.compile(r"^/gradio_api/(token|runs|run-history|vibe-[a-z-]+|undo-vibe-edit|profiling|"
+                                  r"dev/reload|process_recording)(/.*)?$")
 
 
 def refuse(status: int, detail: str):
@@ -170,6 +176,8 @@ class RequestGuard:
         return await self.app(scope, receive, send)
 
     def request_problem(self, headers: Headers, path: str, method: str) -> tuple[int, str] | None:
+        if UNUSED_GRADIO_ROUTES.match(path):
+            return 404, "Not Found"
         if path.startswith(GRADIO_PREFIX + "file=") and _URL_LIKE.match(path[len(GRADIO_PREFIX + "file="):]):
             return 403, "this server fetches no URL"
         if method in SAFE_METHODS:
