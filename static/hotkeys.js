@@ -26,5 +26,16 @@
     const clickable = button.matches("button, input") ? button : button.querySelector("button, input");
     (clickable || button).click();
   });
+  // Inspect: once a caption's text stops changing for 250 ms, the rest of its row is scored (its hidden
+  // button is clicked). Typing, pasting, dropping and tools that insert text all fire "input". Here, not
+  // in an event's js=, so that the page's Content-Security-Policy needs no eval.
+  const pauses = {};
+  document.addEventListener("input", (event) => {
+    const caption = event.target.closest && event.target.closest("#cs-caption-a, #cs-caption-b");
+    if (!caption) return;
+    const rest = caption.id.replace("cs-caption-", "cs-rest-");
+    clearTimeout(pauses[rest]);
+    pauses[rest] = setTimeout(() => document.getElementById(rest)?.click(), 250);
+  }, true);
 })();
 </script>

@@ -43,6 +43,7 @@ from capscope.common import limits
 from capscope.metrics.text import check_caption, check_references
 from capscope.metrics.config import ScorerConfig
 from capscope.server.callers import SIGNIN_KEY, CallerIdentity, basic_credentials
+from capscope.server.content_policy import ContentPolicy
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
                                     script_or_json)
@@ -316,6 +317,7 @@ def _add_guards(app: FastAPI, cors_origins: tuple[str, ...]) -> None:
     app.add_middleware(CORSMiddleware, allow_origins=list(app.state.cors_origins),
                        allow_credentials=bool(cors_origins), allow_methods=["GET", "POST", "PUT"],
                        allow_headers=["Authorization", "Content-Type", "X-Requested-With"])
+    app.add_middleware(ContentPolicy)  # inside SecurityHeaders, whose own policy it replaces
     app.add_middleware(SecurityHeaders)
     app.add_middleware(ThreadBudget, threads=WORKER_THREADS)
 

@@ -344,16 +344,6 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
     return c
 
 
-TYPING_PAUSE_MS = 250  # after the last keystroke, the rest of the row is scored
-
-
-def debounced_click(button_id: str, pause_ms: int = TYPING_PAUSE_MS) -> str:
-    """A JS listener that clicks `button_id` once no keystroke has come for `pause_ms`."""
-    timer = f"window.__capscope_{button_id.replace('-', '_')}"
-    return (f"() => {{ clearTimeout({timer}); {timer} = setTimeout("
-            f"() => document.getElementById('{button_id}')?.click(), {pause_ms}); }}")
-
-
 class LatestShown:
     """Which of a page's overlapping scorings may still change what it shows.
 
@@ -455,12 +445,11 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
     for side in ("a", "b"):
         # A keystroke shades the words by the shown metric alone, outside Gradio's queue (so that it
         # waits behind no other user's whole re-score); the other metrics, the region overlay, the
-        # table and the words again follow once typing pauses (a client-side debounce clicks a hidden
-        # button). `latest` keeps an overtaken answer from overwriting a newer one.
+        # table and the words again follow once typing pauses (static/hotkeys.js clicks a hidden button
+        # 250 ms after the caption last changed). `latest` keeps an overtaken answer from overwriting a newer one.
         fn, inputs, outputs = make_words_first(side)
         c[f"caption_{side}"].input(fn, inputs, outputs, trigger_mode="always_last", show_progress="hidden",
                                    api_visibility="private", queue=False)
-        c[f"caption_{side}"].input(None, None, None, js=debounced_click(f"cs-rest-{side}"))
         rest, rest_inputs, rest_outputs = make_rest(side)
         c[f"rest_{side}"].click(rest, rest_inputs, rest_outputs, trigger_mode="always_last", show_progress="hidden",
                                 api_visibility="private", **model_queue)

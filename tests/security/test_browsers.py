@@ -4,6 +4,8 @@ answer forbade framing or sniffing, and a body-less state-changing REST POST
 was accepted from a cross-site form."""
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -12,12 +14,21 @@ from security_support import ADMIN, ANN, basic
 EVIL = "http://evil.example"
 
 
-@pytest.mark.parametrize("path", ["/api/health", "/", "/config", "/api/items/next"])
-def test_every_answer_forbids_framing_and_sniffing(http, path):
+@pytest.mark.parametrize("path", ["/api/health", "/", "/config", "/api/items/next", "/gradio_api/info"])
+def test_every_answer_forbids_framing_sniffing_and_scripts_but_the_pages_own(http, path):
     answer = http.get(path, headers=basic(ANN))
-    assert answer.headers["content-security-policy"] == "frame-ancestors 'none'"
+    policy = {name: value for name, _, value in (part.strip().partition(" ")
+                                                 for part in answer.headers["content-security-policy"].split(";"))}
+    assert policy["frame-ancestors"] == "'none'" and policy["object-src" if path == "/" else "default-src"] == "'none'"
     assert answer.headers["x-frame-options"] == "DENY"
     assert answer.headers["x-content-type-options"] == "nosniff"
+    if path == "/":  # the page: its own scripts by a nonce written into each of its script tags, nothing else
+        nonce = policy["script-src"].split("'nonce-")[1].split("'")[0]
+        tags = re.findall(r"<script[^>]*>", answer.text)
+        assert tags and all(f'nonce="{nonce}"' in tag for tag in tags)
+        assert "'unsafe-inline'" not in policy["script-src"] and policy["base-uri"] == "'self'"
+        assert http.get(path, headers=basic(ANN)).headers["content-security-policy"] != answer.headers[
+            "content-security-policy"]  # a fresh nonce each time
 
 
 @pytest.mark.parametrize("path", ["/api/items/next", "/api/me", "/config", "/gradio_api/info"])
