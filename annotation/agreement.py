@@ -23,6 +23,7 @@ from itertools import combinations
 
 from sqlalchemy import select
 
+from capscope.annotation import audit
 from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.gold import write_gold
 from capscope.annotation.importer import REGION_LABELS, TOKEN_LABELS
@@ -263,6 +264,8 @@ def gold_from_majority(store: Store, dataset: str | None = None, *, min_judgemen
             pending = []
     if pending:
         written += store.run_write(lambda s: _write_majority(s, pending))
+    audit.record(store, "gold written", target=dataset, details={"method": "majority", "items": written,
+                                                                 "min_judgements": min_judgements})
     return written
 
 
@@ -288,6 +291,8 @@ def adjudicate(store: Store, admin: UserInfo, item_id: int, token_labels: list, 
         _check_gold(token_labels, n_tokens, TOKEN_LABELS, "token")
         _check_gold(region_labels, n_regions, REGION_LABELS, "region")
         gold = write_gold(session, item_id, token_labels, region_labels, "adjudicated", admin.id)
+        audit.record_in(session, "adjudication", actor=admin.name, target=f"item {item_id}",
+                        details={"method": "adjudicated"})
         return {"item_id": item_id, "token_labels": gold.token_labels, "region_labels": gold.region_labels,
                 "source": gold.source, "adjudicator": admin.name}
 

@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Iterator, TextIO
 
+from capscope.common.spreadsheet import FORMULA_STARTS, csv_cells  # noqa: F401  (csv_cells: its old home)
+from capscope.annotation import audit
 from capscope.annotation.refusals import Invalid
 from capscope.annotation.votes import ItemData, iter_items
 from capscope.db import Store
@@ -25,7 +27,6 @@ FORMATS = {"captokeneval": "application/x-ndjson", "csv": "text/csv", "coco": "a
 EXTENSIONS = {"captokeneval": "jsonl", "csv": "csv", "coco": "json"}
 CSV_COLUMNS = ["dataset", "item_id", "id", "image", "annotator", "submitted_at", "time_spent_ms",
                "kind", "index", "text", "box", "label"]
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 COCO_CATEGORIES = [{"id": 1, "name": "mentioned"}, {"id": 2, "name": "unmentioned"},
                    {"id": 3, "name": "unlabelled"}]
 
@@ -39,6 +40,7 @@ def iter_export(store: Store, fmt: str, dataset: str | None = None) -> Iterator[
     """The export in `fmt` (captokeneval, csv or coco), piece by piece."""
     if fmt not in FORMATS:
         raise Invalid(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    audit.record(store, "export", target=dataset, details={"format": fmt})
     return {"captokeneval": _iter_captokeneval, "csv": _iter_csv, "coco": _iter_coco}[fmt](store, dataset)
 
 
@@ -106,6 +108,7 @@ def export_benchmark(store: Store, out: Path, dataset: str | None = None) -> tup
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             items += 1
     partial.replace(out)
+    audit.record(store, "export", target=dataset, details={"format": "captokeneval with images", "items": items})
     return items, len(set(copied.values()))
 
 
@@ -154,12 +157,6 @@ def _iter_csv(store: Store, dataset: str | None) -> Iterator[str]:
     if buffer.tell():
         yield buffer.getvalue()
 
-
-def csv_cells(row: list) -> list:
-    """The row with each text cell that a spreadsheet would run as a formula
-    (starting with =, +, -, @, tab or carriage return) prefixed with a quote
-    (OWASP's advice on CSV injection); numbers stay numbers."""
-    return [f"'{cell}" if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell for cell in row]
 
 
 # ---------------------------------------------------------------- COCO

@@ -25,6 +25,7 @@ from typing import Iterator
 import numpy as np
 from sqlalchemy import select
 
+from capscope.annotation import audit
 from capscope.annotation import added_regions, workflow
 from capscope.annotation.captioners import newest_predictions, stored_verdicts
 from capscope.annotation.refusals import Invalid, NotFound
@@ -333,6 +334,7 @@ def import_export_rows(store: Store, tasks: list, dataset: str | None = None,
     report = LabelStudioReport()
     for index, task in enumerate(tasks, start=1):
         _import_task(store, task, index, dataset, emails or {}, report)
+    audit.record(store, "import", target=dataset, details={"kind": "label studio", "tasks": len(tasks)})
     return report
 
 

@@ -31,6 +31,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from capscope.annotation import audit
 from capscope.annotation.refusals import Conflict, Invalid, NotFound
 from capscope.db import Store, User
 from capscope.db.models import ROLES
@@ -129,7 +130,13 @@ def add_user(store: Store, name: str, password: str, role: str = "annotator", *,
             user = User(name=name, role=role, password_hash=hashed)
             session.add(user)
         else:
+            old_role = user.role
             user.role, user.password_hash, user.active = role, hashed, True
+            user.session_version += 1
+            audit.record_in(session, "user replaced", target=name, details={"role": role, "role before": old_role})
+        if user.id is None:
+            session.flush()
+            audit.record_in(session, "user added", target=name, details={"role": role})
         session.flush()
         return UserInfo(user.id, user.name, user.role)
 
@@ -147,6 +154,8 @@ def set_active(store: Store, name: str, active: bool) -> UserInfo:
         if user is None:
             raise NotFound(f"no user {name!r}")
         user.active = active
+        user.session_version += 1  # a session issued before never comes back, not even after an enable
+        audit.record_in(session, "user enabled" if active else "user disabled", target=name)
         session.flush()
         return UserInfo(user.id, user.name, user.role, user.active)
 
@@ -172,7 +181,7 @@ def get_user(store: Store, name: str) -> UserInfo:
 
 
 def credential_stamp(store: Store, name: str) -> str | None:
-    """A digest of the user's password hash and active flag (None: no such user), cached
+    """A digest of the user's password hash, active flag and session version (None: no such user), cached
     `STAMP_TTL_S` seconds: a session or a remembered login holds while it is unchanged."""
     key, now = (store.url, name), time.monotonic()
     with _cache_lock:
@@ -180,8 +189,10 @@ def credential_stamp(store: Store, name: str) -> str | None:
     if cached and cached[1] > now:
         return cached[0]
     with store.read() as session:
-        row = session.execute(select(User.password_hash, User.active).where(User.name == name)).first()
-    stamp = None if row is None else hmac.new(_PEPPER, f"{bool(row.active)}:{row.password_hash}".encode(),
+        row = session.execute(select(User.password_hash, User.active, User.session_version)
+                              .where(User.name == name)).first()
+    stamp = None if row is None else hmac.new(_PEPPER, f"{bool(row.active)}:{row.session_version}:"
+                                                       f"{row.password_hash}".encode(),
                                               "sha256").hexdigest()
     with _cache_lock:
         _bounded(_stamps)[key] = (stamp, now + STAMP_TTL_S)

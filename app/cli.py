@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("capscope").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
-        return int(args.func(args) or 0)
+        from capscope.commands.options import run_command
+
+        return run_command(args)
     except CapscopeError as err:  # every layer's user errors (ModelUnavailable, AnnotationError, ...)
         print(f"capscope {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """Annotation store: SQLAlchemy models, sessions and migrations. Imports nothing else of capscope."""
 from capscope.db.models import (  # noqa: F401
     Assignment,
+    AuditEvent,
     Base,
     Caption,
     Dataset,

@@ -151,6 +151,27 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(300))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # raised whenever the user is disabled, enabled, given a new password or role: a session
+    # issued before never comes back, not even after a disable and an enable
+    session_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class AuditEvent(Base):
+    """Who did what, when, from where: one row per sign-in, sign-out, change of a user,
+    import, export, gold written, adjudication, training started, model activated.
+    Only ever added to (annotation/audit.py); nothing in capscope changes or deletes one."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_action_at", "action", "at"),
+                      Index("ix_audit_events_actor_at", "actor", "at"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    actor: Mapped[str | None] = mapped_column(String(200), default=None)  # a user, "command line (...)", or None
+    action: Mapped[str] = mapped_column(String(40))
+    address: Mapped[str | None] = mapped_column(String(100), default=None)
+    target: Mapped[str | None] = mapped_column(String(300), default=None)
+    details: Mapped[dict | None] = mapped_column(JSON, default=None)
 
 
 class Assignment(Base):

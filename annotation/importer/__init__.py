@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError
 
+from capscope.annotation import audit
 from capscope.annotation.refusals import Invalid
 from capscope.annotation.importer.image_files import (
     ImageFile, decode_image, hash_image_file, resolve_image_path,
@@ -117,6 +118,9 @@ def _import(store: Store, path: Path, base: Path, options: ImportOptions, *, cap
                 batch = []
         if batch:
             _import_batch(store, batch, options, proposer, report, captokeneval)
+    audit.record(store, "import", target=options.dataset, details={
+        "file": path.name, "kind": "captokeneval" if captokeneval else "captions", "added": report.added,
+        "errors": len(report.errors)})
     return report
 
 

@@ -60,3 +60,23 @@ def open_store(args):
         raise CapscopeError(f"bad database URL: {err}") from None
     except OperationalError as err:
         raise CapscopeError(f"cannot open the database: {err.orig}") from None
+
+
+def run_command(args) -> int:
+    """Run the parsed command; what it changes goes on the audit log as done by the command line
+    (`capscope serve` says who acts request by request)."""
+    if args.command == "serve":
+        return int(args.func(args) or 0)
+    from capscope.annotation.audit import acting_as
+
+    with acting_as(command_line_user()):
+        return int(args.func(args) or 0)
+
+
+def command_line_user() -> str:
+    import getpass
+
+    try:
+        return f"command line ({getpass.getuser()})"
+    except (KeyError, OSError):  # no name for this process's user id (a container)
+        return "command line"

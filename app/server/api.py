@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, conint
 from starlette.background import BackgroundTask
 
 from capscope import __version__
-from capscope.annotation import added_regions, agreement, browse, export, gold, model_versions, queue, workflow
+from capscope.annotation import added_regions, agreement, audit, browse, export, gold, model_versions, queue, workflow
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
@@ -42,6 +42,7 @@ from capscope.common.jsonl import JsonTextError, loads_limited
 from capscope.common import limits
 from capscope.metrics.text import check_caption, check_references
 from capscope.metrics.config import ScorerConfig
+from capscope.server.audit_routes import audit_router
 from capscope.server.callers import SIGNIN_KEY, CallerIdentity, basic_credentials
 from capscope.server.content_policy import ContentPolicy
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
@@ -49,7 +50,7 @@ from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, Securi
                                     script_or_json)
 from capscope.server.segmenting import MAX_POINTS, ClickService, SegmentingBusy
 from capscope.server.scoring import SERVER_CONFIG, Models, ScoreGate, ScoringBusy, ScoringTimeout
-from capscope.server.signin import guard_for
+from capscope.server.signin import guard_for, signin_log_due
 from capscope.server.training import DEFAULT_HOLDOUT, RESCORE_LIMIT, Activations, TrainingJobs, models_folder
 
 log = logging.getLogger(__name__)
@@ -170,11 +171,15 @@ def _checked_sign_in(request: Request, name: str, password: str) -> tuple[UserIn
     wait = guard.retry_after(name, address)
     if wait:
         return None, wait
-    user = authenticate(request.app.state.store, name, password)
+    store = request.app.state.store
+    user = authenticate(store, name, password)
     if user is None:
         guard.failed(name, address)
+        audit.record(store, "sign-in failed", actor=name, address=address, details={"by": "REST"})
     else:
         guard.succeeded(name, address)
+        if signin_log_due(request.app, name, address):
+            audit.record(store, "sign-in", actor=name, address=address, details={"by": "REST"})
     return user, 0.0
 
 
@@ -299,6 +304,7 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
         return JSONResponse({"detail": validation_details(err)}, status_code=422)
 
     _add_routes(app)
+    app.include_router(audit_router(admin_user))
     return app
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import anyio.to_thread
 from starlette.datastructures import Headers
 
+from capscope.annotation import audit
+
 SCOPE_KEY = "capscope.caller"
 SIGNIN_KEY = "capscope.signin"  # (user or None, seconds to wait) of the request's Basic credentials
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -85,7 +87,15 @@ class CallerIdentity:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            scope[SCOPE_KEY] = await self.identify(scope)
+            caller = scope[SCOPE_KEY] = await self.identify(scope)
+            claimed = basic_credentials(Headers(scope=scope).get("authorization"))
+            # who acts, for the audit log: the endpoint's own check of the credentials comes first
+            audit.set_acting(caller.name if caller.signed_in else claimed[0] if claimed else None,
+                             client_address(scope))
+            if scope["path"].rstrip("/").endswith("/logout") and caller.signed_in:
+                store = getattr(self.state, "store", None)
+                if store is not None:
+                    await anyio.to_thread.run_sync(lambda: audit.record(store, "sign-out", actor=caller.name))
         return await self.app(scope, receive, send)
 
     async def identify(self, scope) -> Caller:

@@ -37,6 +37,7 @@ from typing import Callable
 
 import anyio
 
+from capscope.annotation import audit
 from capscope.annotation.users import authenticate
 from capscope.db import Store
 
@@ -127,6 +128,26 @@ class SignInGuard:
         return record
 
 
+SIGNIN_LOG_EVERY_S = 15 * 60
+
+
+def signin_log_due(app, name: str, address: str, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Whether a REST sign-in goes on the audit log: a script sends its password with every
+    request, so its sign-ins are recorded once a name and address per `SIGNIN_LOG_EVERY_S`."""
+    with _guards_made:
+        seen = getattr(app.state, "signins_logged", None)
+        if seen is None:
+            seen = app.state.signins_logged = OrderedDict()
+        now, key = clock(), (name[:200], address)
+        if key in seen and now - seen[key] < SIGNIN_LOG_EVERY_S:
+            return False
+        seen[key] = now
+        seen.move_to_end(key)
+        while len(seen) > 20_000:
+            seen.popitem(last=False)
+        return True
+
+
 def guard_for(app) -> SignInGuard:
     """The app's one guard (made on first use), shared by the REST API and the UI mounted on it."""
     guard = getattr(app.state, "signin_guard", None)
@@ -203,8 +224,12 @@ def ui_auth(app, store: Store):
             user = await anyio.to_thread.run_sync(authenticate, store, name, password)
         if user is None:
             guard.failed(name, address, known)
+            await anyio.to_thread.run_sync(lambda: audit.record(store, "sign-in failed", actor=name, address=address,
+                                                                 details={"by": "web UI"}))
             return False
         guard.succeeded(name, address, known)
+        await anyio.to_thread.run_sync(lambda: audit.record(store, "sign-in", actor=name, address=address,
+                                                             details={"by": "web UI"}))
         if request is not None:
             request.signed_in = name
         return True

@@ -21,6 +21,7 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
+from capscope.annotation import audit
 from capscope.annotation import model_versions as mv
 from capscope.annotation.refusals import Conflict, Invalid, NotFound
 from capscope.db import Store, data_dir
@@ -127,6 +128,8 @@ class TrainingJobs:
                    "stage": "starting", "fraction": 0.0, "step": None, "loss": None, "error": None, "version_id": None,
                    "started_at": _now(), "finished_at": None}
             self._jobs[job_id], self._stop[job_id], self._last = job, threading.Event(), job_id
+            audit.record(self.store, "training started", actor=admin, target=dataset,
+                         details={"job": job_id, "init": str(init), "minutes": minutes, "steps": steps})
             thread = threading.Thread(target=self._run, name=f"capscope-finetune-{job_id}", daemon=True,
                                       args=(job_id, init_path, parent_id, items, labels, check))
             self._threads[job_id] = thread
@@ -313,6 +316,7 @@ class Activations:
             self.models.swap(scorer, unavailable, checkpoint, tag)
             stored_as = tag or mv.DEFAULT_TAG
             rescoring = self._start_rescore(scorer, target, stored_as) if rescore and target else None
+        audit.record(self.store, "model activated", target=stored_as, details={"version": version_id})
         return {"active": version_id, "model_version": stored_as, "rescoring": rescoring}
 
     def rescoring(self) -> dict | None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
 import gradio as gr
 
-from capscope.annotation import browse, importer, model_versions as mv, queue
+from capscope.annotation import audit, browse, importer, model_versions as mv, queue
 from capscope.annotation.refusals import AnnotationError, Invalid
 from capscope.annotation.users import add_user, list_users
 from capscope.db import Store, data_dir
@@ -276,6 +277,40 @@ def apply_queue_order(store: Store, dataset: str, order: str, seed, token_rule: 
         return f"**Not applied:** {err}"
 
 
+AUDIT_HEADERS = ["at (UTC)", "who", "action", "from", "what", "details"]
+
+
+def audit_rows(store: Store, action: str | None = None) -> list[list]:
+    """The newest 200 rows of the audit log (one action's, or all), as the Admin tab shows them."""
+    found = audit.events(store, action=action or None, page_size=200)["events"]
+    return [[e["at"][:19], e["actor"] or "", e["action"], e["address"] or "", e["target"] or "",
+             json.dumps(e["details"]) if e["details"] else ""] for e in found] or [[""] * len(AUDIT_HEADERS)]
+
+
+def audit_file(store: Store) -> str:
+    """The whole log as a JSONL download (streamed to a file, never held whole)."""
+    folder = Path(tempfile.mkdtemp(prefix="capscope-audit-"))
+    path = folder / "capscope-audit.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        handle.writelines(audit.iter_export(store, "jsonl"))
+    return str(path)
+
+
+def build_audit(store: Store, c: dict) -> None:
+    gr.Markdown("### Audit log\nWho signed in, changed a user, imported, exported, wrote gold, trained or "
+                "activated a model: when and from which address. Nothing here can be changed.")
+    with gr.Row():
+        c["audit_action"] = gr.Dropdown(["", *audit.ACTIONS], value="", label="Action", elem_id="cs-audit-action")
+        c["audit_refresh"] = gr.Button("Show", elem_id="cs-audit-show")
+        c["audit_download"] = gr.Button("Download (JSONL)")
+    c["audit_table"] = gr.Dataframe(headers=AUDIT_HEADERS, interactive=False, elem_id="cs-audit")
+    c["audit_file"] = gr.File(label="Audit log", interactive=False, height=90)
+    c["audit_refresh"].click(admin_only(store, lambda a: audit_rows(store, a)), c["audit_action"], c["audit_table"],
+                             api_visibility="private")
+    c["audit_download"].click(admin_only(store, lambda: audit_file(store)), None, c["audit_file"],
+                              api_visibility="private")
+
+
 def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
     c: dict = {}
     with gr.Row():
@@ -306,6 +341,7 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
         c["queue_apply"] = gr.Button("Apply order", elem_id="cs-admin-queue-apply")
     c["queue_result"] = gr.Markdown(elem_id="cs-admin-queue-result")
     build_export(store, c, None, api=False)
+    build_audit(store, c)
     c["queue_dataset"].change(admin_only(store, lambda d: show_queue(store, d)), c["queue_dataset"],
                               [c["queue_order"], c["queue_seed"], c["queue_result"]], api_visibility="private")
     c["queue_apply"].click(admin_only(store, lambda d, o, n: apply_queue_order(store, d, o, n, token_rule)),
@@ -317,6 +353,7 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
     c["import"].click(admin_only(store, lambda f, k, d, n: import_files(store, f, k, d, n)),
                       [c["files"], c["kind"], c["dataset"], c["per_item"]], c["report"], api_visibility="private")
     c["load"] = [(admin_only(store, lambda: users_rows(store), 1), None, c["users"]),
+                 (admin_only(store, lambda: audit_rows(store), 1), None, c["audit_table"]),
                  (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None,
                   c["queue_dataset"])]
     return c

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from capscope.annotation import audit
 from capscope.annotation import browse, export
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.importer.predictions import import_prediction_rows
@@ -155,11 +156,14 @@ def admin_only(store: Store, fn, outputs: int | None = None):
                                 annotation=gr.Request)
 
     def guarded(*args):
-        if not is_admin(store, args[-1] if args else None):
+        request = args[-1] if args else None
+        if not is_admin(store, request):
             if outputs is not None:
                 return gr.skip() if outputs == 1 else tuple(gr.skip() for _ in range(outputs))
             raise gr.Error("This needs the admin role.")
-        return fn(*args[:-1])
+        client = getattr(request, "client", None)
+        with audit.acting_as(getattr(request, "username", None), getattr(client, "host", None)):
+            return fn(*args[:-1])
 
     guarded.__signature__ = signature.replace(parameters=[*signature.parameters.values(), request])
     # Gradio finds event data, progress and request through type hints, not the signature

@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):
@@ -155,3 +155,20 @@ def test_upgrade_to_added_regions_keeps_labels_and_regions_meaning_what_they_did
     assert item.regions[0]["added_by"] is None and item.regions[0]["created_at"] is None
     assert item.region_votes(0) == (1, 1) and item.junk_votes(0) == 0 and item.region_label(0) == "mentioned"
     assert item.token_votes(1) == (1, 1) and item.link_votes() == []
+
+
+def test_upgrade_to_the_audit_log_keeps_users_and_their_sessions(tmp_path):
+    from capscope.db import AuditEvent, User
+
+    store = Store(sqlite_url(tmp_path))
+    store.downgrade("0006")
+    with store.write() as session:
+        session.execute(text("INSERT INTO users (id, name, role, password_hash, active, created_at) "
+                             "VALUES (1, 'ann', 'annotator', 'x', 1, '2024-01-01 00:00:00')"))
+    store.upgrade()
+    assert _schema_diff(store) == []
+    with store.write() as session:
+        assert session.scalars(select(User.session_version)).one() == 0
+        session.add(AuditEvent(action="sign-in", actor="ann", address="127.0.0.1"))
+    with store.read() as session:
+        assert session.scalars(select(AuditEvent.action)).all() == ["sign-in"]

@@ -37,9 +37,9 @@ def concrete(path: str, value: str = "1") -> str:
     return path
 
 
-def test_the_roles_hold_for_all_30_operations(http):
+def test_the_roles_hold_for_all_32_operations(http):
     ops = operations(http)
-    assert len(ops) == 30
+    assert len(ops) == 32
     for method, path, _ in ops:
         key, url = f"{method} {path}", concrete(path)
         anonymous = http.request(method, url, headers={"X-Requested-With": "t"})

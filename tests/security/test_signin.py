@@ -423,3 +423,15 @@ def test_a_browser_that_signed_in_before_gets_in_past_guesses_from_its_own_addre
                    cookies={DEVICE_COOKIE: device})
     assert httpx.post(team.url + "/login", data={"username": ANN[0], "password": ANN[1]},
                       cookies={DEVICE_COOKIE: device}).status_code != 200
+
+
+def test_a_session_not_used_while_its_user_was_disabled_stays_ended_after_an_enable(team):
+    """On a15ad8a a session was checked against a digest of the password hash and the
+    active flag: disabled and enabled again, unused meanwhile, it came back to life."""
+    name, password = new_user(team, "rev")
+    http = ui_login(team, (name, password))
+    assert ui_user(http) == name
+    assert users_cli(team, "disable", name) == 0
+    assert users_cli(team, "enable", name) == 0  # the session was not used in between
+    assert ui_user(http) is None
+    http.close()

@@ -26,7 +26,8 @@ ATTACKER = "<img/src=x/onerror=__pwned('user')>"  # a user name: no spaces, no '
 # added to the page and not listed here fails test_every_component_that_draws_text_is_listed.
 PLACES = {
     "highlightedtext": "Annotate and Inspect: a caption's words (imported captions, Label Studio and COCO imports)",
-    "dataframe": "Explore, Admin, Benchmark, Compare: captions, dataset and user names, agreement per annotator",
+    "dataframe": "Explore, Admin, Benchmark, Compare: captions, dataset and user names, agreement per annotator, "
+                 "the audit log (names, targets)",
     "dropdown": "Explore, Benchmark, Admin, Compare: dataset names",
     "markdown": "the banner, Annotate's item line (dataset name, item id), Inspect's phrases, the signed-in line",
     "html": "Annotate: ties (a caption's words), progress, keys",

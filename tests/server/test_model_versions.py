@@ -135,6 +135,8 @@ def test_training_through_the_api_records_a_version(world, trained):
     assert trained["check_dataset"] == DATASET
     assert "path" not in version and version["file"].endswith(".pt")
     assert trained["fraction"] == 1.0 and trained["step"] == 5 and trained["loss"] is not None
+    started = client.get("/api/audit", params={"action": "training started"}, auth=ADMIN).json()["events"]
+    assert started and started[-1]["target"] == DATASET and started[-1]["actor"] == ADMIN[0]
 
 
 @pytest.mark.slow

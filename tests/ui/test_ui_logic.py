@@ -557,3 +557,21 @@ def test_scratch_folders_of_earlier_requests_go_once_old(monkeypatch, tmp_path):
     os.utime(first, (old, old))
     third = ui_shared.scratch_folder("export-")
     assert not first.exists() and second.exists() and third.exists()
+
+
+def test_the_admin_tab_shows_the_audit_log_newest_first_and_downloads_it(tmp_path):
+    import json as json_module
+
+    from capscope.annotation import audit
+    from capscope.db import Store
+    from capscope.ui import admin as ui_admin
+
+    store = Store(f"sqlite:///{tmp_path / 'audit.db'}")
+    assert ui_admin.audit_rows(store) == [[""] * len(ui_admin.AUDIT_HEADERS)]
+    audit.record(store, "sign-in", actor="ann", address="127.0.0.1", details={"by": "web UI"})
+    audit.record(store, "export", actor="boss", target="demo", details={"format": "csv"})
+    rows = ui_admin.audit_rows(store)
+    assert [row[2] for row in rows] == ["export", "sign-in"] and rows[0][1] == "boss" and rows[1][3] == "127.0.0.1"
+    assert [row[2] for row in ui_admin.audit_rows(store, "sign-in")] == ["sign-in"]
+    with open(ui_admin.audit_file(store), encoding="utf-8") as handle:
+        assert [json_module.loads(line)["action"] for line in handle] == ["sign-in", "export"]
