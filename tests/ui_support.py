@@ -105,10 +105,10 @@ def launched_chromium():
         instance.close()
 
 
-def logged_in_page(chromium, served, user, password, bypass_csp: bool = True):
-    """A new page (a context of its own: its own login) signed in to the served app. Playwright
-    evaluates the tests' `wait_for_function` strings in the page, which its Content-Security-Policy
-    forbids: the UI tests set it aside (`bypass_csp`); tests/security/test_stored_scripts.py keeps it."""
+def logged_in_page(chromium, served, user, password, bypass_csp: bool = False):
+    """A new page (a context of its own: its own login) signed in to the served app, under the page's
+    own Content-Security-Policy (Playwright's string waits and evaluations run there too);
+    `bypass_csp` sets the policy aside, for a look at what the page would do without it."""
     page = chromium.new_page(viewport={"width": 1400, "height": 1000}, bypass_csp=bypass_csp,
                              ignore_https_errors=served.url.startswith("https"))
     page.goto(served.url + "/")

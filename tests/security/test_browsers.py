@@ -26,9 +26,23 @@ def test_every_answer_forbids_framing_sniffing_and_scripts_but_the_pages_own(htt
         nonce = policy["script-src"].split("'nonce-")[1].split("'")[0]
         tags = re.findall(r"<script[^>]*>", answer.text)
         assert tags and all(f'nonce="{nonce}"' in tag for tag in tags)
-        assert "'unsafe-inline'" not in policy["script-src"] and policy["base-uri"] == "'self'"
+        assert "'unsafe-inline'" not in policy["script-src"] and policy["base-uri"] == "'none'"
+        assert "<base" not in answer.text and policy["frame-src"] == "'none'"
         assert http.get(path, headers=basic(ANN)).headers["content-security-policy"] != answer.headers[
             "content-security-policy"]  # a fresh nonce each time
+
+
+def test_the_rest_documentation_runs_swagger_ui_and_nothing_else(http):
+    """/api/docs (docs/formats.md): FastAPI's Swagger UI page, its bundle from the CDN and the inline call
+    that starts it by a nonce; any other script, and every other site but for its styles and icons, refused."""
+    answer = http.get("/api/docs")
+    policy = dict(part.strip().partition(" ")[::2] for part in answer.headers["content-security-policy"].split(";"))
+    nonce = policy["script-src"].split("'nonce-")[1].split("'")[0]
+    assert policy["script-src"] == f"'nonce-{nonce}'" and policy["default-src"] == "'none'"
+    tags = re.findall(r"<script[^>]*>", answer.text)
+    assert len(tags) == 2 and all(f'nonce="{nonce}"' in tag for tag in tags)
+    assert policy["connect-src"] == "'self'" and policy["base-uri"] == "'none'"
+    assert policy["frame-ancestors"] == "'none'" and policy["object-src"] == "'none'"
 
 
 @pytest.mark.parametrize("path", ["/api/items/next", "/api/me", "/config", "/gradio_api/info"])
