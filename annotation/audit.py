@@ -1,8 +1,8 @@
 """The audit log: who did what, when, from which address.
 
 One row per sign-in (ok and failed), sign-out, user added, replaced (a new
-password or role), disabled or enabled, import, export, gold written (with its
-method), adjudication, training started, model activated; `ACTIONS` names
+password), disabled or enabled, role change, import, export, gold written (with
+its method), adjudication, training started, model activated; `ACTIONS` names
 them, and the releases and review decisions still to come. Rows are only ever
 added: nothing in capscope changes or deletes one.
 
@@ -26,8 +26,9 @@ from sqlalchemy import func, select
 from capscope.common.spreadsheet import csv_cells
 from capscope.db import AuditEvent, Store
 
+# "release made" and "review decision" are for the releases and review steps still to come
 ACTIONS = ("sign-in", "sign-in failed", "sign-out", "user added", "user replaced", "user disabled", "user enabled",
-           "import", "export", "gold written", "adjudication", "training started", "model activated",
+           "role changed", "import", "export", "gold written", "adjudication", "training started", "model activated",
            "release made", "review decision")
 MAX_PAGE_SIZE = 500
 FIELDS = ("id", "at", "actor", "action", "address", "target", "details")

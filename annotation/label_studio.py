@@ -91,6 +91,7 @@ def tasks(store: Store, dataset: str | None = None, *, with_labels: bool = False
     """Every item as a Label Studio task, in id order, a chunk at a time.
     Regions are boxes; with `masks`, a masked region is a brush stroke too
     (Label Studio's RLE is most of an export's size)."""
+    audit.record(store, "export", target=dataset, details={"format": "label studio", "with_labels": with_labels})
     chunk: list[ItemData] = []
     for item in iter_items(store, dataset):
         chunk.append(item)

@@ -134,6 +134,8 @@ def add_user(store: Store, name: str, password: str, role: str = "annotator", *,
             user.role, user.password_hash, user.active = role, hashed, True
             user.session_version += 1
             audit.record_in(session, "user replaced", target=name, details={"role": role, "role before": old_role})
+            if role != old_role:
+                audit.record_in(session, "role changed", target=name, details={"from": old_role, "to": role})
         if user.id is None:
             session.flush()
             audit.record_in(session, "user added", target=name, details={"role": role})

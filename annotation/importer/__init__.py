@@ -121,6 +121,9 @@ def _import(store: Store, path: Path, base: Path, options: ImportOptions, *, cap
     audit.record(store, "import", target=options.dataset, details={
         "file": path.name, "kind": "captokeneval" if captokeneval else "captions", "added": report.added,
         "errors": len(report.errors)})
+    if report.gold_added:
+        audit.record(store, "gold written", target=options.dataset, details={"method": "import",
+                                                                             "items": report.gold_added})
     return report
 
 

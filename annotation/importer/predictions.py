@@ -8,6 +8,7 @@ from typing import Iterable
 
 from sqlalchemy import select
 
+from capscope.annotation import audit
 from capscope.annotation.importer.problems import ImportReport, RowError
 from capscope.annotation.importer.rows import read_jsonl
 from capscope.annotation.uncertainty import prediction_uncertainty
@@ -21,7 +22,11 @@ def import_predictions(store: Store, path: Path, dataset: str = "default", model
     """Store the metrics of a `capscope score` output file as pre-annotations
     of the dataset's captions (matched by id). Re-importing replaces them."""
     with Path(path).open("rb") as stream:
-        return import_prediction_rows(store, read_jsonl(stream), dataset, model_version)
+        report = import_prediction_rows(store, read_jsonl(stream), dataset, model_version)
+    # only a file's import goes on the audit log: the Benchmark tab stores its scores as predictions too
+    audit.record(store, "import", target=dataset, details={"file": Path(path).name, "kind": "predictions",
+                                                           "added": report.added, "errors": len(report.errors)})
+    return report
 
 
 def import_prediction_rows(store: Store, numbered_rows: Iterable, dataset: str = "default",

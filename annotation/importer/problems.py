@@ -26,6 +26,7 @@ class ImportReport:
     updated: int = 0
     images_added: int = 0
     regions_proposed: int = 0
+    gold_added: int = 0  # rows that came with gold labels (CapTokenEval)
     errors: list[RowError] = field(default_factory=list)
 
     def summary(self) -> str:

@@ -42,7 +42,7 @@ def set_annotators_needed(session, dataset: str, annotators_needed: int, externa
 def write_rows(session, rows: list[PreparedRow], dataset_name: str, annotators_needed: int,
                report: ImportReport) -> None:
     dataset = _get_or_create_dataset(session, dataset_name)
-    counts = {"added": 0, "images": 0}
+    counts = {"added": 0, "images": 0, "gold": 0}
     errors: list[RowError] = []
     for row in rows:
         if session.scalar(select(Caption.id).where(Caption.dataset_id == dataset.id,
@@ -57,9 +57,11 @@ def write_rows(session, rows: list[PreparedRow], dataset_name: str, annotators_n
             continue
         _add_caption(session, dataset, image, row, annotators_needed)
         counts["added"] += 1
+        counts["gold"] += bool(row.gold)
     # counted only once the transaction is sure to commit (a retry redoes them)
     report.added += counts["added"]
     report.images_added += counts["images"]
+    report.gold_added += counts["gold"]
     report.errors.extend(errors)
 
 

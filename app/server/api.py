@@ -569,7 +569,6 @@ def _add_routes(app: FastAPI) -> None:
     @app.get("/api/export")
     def export_(user: Admin, format: str = "captokeneval", dataset: str | None = None, images: bool = False):
         """Streamed; with `images=true` (CapTokenEval only) a zip of the file and its images."""
-        pieces = export.iter_export(store, format, dataset)  # raises for an unknown format before streaming
         stem = export.export_stem(dataset)
         if images:
             if format != "captokeneval":
@@ -578,6 +577,7 @@ def _add_routes(app: FastAPI) -> None:
             archive = export.export_benchmark_zip(store, FilePath(folder), stem, dataset)
             return FileResponse(archive, media_type="application/zip", filename=archive.name,
                                 background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True))
+        pieces = export.iter_export(store, format, dataset)  # raises for an unknown format before streaming
         name = f"{stem}.{export.EXTENSIONS[format]}"
         return StreamingResponse(pieces, media_type=export.FORMATS[format],
                                  headers={"Content-Disposition": f'attachment; filename="{name}"'})

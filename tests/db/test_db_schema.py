@@ -157,18 +157,26 @@ def test_upgrade_to_added_regions_keeps_labels_and_regions_meaning_what_they_did
     assert item.token_votes(1) == (1, 1) and item.link_votes() == []
 
 
-def test_upgrade_to_the_audit_log_keeps_users_and_their_sessions(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_upgrade_to_the_audit_log_keeps_users_and_their_sessions(backend, tmp_path):
+    import contextlib
+
     from capscope.db import AuditEvent, User
 
-    store = Store(sqlite_url(tmp_path))
-    store.downgrade("0006")
-    with store.write() as session:
-        session.execute(text("INSERT INTO users (id, name, role, password_hash, active, created_at) "
-                             "VALUES (1, 'ann', 'annotator', 'x', 1, '2024-01-01 00:00:00')"))
-    store.upgrade()
-    assert _schema_diff(store) == []
-    with store.write() as session:
-        assert session.scalars(select(User.session_version)).one() == 0
-        session.add(AuditEvent(action="sign-in", actor="ann", address="127.0.0.1"))
-    with store.read() as session:
-        assert session.scalars(select(AuditEvent.action)).all() == ["sign-in"]
+    with (fresh_pg_database() if backend == "postgresql" else contextlib.nullcontext(sqlite_url(tmp_path))) as url:
+        store = Store(url)
+        try:
+            store.downgrade("0006")
+            assert "audit_events" not in inspect(store.engine).get_table_names()
+            with store.write() as session:
+                session.execute(text("INSERT INTO users (name, role, password_hash, active, created_at) "
+                                     "VALUES ('ann', 'annotator', 'x', TRUE, '2024-01-01 00:00:00')"))
+            store.upgrade()
+            assert _schema_diff(store) == []
+            with store.write() as session:
+                assert session.scalars(select(User.session_version)).one() == 0
+                session.add(AuditEvent(action="sign-in", actor="ann", address="127.0.0.1"))
+            with store.read() as session:
+                assert session.scalars(select(AuditEvent.action)).all() == ["sign-in"]
+        finally:
+            store.dispose()
