@@ -64,7 +64,10 @@ UNUSED_GRADIO_ROUTES = re.compile(r"^/gradio_api/(token|runs|run-history|vibe-[a
 
 
 def refuse(status: int, detail: str):
-    return JSONResponse({"detail": detail}, status_code=status)
+    # a body refused unread is not read to its end either: the connection closes with the answer, so that a
+    # client sending more than it may costs the server no reading (uvicorn would otherwise drain it)
+    headers = {"Connection": "close"} if status == 413 else None
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
 class SecurityHeaders:

@@ -1,7 +1,10 @@
 """No caller, signed in or not, stalls the server for the others. On a15ad8a one
 anonymous 32 MiB JSON body to Gradio's upload route held every other request
 for 10.8 s: the request guard read it whole and parsed it on the event loop
-before Gradio's own sign-in check refused it."""
+before Gradio's own sign-in check refused it.
+
+The server here is `capscope serve` in a process of its own, as a team runs it
+(the pytest process's own heap and threads would time the tests, not the server)."""
 from __future__ import annotations
 
 import json
@@ -13,9 +16,25 @@ import time
 import httpx
 import pytest
 
-from security_support import BOB, basic
+from annotation_support import import_small_dataset, running_server, sqlite_url
+from security_support import ANN, BOB, basic
 
-BIG = 32 * 2**20
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """`capscope serve` with the UI, over an SQLite file holding 12 captions, ann and bob: its URL."""
+    from capscope.annotation.users import add_user
+    from capscope.db import Store
+
+    folder = tmp_path_factory.mktemp("stall")
+    url = sqlite_url(folder)
+    store = Store(url)
+    import_small_dataset(store, folder, n_images=4, n_captions=12, annotators_per_item=2)
+    for user in (ANN, BOB):
+        add_user(store, *user)
+    store.dispose()
+    with running_server(url, {"CAPSCOPE_DATA_DIR": str(folder / "data"), "CAPSCOPE_NO_SEED": "1"}) as base:
+        yield base
 
 SENDER = """
 import json, sys, threading, time
@@ -49,8 +68,8 @@ def p95(values: list[float]) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("path, kind", [("/gradio_api/upload", "anonymous"), ("/gradio_api/queue/join", "anonymous"),
                                         ("/api/score", "bogus-basic")])
-def test_a_large_body_from_a_stranger_leaves_the_others_their_saves(team, path, kind):
-    bob = httpx.Client(base_url=team.url, timeout=60, headers=basic(BOB))
+def test_a_large_body_from_a_stranger_leaves_the_others_their_saves(served, path, kind):
+    bob = httpx.Client(base_url=served, timeout=60, headers=basic(BOB))
     item = bob.get("/api/items/next").json()["item_id"]
 
     def save(i: int) -> float:
@@ -60,7 +79,7 @@ def test_a_large_body_from_a_stranger_leaves_the_others_their_saves(team, path, 
         return time.perf_counter() - start
 
     idle = [save(i) for i in range(40)]
-    sender = subprocess.Popen([sys.executable, "-c", SENDER, team.url, path, "8", kind],
+    sender = subprocess.Popen([sys.executable, "-c", SENDER, served, path, "8", kind],
                               stdout=subprocess.PIPE, text=True)
     time.sleep(1.0)
     busy = [save(i) for i in range(60)]
@@ -97,14 +116,12 @@ print(json.dumps(codes))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sent", ["10,000 ties", "every tie, then none"])
-def test_the_largest_save_leaves_the_others_their_saves(team, sent):
+def test_the_largest_save_leaves_the_others_their_saves(served, sent):
     """On a15ad8a 10,000 word-region ties in one save held SQLite's write lock
     about 3 s, and other users' saves went from p95 18 ms to 9.8 s. Now a save
     holds at most words x regions ties, each save of them a short write."""
-    from security_support import ANN
-
-    ann = httpx.Client(base_url=team.url, timeout=120, headers=basic(ANN))
-    bob = httpx.Client(base_url=team.url, timeout=60, headers=basic(BOB))
+    ann = httpx.Client(base_url=served, timeout=120, headers=basic(ANN))
+    bob = httpx.Client(base_url=served, timeout=60, headers=basic(BOB))
     item = ann.get("/api/items/next").json()
     words, regions = len(item["tokens"]), len(item["regions"])
     pairs = [[t, r] for t in range(words) for r in range(regions)]
@@ -117,7 +134,7 @@ def test_the_largest_save_leaves_the_others_their_saves(team, sent):
         return time.perf_counter() - start
 
     idle = [save(i) for i in range(30)]
-    saver = subprocess.Popen([sys.executable, "-c", SAVER, team.url, *ANN, str(item["item_id"]), "6",
+    saver = subprocess.Popen([sys.executable, "-c", SAVER, served, *ANN, str(item["item_id"]), "6",
                               json.dumps(ties), json.dumps(pairs)], stdout=subprocess.PIPE, text=True)
     time.sleep(1.0)
     busy = [save(i) for i in range(60)]
