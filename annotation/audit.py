@@ -31,6 +31,7 @@ ACTIONS = ("sign-in", "sign-in failed", "sign-out", "user added", "user replaced
            "role changed", "import", "export", "gold written", "adjudication", "training started", "model activated",
            "release made", "review decision")
 MAX_PAGE_SIZE = 500
+MAX_DETAILS_CHARS = 2000
 FIELDS = ("id", "at", "actor", "action", "address", "target", "details")
 _acting: contextvars.ContextVar[tuple[str | None, str | None]] = contextvars.ContextVar("capscope_acting",
                                                                                         default=(None, None))
@@ -65,7 +66,7 @@ def record_in(session, action: str, *, target: str | None = None, details: dict 
         raise ValueError(f"unknown audit action {action!r}")
     acting, from_address = _acting.get()
     session.add(AuditEvent(action=action, actor=_cut(actor or acting, 200), address=_cut(address or from_address, 100),
-                           target=_cut(target, 300), details=details))
+                           target=_cut(target, 300), details=_bounded(details)))
 
 
 def events(store: Store, *, action: str | None = None, actor: str | None = None, since: datetime | None = None,
@@ -124,6 +125,14 @@ def _csv_line(cells) -> str:
     out = io.StringIO()
     csv.writer(out).writerow(cells)
     return out.getvalue()
+
+
+def _bounded(details: dict | None) -> dict | None:
+    """Details as plain JSON (a path or a number type becomes text), at most `MAX_DETAILS_CHARS` long."""
+    if details is None:
+        return None
+    text = json.dumps(details, default=str)
+    return json.loads(text) if len(text) <= MAX_DETAILS_CHARS else {"cut": text[:MAX_DETAILS_CHARS]}
 
 
 def _cut(text: str | None, most: int) -> str | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.jsonl import JsonTextError, loads_limited
 from capscope.common.paths import UnsafePath, inside, name_problem, safe_name
 from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
-from capscope.ui.shared import admin_only, build_export
+from capscope.ui.shared import admin_only, build_export, scratch_folder
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
            "checked on", "its F1 before → after", "word threshold", "active"]
@@ -280,17 +279,16 @@ def apply_queue_order(store: Store, dataset: str, order: str, seed, token_rule: 
 AUDIT_HEADERS = ["at (UTC)", "who", "action", "from", "what", "details"]
 
 
-def audit_rows(store: Store, action: str | None = None) -> list[list]:
-    """The newest 200 rows of the audit log (one action's, or all), as the Admin tab shows them."""
-    found = audit.events(store, action=action or None, page_size=200)["events"]
+def audit_rows(store: Store, action: str | None = None, actor: str | None = None) -> list[list]:
+    """The newest 200 rows of the audit log (one action's or one person's, or all), as the Admin tab shows them."""
+    found = audit.events(store, action=action or None, actor=(actor or "").strip() or None, page_size=200)["events"]
     return [[e["at"][:19], e["actor"] or "", e["action"], e["address"] or "", e["target"] or "",
              json.dumps(e["details"]) if e["details"] else ""] for e in found] or [[""] * len(AUDIT_HEADERS)]
 
 
 def audit_file(store: Store) -> str:
     """The whole log as a JSONL download (streamed to a file, never held whole)."""
-    folder = Path(tempfile.mkdtemp(prefix="capscope-audit-"))
-    path = folder / "capscope-audit.jsonl"
+    path = scratch_folder("audit-") / "capscope-audit.jsonl"
     with path.open("w", encoding="utf-8") as handle:
         handle.writelines(audit.iter_export(store, "jsonl"))
     return str(path)
@@ -301,12 +299,13 @@ def build_audit(store: Store, c: dict) -> None:
                 "activated a model: when and from which address. Nothing here can be changed.")
     with gr.Row():
         c["audit_action"] = gr.Dropdown(["", *audit.ACTIONS], value="", label="Action", elem_id="cs-audit-action")
+        c["audit_actor"] = gr.Textbox(label="Who", max_length=200, elem_id="cs-audit-actor")
         c["audit_refresh"] = gr.Button("Show", elem_id="cs-audit-show")
         c["audit_download"] = gr.Button("Download (JSONL)")
     c["audit_table"] = gr.Dataframe(headers=AUDIT_HEADERS, interactive=False, elem_id="cs-audit")
     c["audit_file"] = gr.File(label="Audit log", interactive=False, height=90)
-    c["audit_refresh"].click(admin_only(store, lambda a: audit_rows(store, a)), c["audit_action"], c["audit_table"],
-                             api_visibility="private")
+    c["audit_refresh"].click(admin_only(store, lambda a, w: audit_rows(store, a, w)),
+                             [c["audit_action"], c["audit_actor"]], c["audit_table"], api_visibility="private")
     c["audit_download"].click(admin_only(store, lambda: audit_file(store)), None, c["audit_file"],
                               api_visibility="private")
 

@@ -111,10 +111,18 @@ def test_the_log_is_kept_on_sqlite_and_postgresql(tmp_path):
                 store.dispose()
 
 
-def test_an_action_the_log_does_not_know_is_refused(tmp_path):
+def test_an_action_the_log_does_not_know_is_refused_and_a_row_stays_small(tmp_path):
+    from pathlib import PurePosixPath
+
     store = Store(sqlite_url(tmp_path))
     with pytest.raises(ValueError):
         audit.record(store, "deleted everything")
+    audit.record(store, "import", actor="x" * 5000, target="t" * 5000,
+                 details={"file": PurePosixPath("a/b.jsonl"), "note": "n" * 5000})
+    audit.record(store, "export", details={"file": PurePosixPath("a/b.jsonl")})
+    small, big = audit.events(store)["events"]  # newest first
+    assert len(big["actor"]) == 200 and len(big["target"]) == 300 and len(big["details"]["cut"]) == 2000
+    assert small["details"] == {"file": "a/b.jsonl"}
 
 
 def _file(folder, text: str):

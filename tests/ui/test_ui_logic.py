@@ -573,5 +573,6 @@ def test_the_admin_tab_shows_the_audit_log_newest_first_and_downloads_it(tmp_pat
     rows = ui_admin.audit_rows(store)
     assert [row[2] for row in rows] == ["export", "sign-in"] and rows[0][1] == "boss" and rows[1][3] == "127.0.0.1"
     assert [row[2] for row in ui_admin.audit_rows(store, "sign-in")] == ["sign-in"]
+    assert [row[1] for row in ui_admin.audit_rows(store, "", " boss ")] == ["boss"]
     with open(ui_admin.audit_file(store), encoding="utf-8") as handle:
         assert [json_module.loads(line)["action"] for line in handle] == ["sign-in", "export"]
