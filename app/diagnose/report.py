@@ -26,13 +26,20 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.ci{color:#7
 """
 
 
+# The report is text, pictures (data: URLs) and its own styles: it runs no script and loads nothing, whatever a
+# captioner's file held, wherever it is opened (a colleague's browser, from disk or from a web server).
+REPORT_POLICY = ("<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
+                 "style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'\">")
+
+
 def write_report(summary: DiagnosisSummary, out: Path, worst: dict[tuple[str, str], list[dict]],
                  image_loader) -> Path:
     """Writes the figures and index.html into `out`; `worst[(model, metric)]`
     the captions to show, `image_loader(path)` a PIL image or None."""
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    parts = [f"<!doctype html><meta charset='utf-8'><title>capscope diagnose</title><style>{STYLE}</style>",
+    parts = [f"<!doctype html><meta charset='utf-8'>{REPORT_POLICY}<title>capscope diagnose</title>"
+             f"<style>{STYLE}</style>",
              "<h1>What do these captioners get wrong?</h1>", _provenance(summary), _overview(summary),
              _failed(summary)]
     score_plot = figures / "scores.png"

@@ -7,6 +7,7 @@ the captions where that model's word was judged wrong, and a click on one of
 them opens its image in Inspect with the captioners' captions of it."""
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import gradio as gr
@@ -116,7 +117,7 @@ def cautions(summary: DiagnosisSummary) -> str:
     lines = []
     if summary.provenance and summary.provenance.demo:
         lines.append("⚠ **The demo model scored these captions**: it knows coloured shapes, not photos.")
-    lines += [f"⚠ {warning.text}" for warning in summary.warnings]
+    lines += [f"⚠ {html.escape(warning.text)}" for warning in summary.warnings]
     return "".join(f"\n\n{line}" for line in lines)
 
 
@@ -127,7 +128,8 @@ def kinds_line(summary: DiagnosisSummary) -> str:
         for metric, s in model.metrics.items():
             if s.words.judged:
                 shares = ", ".join(f"{t} {s.error_types[t].share_of_errors:.0%}" for t in TYPES)
-                lines.append(f"\n- **{name}**, {metric}: wrong rate {s.words.wrong_rate:.3f}; errors: {shares}")
+                lines.append(f"\n- **{html.escape(name)}**, {metric}: wrong rate {s.words.wrong_rate:.3f}; "
+                             f"errors: {shares}")
     return "".join(lines)
 
 
@@ -179,7 +181,7 @@ def open_in_inspect(sources: list[dict], model: str, image: str, roots: DataRoot
         raise CapscopeError(f"{image}: {err}") from None
     regions = [{"box": r["box"]} for r in found[0][1].get("regions") or []] or None
     (name_a, row_a), (name_b, row_b) = found[0], (found[1] if len(found) > 1 else (None, None))
-    others = [f"**{name}**: {row['caption']}" for name, row in found[2:]]
+    others = [f"**{html.escape(name)}**: {html.escape(row['caption'])}" for name, row in found[2:]]  # for Markdown
     return {"image": picture, "caption_a": row_a["caption"], "name_a": name_a,
             "caption_b": row_b["caption"] if row_b else "", "name_b": name_b, "regions": regions, "others": others}
 
@@ -246,7 +248,8 @@ def link_to_inspect(c: dict, inspect: dict, tabs, guard) -> None:
             found = open_in_inspect(sources, str(row[0]), str(row[2]), c["roots"], c["store"], c["token_rule"])
         except CapscopeError as err:
             return (gr.skip(),) * 6 + (f"**Not opened:** {err}",)
-        note = f"Opened **{found['name_a']}** (A) and **{found['name_b'] or 'no other captioner'}** (B) in Inspect."
+        names = [html.escape(found["name_a"]), html.escape(found["name_b"] or "no other captioner")]  # as text
+        note = f"Opened **{names[0]}** (A) and **{names[1]}** (B) in Inspect."
         if found["others"]:
             note += " Also captioned by " + "; ".join(found["others"])
         return (gr.Tabs(selected="inspect"), found["image"],
