@@ -4,6 +4,7 @@ watch the job, cancel it, compare versions' held-out figures and activate one
 (the same calls as `/api/models`, app/server/training.py)."""
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import time
@@ -62,7 +63,7 @@ def job_line(job: dict | None, rescoring: dict | None = None) -> str:
     """One line on the current or last job (and the re-scoring after an activation)."""
     parts = []
     if job is not None:
-        head = f"Job {job['id']} on **{job['dataset']}**: {job['status']}"
+        head = f"Job {job['id']} on **{html.escape(str(job['dataset']))}**: {job['status']}"
         if job["status"] == "running":
             head += f", {job['stage']} {round(100 * (job['fraction'] or 0))}%"
             if job.get("step"):
@@ -95,7 +96,7 @@ def start_training(training: TrainingJobs, dataset, minutes, steps, check_datase
                                 steps=int(steps) if steps else None, check_dataset=check_dataset or None,
                                 holdout=DEFAULT_HOLDOUT if holdout is None else float(holdout), augment=bool(augment))
     except AnnotationError as err:
-        return f"Not started: {err}"
+        return f"Not started: {html.escape(str(err))}"
     return job_line(training.job(job_id))
 
 
@@ -112,7 +113,7 @@ def activate_click(activations: Activations, version) -> str:
     try:
         result = activations.activate(None if version == DEFAULT_CHOICE else int(version))
     except AnnotationError as err:
-        return f"Not activated: {err}"
+        return f"Not activated: {html.escape(str(err))}"
     text = (f"Version {result['active']} is active ({result['model_version']})." if result["active"] is not None
             else "The default model is active again.")
     if result["rescoring"] is not None:  # its progress is the progress line's, which keeps up to date
@@ -194,7 +195,7 @@ def import_files(store: Store, files: list[str], kind: str, dataset: str, per_it
                 shutil.copy(f, inside(images, f.name))
         target = inside(folder, listing[0].name)
     except (Invalid, UnsafePath) as err:
-        return f"**Import failed:** {err}"
+        return f"**Import failed:** {html.escape(str(err))}"
     shutil.copy(listing[0], target)
     _point_images_at(target, images)
     options = importer.ImportOptions(dataset=dataset, annotators_per_item=int(per_item), progress=False,
@@ -205,7 +206,7 @@ def import_files(store: Store, files: list[str], kind: str, dataset: str, per_it
         else:
             report = importer.import_captions(store, target, images, options)
     except AnnotationError as err:
-        return f"**Import failed:** {err}"
+        return f"**Import failed:** {html.escape(str(err))}"
     errors = "".join(f"\n- {e}" for e in report.errors[:20])
     return report.summary() + errors
 
@@ -244,13 +245,13 @@ def add_user_action(store: Store, name: str, password: str, role: str) -> tuple[
     try:
         user = add_user(store, (name or "").strip(), password or "", role)
     except AnnotationError as err:
-        return f"**Not added:** {err}", users_rows(store)
+        return f"**Not added:** {html.escape(str(err))}", users_rows(store)
     return f"User **{user.name}** ({user.role}) added.", users_rows(store)
 
 
 def queue_text(view: dict) -> str:
     upcoming = ", ".join(str(i) for i in view["next"]) or "nothing left"
-    return (f"Dataset **{view['dataset']}**: order **{view['order']}**, seed {view['seed']}, "
+    return (f"Dataset **{html.escape(view['dataset'])}**: order **{view['order']}**, seed {view['seed']}, "
             f"{view['ranked']} items ranked. Next items: {upcoming}.")
 
 
@@ -261,7 +262,7 @@ def show_queue(store: Store, dataset: str):
     try:
         view = queue.queue_view(store, dataset)
     except AnnotationError as err:
-        return gr.skip(), gr.skip(), f"**Not found:** {err}"
+        return gr.skip(), gr.skip(), f"**Not found:** {html.escape(str(err))}"
     return view["order"], view["seed"], queue_text(view)
 
 
@@ -273,7 +274,7 @@ def apply_queue_order(store: Store, dataset: str, order: str, seed, token_rule: 
         seed = int(seed or 0)
         return queue_text(queue.set_queue_order(store, dataset, order, seed, token_rule=token_rule))
     except (AnnotationError, ValueError) as err:
-        return f"**Not applied:** {err}"
+        return f"**Not applied:** {html.escape(str(err))}"
 
 
 AUDIT_HEADERS = ["at (UTC)", "who", "action", "from", "what", "details"]
