@@ -66,6 +66,26 @@ def import_small_dataset(store, folder: Path, n_images: int, n_captions: int, an
                            ImportOptions(annotators_per_item=annotators_per_item, regions="none", progress=False))
 
 
+def prepare_load(db_url: str, folder: Path, captions: int, clients: int, annotators_per_item: int = 3) -> None:
+    """The load tests' store: `captions` captions (caption_rows, given boxes) over 20 images as the dataset
+    "load", the admin `admin` / `admin-password-1` and annotators `annNN` / `ann-password-NN`."""
+    from capscope.annotation.importer import ImportOptions, import_captions
+    from capscope.annotation.users import add_user
+    from capscope.db import Store
+
+    names = make_images(folder / "images", 20)
+    rows = write_jsonl(folder / "captions.jsonl", caption_rows(names, captions))
+    store = Store(db_url)
+    report = import_captions(store, rows, folder / "images",
+                             ImportOptions(dataset="load", annotators_per_item=annotators_per_item,
+                                           regions="none", batch_size=200, progress=False))
+    assert report.added == captions and not report.errors
+    add_user(store, "admin", "admin-password-1", "admin")
+    for i in range(clients):
+        add_user(store, f"ann{i:02d}", f"ann-password-{i:02d}")
+    store.dispose()
+
+
 @contextmanager
 def fresh_pg_database():
     """A new, empty PostgreSQL database on the CAPSCOPE_TEST_PG_URL server, dropped afterwards."""

@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse
 
 from capscope.common.jsonl import too_deep
 from capscope.common.limits import MAX_JSON_DEPTH
-from capscope.server.callers import caller_of, session_token  # noqa: F401  (session_token: its old home)
+from capscope.server.callers import caller_of
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SECURITY_HEADERS = (

@@ -14,30 +14,12 @@ from collections import Counter, defaultdict
 import httpx
 import pytest
 
-from annotation_support import caption_rows, fresh_pg_database, make_images, running_server, sqlite_url, write_jsonl
+from annotation_support import fresh_pg_database, prepare_load, running_server, sqlite_url
 
 CLIENTS = 20
 ITEMS_EACH = 30
 ANNOTATORS_PER_ITEM = 3
 CAPTIONS = 240  # 720 slots for 600 submissions plus skips: the queue runs nearly dry
-
-
-def _prepare(db_url: str, tmp_path) -> None:
-    from capscope.annotation.importer import ImportOptions, import_captions
-    from capscope.annotation.users import add_user
-    from capscope.db import Store
-
-    names = make_images(tmp_path / "images", 20)
-    captions = write_jsonl(tmp_path / "captions.jsonl", caption_rows(names, CAPTIONS))
-    store = Store(db_url)
-    report = import_captions(store, captions, tmp_path / "images",
-                             ImportOptions(dataset="load", annotators_per_item=ANNOTATORS_PER_ITEM,
-                                           regions="none", batch_size=200, progress=False))
-    assert report.added == CAPTIONS and not report.errors
-    add_user(store, "admin", "admin-password-1", "admin")
-    for i in range(CLIENTS):
-        add_user(store, f"ann{i:02d}", f"ann-password-{i:02d}")
-    store.dispose()
 
 
 def _annotate(base: str, index: int, final: dict, failures: list, seen_items: dict) -> None:
@@ -75,7 +57,7 @@ def _check(response, failures: list, who: str) -> None:
 
 
 def _run_load(db_url: str, tmp_path) -> dict:
-    _prepare(db_url, tmp_path)
+    prepare_load(db_url, tmp_path, CAPTIONS, CLIENTS, ANNOTATORS_PER_ITEM)
     final: dict = {}
     failures: list = []
     seen_items: dict = defaultdict(list)

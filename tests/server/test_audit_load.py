@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from annotation_support import caption_rows, fresh_pg_database, make_images, running_server, sqlite_url, write_jsonl
+from annotation_support import fresh_pg_database, prepare_load, running_server, sqlite_url
 
 CLIENTS = 20
 LABELS_EACH = 50  # 1,000 submitted judgements in all
@@ -28,23 +28,6 @@ ADMIN = ("admin", "admin-password-1")
 
 def p95(values: list[float]) -> float:
     return sorted(values)[int(0.95 * (len(values) - 1))]
-
-
-def prepare(db_url: str, folder: Path) -> None:
-    from capscope.annotation.importer import ImportOptions, import_captions
-    from capscope.annotation.users import add_user
-    from capscope.db import Store
-
-    names = make_images(folder / "images", 20)
-    captions = write_jsonl(folder / "captions.jsonl", caption_rows(names, CAPTIONS))
-    store = Store(db_url)
-    report = import_captions(store, captions, folder / "images", ImportOptions(
-        dataset="load", annotators_per_item=3, regions="none", batch_size=200, progress=False))
-    assert report.added == CAPTIONS and not report.errors
-    add_user(store, *ADMIN, "admin")
-    for i in range(CLIENTS):
-        add_user(store, f"ann{i:02d}", f"ann-password-{i:02d}")
-    store.dispose()
 
 
 def annotate(base: str, index: int, final: dict, saves: list, failures: list) -> None:
@@ -81,7 +64,7 @@ def annotate(base: str, index: int, final: dict, saves: list, failures: list) ->
 
 def run_load(db_url: str, folder: Path) -> dict:
     """{"saves": [seconds], "final": {(annotator, item): labels}, "csv": the export, "elapsed": s}."""
-    prepare(db_url, folder)
+    prepare_load(db_url, folder, CAPTIONS, CLIENTS)
     final, saves, failures = {}, [], []
     with running_server(db_url) as base:
         threads = [threading.Thread(target=annotate, args=(base, i, final, saves, failures)) for i in range(CLIENTS)]
