@@ -57,13 +57,16 @@ def basic_credentials(header: str | None) -> tuple[str, str] | None:
     return (name, password) if colon else None
 
 
-def session_token(cookies: str) -> str | None:
-    """The web UI's session token from a Cookie header (Gradio's access-token cookies)."""
+def cookie_pairs(cookies: str):
+    """(name, value) of each cookie in a Cookie header, in order."""
     for part in cookies.split(";"):
         name, _, value = part.strip().partition("=")
-        if name.startswith("access-token") and value:
-            return value
-    return None
+        yield name, value
+
+
+def session_token(cookies: str) -> str | None:
+    """The web UI's session token from a Cookie header (Gradio's access-token cookies)."""
+    return next((value for name, value in cookie_pairs(cookies) if name.startswith("access-token") and value), None)
 
 
 def client_address(scope) -> str:

@@ -39,6 +39,7 @@ import anyio
 
 from capscope.annotation import audit
 from capscope.annotation.users import authenticate
+from capscope.server.callers import cookie_pairs
 from capscope.db import Store
 
 UI_HASHING_AT_ONCE = 2
@@ -200,13 +201,8 @@ class ClientAddress:
 
 
 def _cookie(scope, wanted: str) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == b"cookie":
-            for part in value.decode("latin-1").split(";"):
-                key, _, found = part.strip().partition("=")
-                if key == wanted:
-                    return found
-    return None
+    headers = (value.decode("latin-1") for name, value in scope.get("headers", []) if name == b"cookie")
+    return next((found for header in headers for key, found in cookie_pairs(header) if key == wanted), None)
 
 
 def ui_auth(app, store: Store):
