@@ -32,10 +32,13 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-ROLES = ("admin", "annotator")
+ROLES = ("admin", "annotator", "reviewer")
 ASSIGNMENT_STATUSES = ("draft", "submitted", "skipped")
 LABEL_KINDS = ("token", "region", "junk")  # junk: a region that is no object
-GOLD_SOURCES = ("import", "majority", "adjudicated")
+GOLD_SOURCES = ("import", "majority", "adjudicated", "dawid-skene", "model-aware")
+# a submitted judgement in a dataset with review on: None (no review), then pending until a reviewer
+# accepts it, corrects it or sends it back (returned: a draft again, for its annotator)
+REVIEW_STATES = ("pending", "accepted", "corrected", "returned")
 
 
 def utcnow() -> datetime:
@@ -56,6 +59,13 @@ class Dataset(Base):
     # which eligible item the annotation queue hands out first (annotation/queue.py)
     queue_order: Mapped[str] = mapped_column(String(20), default="sequential", server_default="sequential")
     queue_seed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # label quality (annotation/controls.py): the share of handed-out items that are controls,
+    # whether an annotator sees a control's answer once submitted, the control accuracy under
+    # which an annotator is flagged, and whether submitted judgements go to review
+    control_rate: Mapped[float] = mapped_column(Float, default=0.1, server_default="0.1")
+    show_control_answers: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    min_control_accuracy: Mapped[float | None] = mapped_column(Float, default=None)
+    review: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
 
 class Image(Base):
@@ -123,6 +133,8 @@ class Caption(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # place in its dataset's random / uncertainty queue, lowest first; None: after the ranked ones, by id
     queue_rank: Mapped[float | None] = mapped_column(Float, default=None, index=True)
+    # an item with gold that the queue mixes into every annotator's work to measure them
+    control: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
     tokens: Mapped[list[Token]] = relationship(order_by="Token.index", cascade="all, delete-orphan")
     image: Mapped[Image] = relationship()
@@ -195,6 +207,10 @@ class Assignment(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     submitted_at: Mapped[datetime | None] = mapped_column(default=None)
+    review_status: Mapped[str | None] = mapped_column(String(20), default=None)  # REVIEW_STATES
+    review_comment: Mapped[str | None] = mapped_column(Text, default=None)
+    reviewer: Mapped[str | None] = mapped_column(String(100), default=None)  # the reviewer's name
+    reviewed_at: Mapped[datetime | None] = mapped_column(default=None)
 
     caption: Mapped[Caption] = relationship()
     user: Mapped[User] = relationship()
@@ -254,6 +270,9 @@ class LabelRevision(Base):
     links: Mapped[list | None] = mapped_column(JSON, default=None)  # [[token, region], ...]
     undo_to: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # a step taken by someone other than the annotator (a reviewer), and what they wrote
+    actor: Mapped[str | None] = mapped_column(String(100), default=None)  # a user's name
+    comment: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class Flag(Base):
@@ -305,6 +324,9 @@ class GoldLabel(Base):
     source: Mapped[str] = mapped_column(String(20))
     adjudicator_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # how sure the consensus is of each label, 0..1 (None: not measured, as for imported gold)
+    token_confidence: Mapped[list | None] = mapped_column(JSON, default=None)
+    region_confidence: Mapped[list | None] = mapped_column(JSON, default=None)
 
 
 
@@ -323,6 +345,8 @@ class GoldRevision(Base):
     source: Mapped[str] = mapped_column(String(20))
     adjudicator_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    token_confidence: Mapped[list | None] = mapped_column(JSON, default=None)
+    region_confidence: Mapped[list | None] = mapped_column(JSON, default=None)
 
 
 class ModelVersion(Base):

@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0008"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):
@@ -178,5 +178,62 @@ def test_upgrade_to_the_audit_log_keeps_users_and_their_sessions(backend, tmp_pa
                 session.add(AuditEvent(action="sign-in", actor="ann", address="127.0.0.1"))
             with store.read() as session:
                 assert session.scalars(select(AuditEvent.action)).all() == ["sign-in"]
+        finally:
+            store.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_upgrade_to_label_quality_and_back_keeps_every_judgement(backend, tmp_path):
+    """0007 -> 0008 -> 0007 -> 0008: no item becomes a control, no dataset reviews, and no label,
+    tie or revision of a judgement is lost on the way (a table rebuild would cascade into them)."""
+    import contextlib
+
+    from capscope.annotation.votes import load_item
+    from capscope.db import Assignment, Caption, Dataset
+
+    with (fresh_pg_database() if backend == "postgresql" else contextlib.nullcontext(sqlite_url(tmp_path))) as url:
+        store = Store(url)
+        try:
+            store.downgrade("0007")
+            with store.write() as session:
+                for sql in ("INSERT INTO datasets (id, name, created_at) VALUES (1, 'd', '2024-01-01 00:00:00')",
+                            "INSERT INTO images (id, sha256, path, width, height, n_bytes, regions_source, created_at) "
+                            f"VALUES (1, '{'0' * 64}', 'x.png', 4, 4, 1, 'file', '2024-01-01 00:00:00')",
+                            "INSERT INTO regions (id, image_id, \"index\", source, x0, y0, x1, y1) "
+                            "VALUES (1, 1, 0, 'file', 0, 0, 2, 2)",
+                            "INSERT INTO captions (id, dataset_id, external_id, image_id, text, \"references\", "
+                            "content_hash, annotators_needed, created_at) VALUES (1, 1, 'a', 1, 'a dog', '[]', 'h', 3, "
+                            "'2024-01-01 00:00:00')",
+                            "INSERT INTO tokens (id, caption_id, \"index\", text, start, \"end\", semantic) "
+                            "VALUES (1, 1, 0, 'a', 0, 1, FALSE), (2, 1, 1, 'dog', 2, 5, TRUE)",
+                            "INSERT INTO users (id, name, role, password_hash, active, created_at) "
+                            "VALUES (1, 'ann', 'annotator', 'x', TRUE, '2024-01-01 00:00:00')",
+                            "INSERT INTO assignments (id, caption_id, user_id, status, lease_expires_at, revision, "
+                            "time_spent_ms, created_at, updated_at, submitted_at) VALUES (1, 1, 1, 'submitted', "
+                            "'2024-01-01 00:00:00', 1, 0, '2024-01-01 00:00:00', '2024-01-01 00:00:00', "
+                            "'2024-01-01 00:00:00')",
+                            "INSERT INTO labels (assignment_id, caption_id, kind, \"index\", created_at) "
+                            "VALUES (1, 1, 'token', 1, '2024-01-01 00:00:00'), (1, 1, 'region', 0, "
+                            "'2024-01-01 00:00:00')",
+                            "INSERT INTO links (assignment_id, caption_id, token_index, region_index, created_at) "
+                            "VALUES (1, 1, 1, 0, '2024-01-01 00:00:00')",
+                            "INSERT INTO label_revisions (assignment_id, revision, action, status, incorrect_tokens, "
+                            "mentioned_regions, junk_regions, links, created_at) VALUES (1, 1, 'edit', 'submitted', "
+                            "'[1]', '[0]', '[]', '[[1, 0]]', '2024-01-01 00:00:00')"):
+                    session.execute(text(sql))
+            count = "SELECT (SELECT count(*) FROM labels), (SELECT count(*) FROM links), " \
+                    "(SELECT count(*) FROM label_revisions), (SELECT count(*) FROM assignments)"
+            for step in ("upgrade", "downgrade", "upgrade"):
+                store.upgrade() if step == "upgrade" else store.downgrade("0007")
+                with store.read() as session:
+                    assert tuple(session.execute(text(count)).one()) == (2, 1, 1, 1), step
+            item = load_item(store, 1)
+            assert item.token_votes(1) == (1, 1) and item.region_votes(0) == (1, 1)
+            assert item.link_votes() == [{"token": 1, "region": 0, "votes": 1, "total": 1}]
+            assert _schema_diff(store) == []
+            with store.read() as session:
+                assert session.get(Caption, 1).control is False and session.get(Dataset, 1).review is False
+                assert session.get(Dataset, 1).control_rate == pytest.approx(0.1)
+                assert session.get(Assignment, 1).review_status is None
         finally:
             store.dispose()
