@@ -22,7 +22,7 @@ from typing import Callable, Iterable, NamedTuple
 from sqlalchemy import and_, delete, exists, func, or_, select, tuple_
 
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
-from capscope.annotation.queue import candidate_captions, holds_slot, queue_order_of
+from capscope.annotation.queue import candidate_captions, control_for, holds_slot, queue_order_of
 from capscope.annotation.users import UserInfo
 from capscope.db import (
     Assignment,
@@ -104,7 +104,7 @@ def _claim_new(session, user: UserInfo, dataset: str | None, now: datetime, leas
                                .where(Assignment.caption_id == caption_id, holds_slot(now)))
         needed = session.scalar(select(Caption.annotators_needed).where(Caption.id == caption_id))
         if taken < needed:
-            return _create_assignment(session, caption_id, user, now, lease)
+            return _create_assignment(session, control_for(session, user, caption_id) or caption_id, user, now, lease)
     return None
 
 

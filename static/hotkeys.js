@@ -30,12 +30,21 @@
   // button is clicked). Typing, pasting, dropping and tools that insert text all fire "input". Here, not
   // in an event's js=, so that the page's Content-Security-Policy needs no eval.
   const pauses = {};
+  const typed = new WeakMap();  // each caption box's text as its last input event left it
   document.addEventListener("input", (event) => {
     const caption = event.target.closest && event.target.closest("#cs-caption-a, #cs-caption-b");
     if (!caption) return;
     const rest = caption.id.replace("cs-caption-", "cs-rest-");
     clearTimeout(pauses[rest]);
     pauses[rest] = setTimeout(() => document.getElementById(rest)?.click(), 250);
+    typed.set(event.target, event.target.value);
+  }, true);
+  // a tool that sets the text and fires only "change" (no "input") would leave the page's value, and the
+  // scoring, behind the box: it is told as an input; a plain blur after typing (nothing new) is not
+  document.addEventListener("change", (event) => {
+    const box = event.target;
+    if (!(box.closest && box.closest("#cs-caption-a, #cs-caption-b")) || typed.get(box) === box.value) return;
+    box.dispatchEvent(new Event("input", {bubbles: true}));
   }, true);
 })();
 </script>
