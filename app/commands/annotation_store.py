@@ -77,7 +77,7 @@ def register(sub) -> None:
                              "input when it is not a terminal); at least 12 characters")
     secret.add_argument("--password-file", type=Path, default=None, metavar="FILE",
                         help="read the password from the first line of FILE")
-    add.add_argument("--role", default="annotator", choices=["admin", "annotator"])
+    add.add_argument("--role", default="annotator", choices=["admin", "annotator", "reviewer"])
     add.add_argument("--replace", action="store_true")
     add_db_option(add)
     add.set_defaults(func=run_users_add)
