@@ -165,6 +165,18 @@ def readable_image(value):
         return None
 
 
+def take_image(value) -> tuple:
+    """(decoded image or None, what to say beside the picture) for a picture just
+    uploaded or picked: a file that cannot be read is said at once, in one line,
+    and logged once at WARNING (no traceback: it is the file's fault, not the server's)."""
+    try:
+        return inspect_image(value), ""
+    except (CapscopeError, OSError) as err:
+        reason = first_line(err)
+        log.warning("Inspect: an uploaded picture cannot be read: %s", reason)
+        return None, f"⚠ **This picture cannot be read**, so it cannot be scored: {html.escape(reason)}"
+
+
 def user_of(request) -> str | None:
     """The signed-in user a Gradio request comes from (scoring turns are taken per user)."""
     return getattr(request, "username", None)
@@ -307,6 +319,7 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
         with gr.Column(scale=2):
             c["image"] = hands_over_the_file(gr.Image(type="filepath", image_mode=None, label="Image", height=260,
                                                       sources=["upload", "clipboard"], elem_id="cs-image"))
+            c["image_problem"] = gr.Markdown("", elem_id="cs-image-problem")  # why a picture cannot be read
             c["example"] = gr.Dropdown(
                 choices=[(f"{e['id']}: {e['caption'][:60]}", i) for i, e in enumerate(examples)],
                 label="…or pick a demo scene (clean and polluted caption)", value=None)
@@ -441,7 +454,8 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
         return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]
 
-    c["image"].change(readable_image, c["image"], c["image_now"], queue=False, api_visibility="private")
+    c["image"].change(take_image, c["image"], [c["image_now"], c["image_problem"]], queue=False,
+                      api_visibility="private")
     for side in ("a", "b"):
         # A keystroke shades the words by the shown metric alone, outside Gradio's queue (so that it
         # waits behind no other user's whole re-score); the other metrics, the region overlay, the

@@ -117,3 +117,73 @@ def test_pasted_and_inserted_captions_are_scored(chromium, served):
     assert len(calls) == before
     shot(page, "inspect-pasted-caption.png")
     page.close()
+
+
+def bomb_png(path, width=30_000, height=30_000):
+    """A PNG whose header claims width x height pixels (a decompression bomb's size) and holds almost nothing."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                     + chunk(b"IEND", b""))
+    return path
+
+
+def big_jpeg(path, megabytes=18):
+    """A JPEG of about `megabytes` MB (noise at quality 100), under the upload limit."""
+    rng = np.random.default_rng(0)
+    side = int((megabytes * 2**20 / 1.9) ** 0.5)
+    Image.fromarray(rng.integers(0, 256, (side, side * 4 // 3 // 1, 3), np.uint8)[:, :side]).save(path, quality=100)
+    return path
+
+
+@pytest.mark.slow
+@browser
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "bomb", "big-jpeg"])
+def test_a_picture_that_cannot_be_read_is_said_at_once_beside_it(chromium, served, caplog, kind):
+    import logging
+
+    expected = {"garbage": "not an image", "truncated": "truncated", "bomb": "pixels"}
+
+    root = served.root
+    if kind == "garbage":
+        path = root / "notes.png"
+        path.write_bytes(b"these are not pixels at all\n" * 40)
+    elif kind == "truncated":
+        data = io.BytesIO()
+        Image.fromarray(np.random.default_rng(1).integers(0, 256, (300, 400, 3), np.uint8)).save(data, "JPEG")
+        path = root / "cut.jpg"
+        path.write_bytes(data.getvalue()[: len(data.getvalue()) // 3])
+    elif kind == "bomb":
+        path = bomb_png(root / "bomb.png")
+    else:
+        path = big_jpeg(root / "big.jpg")
+    page = logged_in_page(chromium, served, *USER)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        page.set_input_files("#cs-image input[type=file]", str(path))
+        if kind == "big-jpeg":  # readable (13 megapixels): shown, and nothing to say
+            page.wait_for_selector("#cs-image img", timeout=30_000)
+            page.wait_for_timeout(2000)
+            assert page.inner_text("#cs-image-problem").strip() == ""
+        else:
+            page.wait_for_function("document.querySelector('#cs-image-problem').innerText.includes('cannot be read')",
+                                   timeout=20_000)
+            said = page.inner_text("#cs-image-problem")
+            assert expected[kind] in said and str(served.root) not in said
+            # beside the picture, on the first screen
+            picture = page.locator("#cs-image").bounding_box()
+            message = page.locator("#cs-image-problem").bounding_box()
+            assert 0 <= message["y"] - (picture["y"] + picture["height"]) < 60 and message["y"] + message["height"] < 1000
+            page.wait_for_timeout(1000)  # the rest of the upload's handlers run
+    shot(page, f"inspect-unreadable-{kind}.png")
+    page.close()
+    ours = [r for r in caplog.records if r.name.startswith("capscope") and r.levelno >= logging.WARNING]
+    assert len(ours) == (0 if kind == "big-jpeg" else 1), [r.getMessage() for r in ours]
+    assert all(r.levelno == logging.WARNING and "\n" not in r.getMessage() for r in ours)
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], \
+        [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
