@@ -50,9 +50,11 @@ CHUNK = 200  # ranks written per transaction
 # ---------------------------------------------------------------- who may be given what
 
 def holds_slot(now: datetime):
-    """SQL condition: this assignment occupies one of its caption's slots."""
+    """SQL condition: this assignment occupies one of its caption's slots (a draft a reviewer
+    sent back keeps its slot, however long its annotator takes; annotation/review.py)."""
     return or_(Assignment.status == "submitted",
-               and_(Assignment.status == "draft", Assignment.lease_expires_at > now))
+               and_(Assignment.status == "draft",
+                    or_(Assignment.lease_expires_at > now, Assignment.review_status == "returned")))
 
 
 def candidate_captions(user: UserInfo | None, dataset: str | None, now: datetime, order: str | None = "sequential"):

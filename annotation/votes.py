@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 
 from capscope.db import Assignment, Caption, Dataset, GoldLabel, Image, Label, Link, Region, Store, Token, User
 
@@ -179,6 +179,16 @@ def _load_chunk(session, rows) -> list[ItemData]:
                      judgements.get(r[0], []), golds.get(r[0])) for r in rows]
 
 
+def counts_as_vote():
+    """SQL, on Assignment: a submitted judgement counts unless its dataset has review on and no
+    reviewer has accepted or corrected it yet (annotation/review.py); unreviewed ones (review
+    off, or submitted before it was turned on) count as they always did."""
+    review_on = (select(Dataset.review).join(Caption, Caption.dataset_id == Dataset.id)
+                 .where(Caption.id == Assignment.caption_id).correlate(Assignment).scalar_subquery())
+    return or_(Assignment.review_status.is_(None), Assignment.review_status.in_(("accepted", "corrected")),
+               ~review_on)
+
+
 def _judgements(session, caption_ids: list[int]) -> dict[int, list[Judgement]]:
     by_assignment: dict[int, Judgement] = {}
     by_caption: dict[int, list[Judgement]] = defaultdict(list)
@@ -186,7 +196,7 @@ def _judgements(session, caption_ids: list[int]) -> dict[int, list[Judgement]]:
         select(Assignment.id, Assignment.caption_id, Assignment.user_id, User.name, Assignment.submitted_at,
                Assignment.time_spent_ms, Assignment.updated_at)
         .join(User, Assignment.user_id == User.id)
-        .where(Assignment.caption_id.in_(caption_ids), Assignment.status == "submitted")
+        .where(Assignment.caption_id.in_(caption_ids), Assignment.status == "submitted", counts_as_vote())
         .order_by(Assignment.caption_id, User.name))
     for assignment_id, caption_id, user_id, name, submitted_at, spent, updated_at in rows:
         judgement = Judgement(user_id, name, submitted_at, spent, updated_at=updated_at)

@@ -11,6 +11,12 @@ state, kept forever), so nothing typed is lost and edits after submitting
 keep their history. `undo` walks back through the label changes. Writing the
 same state twice changes nothing.
 
+Review (annotation/review.py): in a dataset with review on, a judgement
+submitted becomes "pending" until a reviewer accepts, corrects or returns it;
+a returned judgement is a draft again for its annotator, handed back to them
+first by `next_item`, and pending again once they submit it ("resubmitted").
+An annotator's edit of a judgement already reviewed sends it back to review.
+
 Every function takes the `Store` and the acting `UserInfo` and returns plain,
 JSON-ready dicts.
 """
@@ -27,6 +33,7 @@ from capscope.annotation.users import UserInfo
 from capscope.db import (
     Assignment,
     Caption,
+    Dataset,
     Flag,
     Image,
     Label,
@@ -59,9 +66,11 @@ def next_item(store: Store, user: UserInfo, *, dataset: str | None = None,
     def work(session):
         current = now or utcnow()
         lease = current + timedelta(seconds=lease_seconds)
+        # a draft a reviewer sent back comes first, then the one worked on last
+        returned_first = (Assignment.review_status == "returned").desc()
         draft = session.scalar(
             select(Assignment).where(Assignment.user_id == user.id, Assignment.status == "draft")
-            .order_by(Assignment.updated_at.desc(), Assignment.id.desc()).limit(1).with_for_update()
+            .order_by(returned_first, Assignment.updated_at.desc(), Assignment.id.desc()).limit(1).with_for_update()
         )
         if draft is not None and (dataset is None or draft.caption.dataset.name == dataset):
             draft.lease_expires_at = lease
@@ -140,10 +149,21 @@ def item_view(session, assignment: Assignment | None, caption: Caption | None = 
                    for t in caption.tokens],
         "regions": [region_view(r) for r in regions],
         "labels": labels_view(session, assignment) if assignment else None,
+        "review": review_state(assignment),
     }
     if include_predictions:
         view["predictions"] = predictions_of(session, caption.id)
     return view
+
+
+def review_state(assignment: Assignment | None) -> dict | None:
+    """Where the assignment's judgement stands in review (None: not under review): its
+    status (pending, accepted, corrected, returned), the reviewer's comment and name."""
+    if assignment is None or assignment.review_status is None:
+        return None
+    return {"status": assignment.review_status, "comment": assignment.review_comment,
+            "reviewer": assignment.reviewer,
+            "reviewed_at": None if assignment.reviewed_at is None else assignment.reviewed_at.isoformat() + "Z"}
 
 
 def region_view(region: Region) -> dict:
@@ -223,7 +243,8 @@ def get_item(store: Store, user: UserInfo, item_id: int, *, include_predictions:
 
 
 def image_path(store: Store, user: UserInfo, image_id: int) -> str:
-    """The file of an image the user may see (admins: any; annotators: their items')."""
+    """The file of an image the user may see (admins: any; annotators: their items'; reviewers
+    also those of the datasets with review on)."""
     with store.read() as session:
         image = session.get(Image, image_id)
         if image is None:
@@ -231,6 +252,9 @@ def image_path(store: Store, user: UserInfo, image_id: int) -> str:
         if not user.is_admin:
             allowed = session.scalar(select(exists().where(
                 Assignment.user_id == user.id, Assignment.caption_id == Caption.id, Caption.image_id == image_id)))
+            if not allowed and user.role == "reviewer":
+                allowed = session.scalar(select(exists().where(
+                    Caption.image_id == image_id, Caption.dataset_id == Dataset.id, Dataset.review)))
             if not allowed:
                 raise Forbidden(f"image {image_id} belongs to no item of yours")
         return image.path
@@ -263,14 +287,19 @@ def _apply(store: Store, user: UserInfo, item_id: int, change: Change, *,
         if outcome is None or outcome[0] == state:
             return labels_view(session, assignment)
         new, action, undo_to = outcome
-        _write_label_rows(session, assignment, "token", state.tokens, new.tokens)
-        _write_label_rows(session, assignment, "region", state.regions, new.regions)
-        _write_label_rows(session, assignment, "junk", state.junk, new.junk)
-        _write_links(session, assignment, state.links, new.links)
+        write_labels(session, assignment, state, new)
         _record_revision(session, assignment, new, action, undo_to, current_time, lease_seconds)
         return labels_view(session, assignment, (new, undo_to is not None))
 
     return store.run_write(work)
+
+
+def write_labels(session, assignment: Assignment, old: LabelState, new: LabelState) -> None:
+    """Make the assignment's label and tie rows `new` (they are `old` now)."""
+    _write_label_rows(session, assignment, "token", old.tokens, new.tokens)
+    _write_label_rows(session, assignment, "region", old.regions, new.regions)
+    _write_label_rows(session, assignment, "junk", old.junk, new.junk)
+    _write_links(session, assignment, old.links, new.links)
 
 
 def _write_label_rows(session, assignment: Assignment, kind: str, old: set[int], new: set[int]) -> None:
@@ -299,15 +328,46 @@ def _record_revision(session, assignment: Assignment, state: LabelState, action:
     assignment.time_spent_ms += int(elapsed.total_seconds() * 1000)
     if status == "submitted" and assignment.status != "submitted":
         assignment.submitted_at = now
+        action = _into_review(session, assignment, action)
+    elif status == "submitted" and assignment.review_status in ("pending", "accepted", "corrected"):
+        # an edit of a reviewed judgement is reviewed again; with review off it is unreviewed
+        assignment.review_status = "pending" if _review_on(session, assignment) else None
     assignment.status = status
-    assignment.revision += 1
     assignment.updated_at = now
     assignment.lease_expires_at = now + timedelta(seconds=lease_seconds)
-    session.add(LabelRevision(assignment_id=assignment.id, revision=assignment.revision, action=action,
-                              status=status, incorrect_tokens=sorted(state.tokens),
-                              mentioned_regions=sorted(state.regions), junk_regions=sorted(state.junk),
-                              links=[list(pair) for pair in sorted(state.links)], undo_to=undo_to, created_at=now))
+    append_revision(session, assignment, state, action, undo_to, now)
+
+
+def _review_on(session, assignment: Assignment) -> bool:
+    return bool(session.scalar(select(Dataset.review).join(Caption, Caption.dataset_id == Dataset.id)
+                               .where(Caption.id == assignment.caption_id)))
+
+
+def _into_review(session, assignment: Assignment, action: str) -> str:
+    """A judgement being submitted: pending review when its dataset has review on (the step
+    named "submitted", or "resubmitted" after a reviewer sent it back), else unreviewed."""
+    returned = assignment.review_status == "returned"
+    if not _review_on(session, assignment):
+        assignment.review_status = None
+        return action
+    assignment.review_status = "pending"
+    return "resubmitted" if returned else "submitted"
+
+
+def append_revision(session, assignment: Assignment, state: LabelState, action: str, undo_to: int | None,
+                    now: datetime, *, actor: str | None = None, comment: str | None = None) -> LabelRevision:
+    """The assignment's next revision: `state` after `action`, by `actor` when it is not the
+    annotator (a reviewer), with their `comment`. The assignment's status is `state.status`."""
+    assignment.status = state.status
+    assignment.revision += 1
+    revision = LabelRevision(assignment_id=assignment.id, revision=assignment.revision, action=action,
+                             status=state.status, incorrect_tokens=sorted(state.tokens),
+                             mentioned_regions=sorted(state.regions), junk_regions=sorted(state.junk),
+                             links=[list(pair) for pair in sorted(state.links)], undo_to=undo_to, created_at=now,
+                             actor=actor, comment=comment)
+    session.add(revision)
     session.flush()
+    return revision
 
 
 def _item_size(session, caption_id: int) -> tuple[int, int]:
@@ -390,6 +450,26 @@ def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: It
     pairs = None if links is None else _unique_pairs(links)
     edit = _edit(tokens, regions, status, junk, pairs, sent=sent)
     return _apply(store, user, item_id, edit, **kw)
+
+
+def edited_state(session, assignment: Assignment, state: LabelState, incorrect_tokens: Iterable[int] | None = None,
+                 mentioned_regions: Iterable[int] | None = None, junk_regions: Iterable[int] | None = None,
+                 links: Iterable | None = None) -> LabelState:
+    """`state` with the given parts replaced (None: that part stays), checked against the item
+    as a save is (indices in range, lists no longer than the item allows, no region both
+    mentioned and junk); the status stays. For a reviewer's correction (annotation/review.py)."""
+    given = (incorrect_tokens, mentioned_regions, junk_regions, links)
+    sent = [None if values is None else len(values) for values in map(_listed, given)]
+    tokens, regions, junk = (None if v is None else _unique_indices(v, what)
+                             for v, what in zip(given, ("token", "region", "region")))
+    pairs = None if links is None else _unique_pairs(links)
+    return _edit(tokens, regions, None, junk, pairs, sent=sent)(session, assignment, state)[0]
+
+
+def head_undo_to(session, assignment: Assignment) -> int | None:
+    """Where an undo from the assignment's current revision goes (None: nothing to undo)."""
+    head = _head_revision(session, assignment)
+    return None if head is None else head.undo_to
 
 
 def _listed(values: Iterable | None) -> list | None:
@@ -524,12 +604,20 @@ def history(store: Store, user: UserInfo, item_id: int) -> list[dict]:
                                                              Assignment.user_id == user.id))
         if assignment is None:
             raise NotFound(f"you have no labels on item {item_id}")
-        revisions = session.scalars(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id)
-                                    .order_by(LabelRevision.revision))
-        return [{"revision": r.revision, "action": r.action, "status": r.status,
-                 "incorrect_tokens": r.incorrect_tokens, "mentioned_regions": r.mentioned_regions,
-                 "junk_regions": r.junk_regions or [], "links": r.links or [],
-                 "at": r.created_at.isoformat() + "Z"} for r in revisions]
+        return revisions_view(session, assignment)
+
+
+def revisions_view(session, assignment: Assignment) -> list[dict]:
+    """Every revision of the assignment, oldest first: who took the step (`by`: the annotator,
+    or a reviewer) and the reviewer's comment."""
+    revisions = session.scalars(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id)
+                                .order_by(LabelRevision.revision))
+    annotator = assignment.user.name
+    return [{"revision": r.revision, "action": r.action, "status": r.status,
+             "incorrect_tokens": r.incorrect_tokens, "mentioned_regions": r.mentioned_regions,
+             "junk_regions": r.junk_regions or [], "links": r.links or [],
+             "at": r.created_at.isoformat() + "Z", "by": r.actor or annotator, "comment": r.comment}
+            for r in revisions]
 
 
 def add_flag(store: Store, user: UserInfo, item_id: int, kind: str, comment: str = "") -> dict:
