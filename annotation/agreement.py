@@ -23,13 +23,17 @@ from itertools import combinations
 
 from sqlalchemy import select
 
-from capscope.annotation import audit
+from capscope.annotation import audit, consensus
 from capscope.annotation.refusals import Invalid, NotFound
+from capscope.annotation.controls import control_ids
 from capscope.annotation.gold import write_gold
+from capscope.annotation.model_versions import active_version, version_tag
+from capscope.annotation.uncertainty import verdict_probabilities
 from capscope.annotation.importer import REGION_LABELS, TOKEN_LABELS
 from capscope.annotation.users import UserInfo
 from capscope.annotation.votes import ItemData, iter_items, majority
-from capscope.db import Caption, GoldLabel, Region, Store, Token
+from capscope.db import Caption, Dataset, GoldLabel, Prediction, Region, Store, Token
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 
 
 # ---------------------------------------------------------------- statistics
@@ -248,31 +252,82 @@ def majority_labels(item: ItemData) -> tuple[list[str | None], list[str | None]]
 
 def gold_from_majority(store: Store, dataset: str | None = None, *, min_judgements: int = 2,
                        replace_adjudicated: bool = False) -> int:
-    """Set gold to the majority vote on every item with at least `min_judgements`
-    submitted judgements; adjudicated or imported gold is kept unless `replace_adjudicated`.
-    Returns the number of items whose gold was written."""
-    pending: list[tuple[int, list, list]] = []
+    """`gold_by_consensus` with the majority. Returns the number of items whose gold was written."""
+    return gold_by_consensus(store, dataset, "majority", min_judgements=min_judgements,
+                             replace_adjudicated=replace_adjudicated)["written"]
+
+
+def gold_by_consensus(store: Store, dataset: str | None = None, method: str = "majority", *,
+                      min_judgements: int = 2, replace_adjudicated: bool = False,
+                      token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+    """Set gold by `method` (annotation/consensus.py) on every item with at least
+    `min_judgements` submitted judgements, each label with its confidence; the
+    gold history's source is the method. Controls keep their gold; adjudicated or
+    imported gold is kept unless `replace_adjudicated`. The model (model-aware) is
+    the active version's predictions, else each item's newest InfoMetIC-family ones.
+    Returns {"written", "method"}."""
+    check_method(method)
+    if dataset is not None:
+        _check_dataset(store, dataset)
+    items = list(iter_items(store, dataset))
+    model = model_probabilities(store, items, token_rule) if method == "model-aware" else None
+    labels = consensus.consensus_labels([item for item in items if item.judgements], method, model)
+    controls = control_ids(store, dataset)
+    chosen = [item.caption_id for item in items
+              if len(item.judgements) >= min_judgements and item.caption_id not in controls
+              and (item.gold is None or item.gold.source not in ("adjudicated", "import") or replace_adjudicated)]
     written = 0
-    for item in iter_items(store, dataset):
-        if len(item.judgements) < min_judgements:
-            continue
-        if item.gold is not None and item.gold.source in ("adjudicated", "import") and not replace_adjudicated:
-            continue
-        pending.append((item.caption_id, *majority_labels(item)))
-        if len(pending) >= 200:
-            written += store.run_write(lambda s, batch=pending: _write_majority(s, batch))
-            pending = []
-    if pending:
-        written += store.run_write(lambda s: _write_majority(s, pending))
-    audit.record(store, "gold written", target=dataset, details={"method": "majority", "items": written,
+    for start in range(0, len(chosen), 200):
+        batch = chosen[start:start + 200]
+        written += store.run_write(lambda session, batch=batch: _write_consensus(session, batch, labels, method))
+    audit.record(store, "gold written", target=dataset, details={"method": method, "items": written,
                                                                  "min_judgements": min_judgements})
-    return written
+    return {"written": written, "method": method}
 
 
-def _write_majority(session, batch) -> int:
-    for caption_id, token_labels, region_labels in batch:
-        write_gold(session, caption_id, token_labels, region_labels, "majority")
+def check_method(method) -> str:
+    if method not in consensus.METHODS:
+        raise Invalid(f"gold method must be one of {', '.join(consensus.METHODS)}, got {method!r}")
+    return method
+
+
+def _check_dataset(store: Store, dataset: str) -> None:
+    with store.read() as session:
+        if session.scalar(select(Dataset.id).where(Dataset.name == dataset)) is None:
+            raise NotFound(f"no dataset {dataset!r}")
+
+
+def _write_consensus(session, batch: list[int], labels: dict[int, dict], method: str) -> int:
+    for caption_id in batch:
+        found = labels[caption_id]
+        write_gold(session, caption_id, found["token_labels"], found["region_labels"], method,
+                   token_confidence=found["token_confidence"], region_confidence=found["region_confidence"])
     return len(batch)
+
+
+def model_probabilities(store: Store, items: list[ItemData], token_rule: str = DEFAULT_TOKEN_RULE
+                        ) -> dict[int, tuple[list, list]]:
+    """caption id -> the model's (P(incorrect) per word, P(mentioned) per region):
+    from the active version's stored predictions where it has them, else the
+    newest prediction of a metric that follows the token rule (InfoMetIC first)."""
+    active = active_version(store)
+    preferred_tag = version_tag(active) if active is not None else None
+    semantic = {item.caption_id: [t["semantic"] for t in item.tokens] for item in items}
+    best: dict[int, tuple] = {}
+    with store.read() as session:
+        rows = session.execute(select(Prediction.caption_id, Prediction.metric, Prediction.model_version,
+                                      Prediction.token_scores, Prediction.region_scores, Prediction.word_scale,
+                                      Prediction.created_at, Prediction.id)
+                               .where(Prediction.caption_id.in_(list(semantic)))
+                               .execution_options(yield_per=1000))
+        for caption_id, metric, version, tokens, regions, scale, created, prediction_id in rows:
+            found = verdict_probabilities(metric, tokens, regions, semantic[caption_id], token_rule, scale or 1.0)
+            if found is None:
+                continue
+            key = (version == preferred_tag, metric == "infometic", created, prediction_id)
+            if caption_id not in best or key > best[caption_id][0]:
+                best[caption_id] = (key, found)
+    return {caption_id: found for caption_id, (_, found) in best.items()}
 
 
 def adjudicate(store: Store, admin: UserInfo, item_id: int, token_labels: list, region_labels: list) -> dict:

@@ -64,13 +64,34 @@ def candidate_captions(user: UserInfo | None, dataset: str | None, now: datetime
     taken = (select(func.count()).select_from(Assignment)
              .where(Assignment.caption_id == Caption.id, holds_slot(now))
              .correlate(Caption).scalar_subquery())
-    free = [taken < Caption.annotators_needed]
+    free = [taken < Caption.annotators_needed, Caption.control.is_(False)]  # controls: `control_for`
     if user is not None:
         free.insert(0, ~exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id))
     query = select(Caption.id).where(*free).order_by(*order_keys(order))
     if dataset is not None:
         query = query.where(Caption.dataset_id == select(Dataset.id).where(Dataset.name == dataset).scalar_subquery())
     return query
+
+
+def control_for(session, user: UserInfo, caption_id: int) -> int | None:
+    """A control to hand `user` instead of `caption_id`, the next item of their
+    queue, or None. A control is handed out with the probability of the caption's
+    dataset's control rate, drawn from a hash of the user and how many items of
+    the dataset they were handed: reproducible, and no pattern an annotator could
+    see. Controls have no slots: each goes once to every annotator."""
+    found = session.execute(select(Caption.dataset_id, Dataset.control_rate)
+                            .join(Dataset, Caption.dataset_id == Dataset.id).where(Caption.id == caption_id)).one_or_none()
+    if found is None or not found[1]:
+        return None
+    dataset_id, rate = found
+    handed = session.scalar(select(func.count()).select_from(Assignment)
+                            .join(Caption, Assignment.caption_id == Caption.id)
+                            .where(Assignment.user_id == user.id, Caption.dataset_id == dataset_id))
+    if random_rank(user.id, f"control:{dataset_id}:{handed}") >= rate:
+        return None
+    unseen = ~exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id)
+    return session.scalar(select(Caption.id).where(Caption.dataset_id == dataset_id, Caption.control.is_(True), unseen)
+                          .order_by(Caption.id).limit(1))
 
 
 def check_order(order) -> str:

@@ -86,3 +86,23 @@ def prediction_uncertainty(metric: str, token_scores: Sequence | None, region_sc
     return token_uncertainty(list(token_scores or []) + list(region_scores or []), threshold)
 
 
+
+
+def verdict_probabilities(metric: str, token_scores: Sequence | None, region_scores: Sequence | None,
+                          semantic: Sequence[bool] | None = None, token_rule: str = DEFAULT_TOKEN_RULE,
+                          word_scale: float = 1.0) -> tuple[list, list] | None:
+    """A prediction's P(incorrect) per word (None: not a semantic word with a
+    score) and P(mentioned) per region, for a metric that follows the token
+    rule (the verdicts `share_uncertainty` measures); None for other metrics."""
+    spec = SPECS.get(metric)
+    if spec is None or not spec.follows_token_rule:
+        return None
+    beta = spec.threshold if spec.threshold is not None else BETA
+    tokens, regions = list(token_scores or []), list(region_scores or [])
+    flags = list(semantic) if semantic is not None else [True] * len(tokens)
+    threshold = word_threshold(token_rule, beta, len(scored_words(tokens, flags)), word_scale)
+    scored_regions = [s for s in regions if finite_number(s)]
+    region_cut = region_threshold(token_rule, beta, len(scored_regions))
+    words = [1.0 - verdict_probability(s, threshold) if sem and finite_number(s) else None
+             for s, sem in zip(tokens, flags)]
+    return words, [verdict_probability(s, region_cut) if finite_number(s) else None for s in regions]

@@ -44,6 +44,7 @@ from capscope.metrics.text import check_caption, check_references
 from capscope.metrics.config import ScorerConfig
 from capscope.server.audit_routes import audit_router
 from capscope.server.review_routes import review_router
+from capscope.server.quality_routes import quality_router
 from capscope.server.callers import SIGNIN_KEY, CallerIdentity, basic_credentials
 from capscope.server.content_policy import ContentPolicy
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
@@ -307,6 +308,7 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     _add_routes(app)
     app.include_router(audit_router(admin_user))
     app.include_router(review_router(current_user, admin_user))
+    app.include_router(quality_router(admin_user))
     return app
 
 
