@@ -6,6 +6,7 @@ the browser never enlarges them; `display_scale` says by how much, and a click
 (which Gradio reports in the displayed image's pixels) is divided by it."""
 from __future__ import annotations
 
+import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 MIN_DISPLAY_SIDE = 512
@@ -75,21 +76,93 @@ def _label(draw, xy, text: str, colour, scale: int) -> None:
     draw.text(xy, text, fill=(255, 255, 255), font=font)
 
 
+def decoded_mask(mask, size: tuple[int, int]) -> np.ndarray | None:
+    """A region's mask (COCO RLE, or an array already decoded) as an H x W bool
+    array of an image of `size` (w, h); None when there is none, or it does not fit
+    the image (the region is then drawn as its box)."""
+    if mask is None:
+        return None
+    try:
+        if isinstance(mask, dict):
+            from capscope.metrics.regions import rle_to_mask
+
+            mask = rle_to_mask(mask)
+        mask = np.asarray(mask, dtype=bool)
+    except Exception:  # a malformed mask is drawn as its box
+        return None
+    return mask if mask.shape == (size[1], size[0]) and mask.any() else None
+
+
+def mask_outline(mask: np.ndarray, scale: int, width: int) -> tuple[np.ndarray, int, int]:
+    """The ring of display pixels just outside `mask` (an image-sized bool array),
+    `width` display pixels thick, as (ring, top, left): a bool array over the
+    mask's own neighbourhood and where it lies in the enlarged picture."""
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    pad = -(-width // scale) + 1
+    y0, y1 = max(0, rows[0] - pad), min(mask.shape[0], rows[-1] + 1 + pad)
+    x0, x1 = max(0, cols[0] - pad), min(mask.shape[1], cols[-1] + 1 + pad)
+    inside = mask[y0:y1, x0:x1]
+    if scale > 1:
+        inside = inside.repeat(scale, axis=0).repeat(scale, axis=1)
+    grown = inside.copy()
+    for axis in (0, 1):  # a square dilation, one axis after the other
+        step = grown.copy()
+        for d in range(1, width + 1):
+            if axis == 0:
+                step[d:] |= grown[:-d]
+                step[:-d] |= grown[d:]
+            else:
+                step[:, d:] |= grown[:, :-d]
+                step[:, :-d] |= grown[:, d:]
+        grown = step
+    return grown & ~inside, y0 * scale, x0 * scale
+
+
+def _paint_outline(pixels: np.ndarray, mask: np.ndarray, scale: int, width: int, colour, dash: int = 0) -> None:
+    """Paint the outline of `mask` onto `pixels` (the enlarged picture, H x W x 3), dashed when `dash`."""
+    ring, top, left = mask_outline(mask, scale, width)
+    if dash:
+        yy, xx = np.indices(ring.shape)
+        ring &= ((yy + top + xx + left) // dash) % 2 == 0
+    target = pixels[top:top + ring.shape[0], left:left + ring.shape[1]]
+    target[ring[:target.shape[0], :target.shape[1]]] = colour
+
+
+def _with_outlines(canvas: Image.Image, outlines: list) -> Image.Image:
+    """`canvas` with each (mask, scale, width, colour, dash) outline painted."""
+    if not outlines:
+        return canvas
+    pixels = np.array(canvas.convert("RGB"))
+    for mask, scale, width, colour, dash in outlines:
+        _paint_outline(pixels, mask, scale, width, colour, dash)
+    return Image.fromarray(pixels)
+
+
 def score_overlay(image: Image.Image, boxes: list, scores: list[float] | None, mentioned: list[bool] | None,
-                  selected: int | None = None) -> Image.Image:
+                  selected: int | None = None, masks: list | None = None) -> Image.Image:
     """Region outlines heat-coloured by score, unmentioned regions dashed
     magenta, every region numbered from 1. Outlines only, drawn just outside
-    each box: the picture keeps its own colours (a tint over a whole-image
-    region made a yellow shape read orange) and a shape's rim stays visible."""
+    each box, or just outside its mask where the region has one (`masks`: one
+    COCO RLE or None per region): the picture keeps its own colours (a tint over
+    a whole-image region made a yellow shape read orange) and a shape's rim stays visible."""
     canvas, scale = enlarged(image)
-    draw = ImageDraw.Draw(canvas)
     width = 2 + scale
     heats = normalised(scores or [])
+    shapes = [decoded_mask(m, image.size) for m in (masks or [])]
+    colours = []
+    for i in range(len(boxes)):
+        is_unmentioned = mentioned is not None and i < len(mentioned) and not mentioned[i]
+        colours.append((is_unmentioned, UNMENTIONED if is_unmentioned else
+                        heat(heats[i]) if i < len(heats) else (80, 80, 80)))
+    canvas = _with_outlines(canvas, [(shapes[i], scale, width, colours[i][1], 4 * scale if colours[i][0] else 0)
+                                     for i in range(min(len(boxes), len(shapes))) if shapes[i] is not None])
+    draw = ImageDraw.Draw(canvas)
     for i, box in enumerate(boxes):
         rect = outside(box, scale, width, canvas.size)
-        is_unmentioned = mentioned is not None and i < len(mentioned) and not mentioned[i]
-        colour = UNMENTIONED if is_unmentioned else heat(heats[i]) if i < len(heats) else (80, 80, 80)
-        if is_unmentioned:
+        is_unmentioned, colour = colours[i]
+        if i < len(shapes) and shapes[i] is not None:
+            pass  # outlined by its mask above
+        elif is_unmentioned:
             _dashed_rectangle(draw, rect, colour, width, 4 * scale)
         else:
             draw.rectangle(rect, outline=colour, width=width)
@@ -108,21 +181,33 @@ def outside(box, scale: int, width: int, size: tuple[int, int]) -> list[float]:
 
 
 def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested: set[int] | None = None,
-                   junk: set[int] | None = None) -> Image.Image:
+                   junk: set[int] | None = None, masks: list | None = None) -> Image.Image:
     """Annotate view: every region outlined thinly and numbered; the ones the
     annotator marked "mentioned" thick green and tinted; model suggestions dashed;
-    junk regions ("no object") crossed out."""
+    junk regions ("no object") crossed out. A region with a mask (`masks`: one
+    COCO RLE or None per region) is outlined, and tinted, by its mask, not its box."""
     canvas, scale = enlarged(image)
+    shapes = [decoded_mask(m, image.size) for m in (masks or [])]
+    shape = lambda i: shapes[i] if i < len(shapes) else None  # noqa: E731
     tint = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
     tint_draw = ImageDraw.Draw(tint)
     for i in chosen:
         if 0 <= i < len(boxes):
-            tint_draw.rectangle([v * scale for v in boxes[i]], fill=CHOSEN + (60,))
+            if shape(i) is not None:
+                shown = Image.fromarray(shape(i).astype("uint8") * 255).resize(canvas.size, Image.Resampling.NEAREST)
+                tint.paste(CHOSEN + (60,), (0, 0, *canvas.size), shown)
+            else:
+                tint_draw.rectangle([v * scale for v in boxes[i]], fill=CHOSEN + (60,))
     canvas = Image.alpha_composite(canvas.convert("RGBA"), tint).convert("RGB")
+    canvas = _with_outlines(canvas, [(shape(i), scale, 3 + scale if i in chosen else 1 + scale // 2,
+                                      CHOSEN if i in chosen else (70, 70, 70), 0)
+                                     for i in range(len(boxes)) if shape(i) is not None])
     draw = ImageDraw.Draw(canvas)
     for i, box in enumerate(boxes):
         rect = [v * scale for v in box]
-        if i in chosen:
+        if shape(i) is not None:
+            pass  # outlined by its mask above
+        elif i in chosen:
             draw.rectangle(rect, outline=CHOSEN, width=3 + scale)
         else:
             draw.rectangle(rect, outline=(70, 70, 70), width=1 + scale // 2)

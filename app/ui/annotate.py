@@ -261,8 +261,13 @@ def progress_html(progress: dict) -> str:
 
 
 def item_header(item: dict) -> str:
-    return (f"**Item {item['item_id']}** · `{html.escape(item['id'])}` · dataset {html.escape(item['dataset'])} · "
+    text = (f"**Item {item['item_id']}** · `{html.escape(item['id'])}` · dataset {html.escape(item['dataset'])} · "
             f"{len(item['regions'])} regions. Click wrong words; click the regions the caption mentions.")
+    review = item.get("review") or {}
+    if review.get("status") == "returned":  # a reviewer sent it back: their comment, then submit again
+        text += (f"\n\n<div id='cs-returned'>↩ <b>Sent back by {html.escape(review.get('reviewer') or '')}</b>: "
+                 f"“{html.escape(review.get('comment') or '')}” · correct it and submit again.</div>")
+    return text
 
 
 # ---------------------------------------------------------------- Gradio layer
@@ -513,7 +518,8 @@ def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
     boxes = [r["box"] for r in item["regions"]]
     labels = item.get("labels") or {}
     chosen, junk = set(labels.get("mentioned_regions", ())), set(labels.get("junk_regions", ()))
-    picture = ui_draw.labels_overlay(image, boxes, chosen, suggested_regions, junk)
+    picture = ui_draw.labels_overlay(image, boxes, chosen, suggested_regions, junk,
+                                     masks=[r.get("mask") for r in item["regions"]])  # a saved mask shows as drawn
     draft = item.get("_draft") or {}
     if draft.get("points"):
         from capscope.metrics.regions import rle_to_mask

@@ -82,7 +82,8 @@ def gold_and_model(store: Store, scores: DatasetScores, item_id: int, metric: st
                                                           next(iter(row["metrics"]), None))
     boxes = [r["box"] for r in item.regions]
     model_overlay = ui_draw.score_overlay(image, boxes, (row["metrics"].get(metric) or {}).get("region_scores"),
-                                          (row["metrics"].get(metric) or {}).get("region_mentioned"))
+                                          (row["metrics"].get(metric) or {}).get("region_mentioned"),
+                                          masks=[r.get("mask") for r in item.regions])
     note = f"{_gold_note(store, item)} · model: {metric_title(metric)}"
     return gold_overlay, model_overlay, gold_tokens, shaded_tokens(row, metric), note
 
@@ -95,7 +96,8 @@ def _gold_views(item) -> tuple:
     segments = token_segments(item.text, item.tokens)
     tokens = [(text, 1.0 if t["label"] == "incorrect" else -0.4 if t["label"] == "correct" else None)
               for text, t in zip(segments, labels["tokens"])]
-    return ui_draw.labels_overlay(image, [r["box"] for r in item.regions], mentioned), tokens, image
+    return ui_draw.labels_overlay(image, [r["box"] for r in item.regions], mentioned,
+                                  masks=[r.get("mask") for r in item.regions]), tokens, image
 
 
 def _gold_note(store: Store, item) -> str:

@@ -48,7 +48,8 @@ def overlay(image: Image.Image | None, row: dict | None, metric: str, selected: 
     result = (row or {}).get("metrics", {}).get(metric) or {}
     scores = result.get("region_scores") or None
     mentioned = result.get("region_mentioned") or None
-    return ui_draw.score_overlay(image, region_boxes(row), scores, mentioned, selected)
+    masks = [r.get("mask") for r in (row or {}).get("regions", [])]  # a given region's mask: outlined as it is
+    return ui_draw.score_overlay(image, region_boxes(row), scores, mentioned, selected, masks=masks)
 
 
 def fmt(value) -> str:
@@ -190,12 +191,22 @@ def score_caption(models: Models, image, caption: str, references: str, regions:
         return None
     try:
         image = inspect_image(image)
-        return models.score(image, caption, parse_references(references), regions=regions, metrics=metrics,
-                            user=user)
+        return with_given_masks(models.score(image, caption, parse_references(references), regions=regions,
+                                             metrics=metrics, user=user), regions)
     except Exception as err:  # a bad image or caption, a busy server, no model: said on the page, the app stays up
         if not isinstance(err, (CapscopeError, ValueError)):  # not the input's fault: the log keeps the trace
             log.exception("Inspect could not score a caption")
         return {"caption": caption, "tokens": [], "regions": [], "metrics": {}, "error": first_line(err)}
+
+
+def with_given_masks(row: dict, regions: list | None) -> dict:
+    """`row` with each given region's mask (COCO RLE) beside its box, for the
+    overlay to outline; the scorer's row keeps boxes only (docs/formats.md §2)."""
+    given = [r.get("mask") if isinstance(r, dict) else None for r in regions or []]
+    shown = row.get("regions") or []
+    if any(given) and len(given) == len(shown):
+        row = {**row, "regions": [{**r, "mask": m} if m else r for r, m in zip(shown, given)]}
+    return row
 
 
 def first_line(err: BaseException) -> str:
