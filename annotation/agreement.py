@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from capscope.annotation import audit, consensus
 from capscope.annotation.refusals import Invalid, NotFound
-from capscope.annotation.controls import control_ids
+from capscope.annotation.controls import annotator_quality, control_ids
 from capscope.annotation.gold import write_gold
 from capscope.annotation.model_versions import active_version, version_tag
 from capscope.annotation.uncertainty import verdict_probabilities
@@ -172,6 +172,8 @@ def agreement_report(store: Store, dataset: str | None = None, *, semantic_only:
         _add_item(item, tokens, regions, names, semantic_only)
     return {
         "dataset": dataset,
+        # per annotator: control accuracy with its interval, the consensus model's estimate, ... (controls.py)
+        "quality": annotator_quality(store, dataset) if dataset is not None else None,
         "items_with_judgements": items,
         "tokens": tokens.report(),
         "regions": regions.report(),

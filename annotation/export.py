@@ -57,8 +57,11 @@ def captokeneval_row(item: ItemData) -> dict:
     if item.references:
         row["references"] = item.references
     row["tokens"] = []
+    token_confidence, region_confidence = item.gold_confidence()
     for i, token in enumerate(item.tokens):
         entry = {**token, "label": item.token_label(i)}
+        if token_confidence[i] is not None:
+            entry["confidence"] = token_confidence[i]
         incorrect, total = item.token_votes(i)
         if total:
             entry["votes"] = {"incorrect": incorrect, "total": total}
@@ -67,6 +70,8 @@ def captokeneval_row(item: ItemData) -> dict:
     for i, region in enumerate(item.regions):
         entry = {"box": region["box"], "mask": region["mask"], "label": item.region_label(i),
                  "source": region["source"], "added_by": region["added_by"]}
+        if region_confidence[i] is not None:
+            entry["confidence"] = region_confidence[i]
         mentioned, total = item.region_votes(i)
         if total:
             entry["votes"] = {"mentioned": mentioned, "junk": item.junk_votes(i), "total": total}
@@ -75,6 +80,9 @@ def captokeneval_row(item: ItemData) -> dict:
     if links:
         row["links"] = links
     row["dataset"] = item.dataset
+    if item.gold is not None:
+        row["gold_method"] = item.gold.source
+    row["control"] = item.control
     return row
 
 

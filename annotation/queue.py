@@ -10,6 +10,9 @@ hands out first. An admin picks one per dataset:
   the mean entropy of the verdicts under the token rule, annotation/uncertainty.py),
   one caption per image per round (`interleave_by_image`), so that one image's
   captions never come all in a row. Items without a prediction come last, by id.
+- `consensus`: the items whose gold is least confident first (the lowest
+  confidence of any of its labels, written by `capscope gold --method`), for
+  re-labelling; items without a measured confidence come after, by id.
 - `disagreement`: the items whose submitted judgements split on some token or
   region first, most disputed units first (the measure of the Explore list's
   disagreement column: a unit is disputed when some but not all judgements flag
@@ -35,12 +38,12 @@ from sqlalchemy.orm import aliased
 from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.annotation.users import UserInfo
-from capscope.db import Assignment, Caption, Dataset, Label, Prediction, Store, Token, utcnow
+from capscope.db import Assignment, Caption, Dataset, GoldLabel, Label, Prediction, Store, Token, utcnow
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
 
-ORDERS = ("sequential", "random", "uncertainty", "disagreement")
-RANKED = ("random", "uncertainty")  # orders kept as stored ranks
+ORDERS = ("sequential", "random", "uncertainty", "disagreement", "consensus")
+RANKED = ("random", "uncertainty", "consensus")  # orders kept as stored ranks
 PREFERRED_METRIC = "infometic"
 MAX_SEED = 2**31 - 1  # the column is a 32-bit integer on PostgreSQL
 PREVIEW = 10
@@ -194,7 +197,23 @@ def _ranks(session, dataset: Dataset, model_version: str | None, token_rule: str
     if dataset.queue_order == "uncertainty":
         ordered = interleave_by_image(_uncertainties(session, dataset.id, model_version, token_rule))
         return {caption_id: float(place) for place, caption_id in enumerate(ordered)}
+    if dataset.queue_order == "consensus":
+        return _least_confident(session, dataset.id)
     return {}
+
+
+def _least_confident(session, dataset_id: int) -> dict[int, float]:
+    """caption id -> the lowest confidence of its gold labels (a consensus method's, annotation/consensus.py):
+    re-labelling hands out first the items whose consensus is least sure. Gold without confidence: no rank."""
+    rows = session.execute(select(GoldLabel.caption_id, GoldLabel.token_confidence, GoldLabel.region_confidence)
+                           .join(Caption, GoldLabel.caption_id == Caption.id)
+                           .where(Caption.dataset_id == dataset_id, Caption.control.is_(False)))
+    ranks = {}
+    for caption_id, tokens, regions in rows:
+        known = [value for value in (tokens or []) + (regions or []) if value is not None]
+        if known:
+            ranks[caption_id] = float(min(known))
+    return ranks
 
 
 # ---------------------------------------------------------------- ranks

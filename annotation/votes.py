@@ -54,6 +54,7 @@ class ItemData:
     regions: list[dict]
     judgements: list[Judgement]
     gold: GoldLabel | None
+    control: bool = False  # an item with gold the queue mixes in to measure annotators
 
     def token_votes(self, index: int) -> tuple[int, int]:
         """(incorrect, total) over the store's judgements and any imported votes."""
@@ -105,6 +106,19 @@ class ItemData:
         return [{"token": t, "region": r, "votes": v, "total": n} for (t, r), (v, n) in sorted(counted.items())
                 if r < len(self.regions)]
 
+    def gold_confidence(self) -> tuple[list, list]:
+        """How sure the consensus was of each gold label the export gives (None: a label not from
+        gold, or gold written without a measured confidence: imported, adjudicated, older)."""
+        gold = self.gold
+        if gold is None:
+            return [None] * len(self.tokens), [None] * len(self.regions)
+        tokens = [_entry(gold.token_confidence, i) if _entry(gold.token_labels, i) is not None else None
+                  for i in range(len(self.tokens))]
+        regions = [_entry(gold.region_confidence, i)
+                   if _entry(gold.region_labels, i) is not None and self.region_label(i) == gold.region_labels[i]
+                   else None for i in range(len(self.regions))]
+        return tokens, regions
+
     def token_label(self, index: int) -> str | None:
         gold = _entry(self.gold.token_labels, index) if self.gold else None
         if gold is not None:
@@ -136,7 +150,7 @@ class ItemData:
 
 def caption_query(dataset: str | None = None):
     query = (select(Caption.id, Caption.external_id, Dataset.name, Caption.text, Caption.references,
-                    Image.id, Image.path, Image.width, Image.height)
+                    Image.id, Image.path, Image.width, Image.height, Caption.control)
              .join(Dataset, Caption.dataset_id == Dataset.id)
              .join(Image, Caption.image_id == Image.id)
              .order_by(Caption.id))
@@ -176,7 +190,7 @@ def _load_chunk(session, rows) -> list[ItemData]:
     golds = {g.caption_id: g for g in session.scalars(select(GoldLabel).where(GoldLabel.caption_id.in_(caption_ids)))}
     session.expunge_all()  # keep the identity map from growing over a long walk
     return [ItemData(r[0], r[1], r[2], r[3], r[4] or [], r[5], r[6], r[7], r[8], tokens[r[0]], regions[r[5]],
-                     judgements.get(r[0], []), golds.get(r[0])) for r in rows]
+                     judgements.get(r[0], []), golds.get(r[0]), bool(r[9])) for r in rows]
 
 
 def counts_as_vote():

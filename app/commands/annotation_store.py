@@ -97,18 +97,37 @@ def register(sub) -> None:
     add_db_option(agree)
     agree.set_defaults(func=run_agreement)
 
-    gold = sub.add_parser("gold", help="set gold labels from the majority vote")
+    gold = sub.add_parser("gold", help="set gold labels by a consensus of the judgements")
     gold.add_argument("--dataset", default=None)
+    gold.add_argument("--method", default="majority", choices=("majority", "dawid-skene", "model-aware"),
+                      help="majority (each unit's majority), dawid-skene (each annotator's confusion learned from "
+                           "all their labels) or model-aware (the active model as one more, weighted, voice)")
     gold.add_argument("--min-judgements", type=int, default=2)
     gold.add_argument("--replace-adjudicated", action="store_true")
     add_db_option(gold)
     gold.set_defaults(func=run_gold)
 
+    controls = sub.add_parser("controls", help="control items, a dataset's control rate, and each annotator's "
+                                               "quality (JSON)")
+    controls.add_argument("--dataset", required=True, metavar="NAME")
+    controls.add_argument("--mark", type=int, nargs="+", default=[], metavar="ITEM_ID",
+                          help="make these items (with gold) controls")
+    controls.add_argument("--unmark", type=int, nargs="+", default=[], metavar="ITEM_ID")
+    controls.add_argument("--rate", type=float, default=None,
+                          help="the share of handed-out items that are controls, 0 to 0.5 (default 0.1)")
+    controls.add_argument("--show-answers", choices=("yes", "no"), default=None,
+                          help="show an annotator a control's gold once they submit it")
+    controls.add_argument("--flag-below", type=float, default=None, metavar="ACCURACY",
+                          help="flag annotators whose control accuracy is below this (0 to 1)")
+    add_db_option(controls)
+    controls.set_defaults(func=run_controls)
+
     queue = sub.add_parser("queue", help="show or set the order a dataset's annotation queue hands items out in")
     queue.add_argument("--dataset", required=True, metavar="NAME")
     queue.add_argument("--order", default=None,
                        help="set it: sequential (caption id), random (by --seed), uncertainty (closest to the model's "
-                            "threshold first), disagreement (split judgements first)")
+                            "threshold first), disagreement (split judgements first), consensus (the least "
+                            "confident gold first)")
     queue.add_argument("--seed", type=int, default=0, metavar="N", help="the random order's seed (default 0)")
     queue.add_argument("--model-version", default=None, metavar="V",
                        help="uncertainty: rank by this model version's predictions (default: each item's newest)")
@@ -311,11 +330,27 @@ def run_agreement(args) -> int:
 
 
 def run_gold(args) -> int:
-    from capscope.annotation.agreement import gold_from_majority
+    from capscope.annotation.agreement import gold_by_consensus
 
-    written = gold_from_majority(open_store(args), args.dataset, min_judgements=args.min_judgements,
-                                 replace_adjudicated=args.replace_adjudicated)
-    print(f"gold labels written for {written} items")
+    done = gold_by_consensus(open_store(args), args.dataset, args.method, min_judgements=args.min_judgements,
+                             replace_adjudicated=args.replace_adjudicated)
+    print(f"gold labels written for {done['written']} items (method {done['method']})")
+    return 0
+
+
+def run_controls(args) -> int:
+    from capscope.annotation import controls
+
+    store = open_store(args)
+    for item_id in args.mark:
+        controls.set_control(store, item_id, True)
+    for item_id in args.unmark:
+        controls.set_control(store, item_id, False)
+    given = {key: value for key, value in (("rate", args.rate), ("min_accuracy", args.flag_below)) if value is not None}
+    if args.show_answers is not None:
+        given["show_answers"] = args.show_answers == "yes"
+    settings = controls.set_control_settings(store, args.dataset, **given)
+    print(json.dumps({**settings, "annotators": controls.annotator_quality(store, args.dataset)}, indent=2))
     return 0
 
 

@@ -226,3 +226,46 @@ def test_a_simulated_team_its_intervals_its_random_annotator_and_better_gold(tmp
     assert min(rows, key=lambda name: rows[name]["control_accuracy"]) == "random"
     errors = result["gold_errors"]
     assert min(errors["dawid-skene"], errors["model-aware"]) <= 0.75 * errors["majority"], errors
+
+
+def test_the_export_carries_confidence_method_and_control_and_the_consensus_order_follows_it(small):
+    import json
+
+    from capscope.annotation import queue
+
+    _gold(small, 1)
+    small.put("/api/items/1/control", json={"control": True}, auth=BOSS)
+    for _ in range(4):
+        item = small.get("/api/items/next", auth=ANN).json()
+        small.put(f"/api/items/{item['item_id']}/labels", json={"status": "submitted", "incorrect_tokens": [1]},
+                  auth=ANN)
+    small.post("/api/datasets/default/gold", json={"method": "majority", "min_judgements": 1}, auth=BOSS)
+    rows = {row["id"]: row for row in map(json.loads, small.get("/api/export?format=captokeneval",
+                                                                auth=BOSS).text.splitlines())}
+    control = rows["cap00000"]
+    assert control["control"] is True and control["gold_method"] == "adjudicated"
+    assert all("confidence" not in t for t in control["tokens"])  # adjudicated gold: no measured confidence
+    judged = [row for row in rows.values() if row.get("gold_method") == "majority"]
+    assert judged and all(row["control"] is False for row in judged)
+    assert all(t["confidence"] == 1.0 for row in judged for t in row["tokens"])  # one judgement: all of the votes
+    unjudged = [row for row in rows.values() if "gold_method" not in row]
+    assert unjudged and all("confidence" not in t for row in unjudged for t in row["tokens"])
+    # the consensus order ranks items by their least confident label; without a measured one: no rank
+    view = queue.set_queue_order(small.store, "default", "consensus")
+    assert view["order"] == "consensus" and view["ranked"] == len(judged)
+
+
+def test_capscope_gold_method_and_controls_commands(small, capsys):
+    import json
+
+    from capscope.cli import main
+
+    url = str(small.store.engine.url)
+    _gold(small, 1)
+    assert main(["controls", "--db", url, "--dataset", "default", "--mark", "1", "--rate", "0.3",
+                 "--flag-below", "0.8"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["rate"], shown["min_accuracy"], shown["annotators"]) == (0.3, 0.8, [])
+    assert main(["gold", "--db", url, "--dataset", "default", "--method", "dawid-skene", "--min-judgements", "1"]) == 0
+    assert "method dawid-skene" in capsys.readouterr().out
+    assert main(["controls", "--db", url, "--dataset", "default", "--rate", "0.9"]) != 0
