@@ -7,6 +7,12 @@
     u: "cs-undo", z: "cs-undo", p: "cs-prelabels", g: "cs-guidelines",
     a: "cs-add-region", Escape: "cs-drop-region",
   };
+  // Review: the same keys where they mean the same (regions, undo, skip, next, s/Enter to decide)
+  const reviewKeys = {
+    n: "cs-review-next", k: "cs-review-skip", u: "cs-review-undo", z: "cs-review-undo",
+    s: "cs-review-submit", Enter: "cs-review-submit", a: "cs-review-accept", c: "cs-review-correct",
+    r: "cs-review-return",
+  };
   document.addEventListener("keydown", (event) => {
     const target = event.target;
     // keys typed into a field are text; a focused radio button or checkbox (a mode just picked) still takes them
@@ -14,12 +20,19 @@
     if ((/INPUT|TEXTAREA|SELECT/.test(target.tagName) && !choice) || target.isContentEditable) return;
     if (choice && (event.key === "Enter" || event.key === " ")) return;
     if (event.ctrlKey || event.metaKey || event.altKey) return;
-    const annotate = document.querySelector("#cs-annotate");
-    if (!annotate || annotate.offsetParent === null) return;  // only on the Annotate tab
+    const shown = (selector) => { const tab = document.querySelector(selector); return tab && tab.offsetParent !== null; };
+    const reviewing = shown("#cs-review");
+    if (!reviewing && !shown("#cs-annotate")) return;  // only on the Annotate and Review tabs
     // Enter on a focused word or button is that element's own action, not "submit"
     if (event.key === "Enter" && target.closest("[role=button], button, a")) return;
-    let id = keys[event.key];
-    if (!id && /^[0-9]$/.test(event.key)) id = "cs-region-" + (event.key === "0" ? 10 : +event.key);
+    let id = (reviewing ? reviewKeys : keys)[event.key];
+    if (!id && /^[0-9]$/.test(event.key)) {
+      id = (reviewing ? "cs-review-region-" : "cs-region-") + (event.key === "0" ? 10 : +event.key);
+    }
+    if (id === "cs-review-return") {  // sending back needs a comment: an empty box takes the focus first
+      const box = document.querySelector("#cs-review-comment textarea");
+      if (box && !box.value.trim()) { event.preventDefault(); box.focus(); return; }
+    }
     const button = id && document.getElementById(id);
     if (!button) return;
     event.preventDefault();

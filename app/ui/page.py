@@ -3,8 +3,8 @@
     app = create_app(...)          # capscope.server.api: the REST API under /api
     app = mount_ui(app)            # this module: the pages at /, same users
 
-Tabs: Inspect (score an image and captions), Annotate (the queue), and for
-admins Explore, Benchmark, Admin and Compare. Login is Gradio's login page
+Tabs: Inspect (score an image and captions), Annotate (the queue), Review for
+reviewers and admins, and for admins Explore, Benchmark, Admin and Compare. Login is Gradio's login page
 checked against the store's users. Database handlers run in Gradio's "db"
 queue; scoring skips Gradio's queue and takes the scorer's turns by user
 (`shared.SCORING_EVENTS`), so a label save never waits behind scoring.
@@ -45,6 +45,7 @@ from capscope.ui.compare import build_compare, link_to_inspect
 from capscope.ui.explore import build_explore
 from capscope.ui.inspect import banner, build_inspect
 from capscope.ui.queue_cap import cap_per_user
+from capscope.ui.reviewing import build_review
 from capscope.ui.sessions import expire_sessions, session_hours as lifetime_hours
 from capscope.ui.shared import SCORING_EVENTS, DatasetScores, admin_only
 
@@ -161,6 +162,8 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
                 inspect = build_inspect(models, examples or [])
             with gr.Tab("Annotate", id="annotate"):
                 annotate = build_annotate(annotator)
+            with gr.Tab("Review", id="review", visible=False) as review_tab:
+                reviewing = build_review(store, lease_seconds)
             with gr.Tab("Explore", id="explore", visible=False) as explore_tab:
                 explore = build_explore(store, scores)
             with gr.Tab("Benchmark", id="benchmark", visible=False) as bench_tab:
@@ -181,14 +184,16 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
                 user = None
             is_admin = bool(user and user.is_admin)
             text = f"Signed in as **{user.name}** ({user.role}) · [log out](logout)" if user else ""
-            return (text, *(gr.Tab(visible=is_admin) for _ in range(4)))
+            reviews = bool(user and user.role in ("reviewer", "admin"))
+            return (text, *(gr.Tab(visible=is_admin) for _ in range(4)), gr.Tab(visible=reviews))
 
-        demo.load(whoami, None, [who, explore_tab, bench_tab, admin_tab, compare_tab], api_visibility="private",
-                  queue=False)
+        demo.load(whoami, None, [who, explore_tab, bench_tab, admin_tab, compare_tab, review_tab],
+                  api_visibility="private", queue=False)
+        review_tab.select(*reviewing["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
                   **SCORING_EVENTS)
-        for part in (explore, bench, admin, model_versions, compare):
+        for part in (explore, bench, admin, model_versions, compare, reviewing):
             for fn, inputs, outputs in part["load"]:
                 demo.load(fn, inputs, outputs, api_visibility="private")
     return demo

@@ -202,7 +202,7 @@ def test_no_two_modules_share_a_file_name():
 
 
 TABS = {"capscope.ui.inspect", "capscope.ui.annotate", "capscope.ui.explore", "capscope.ui.benchmark",
-        "capscope.ui.admin", "capscope.ui.compare"}
+        "capscope.ui.admin", "capscope.ui.compare", "capscope.ui.reviewing"}
 
 
 def test_tabs_share_through_ui_modules_of_their_own_not_through_each_other():
