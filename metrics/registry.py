@@ -102,6 +102,24 @@ class MetricParts:
 
 
 @dataclass(frozen=True)
+class KeyNote:
+    """What one score key means, for people: the UI's score table and the
+    reports read it here, so that each meaning is written once.
+
+    Attributes:
+        key: the `scores` key it describes.
+        meaning: what the number measures, in a few words.
+        range: the values it can take ("0 to 2.5").
+        better: which way is better: "higher" or "closer to 0".
+    """
+
+    key: str
+    meaning: str
+    range: str
+    better: str = "higher"
+
+
+@dataclass(frozen=True)
 class MetricSpec:
     """One metric, described once.
 
@@ -122,6 +140,8 @@ class MetricSpec:
             gives no such verdict).
         threshold: the default cut of both (None for global metrics).
         follows_token_rule: the decision honours `--beta` and `--token-rule`.
+        key_notes: what each score key means, its range and which way is
+            better (`KeyNote`), for the UI and reports.
 
     Raises:
         ValueError: (on construction) an empty or padded name, an unknown kind,
@@ -140,6 +160,7 @@ class MetricSpec:
     region_decision: str = ""
     threshold: float | None = None
     follows_token_rule: bool = False
+    key_notes: tuple[KeyNote, ...] = ()
 
     def __post_init__(self):
         if not self.name or self.name != self.name.strip():
@@ -225,6 +246,13 @@ def get_spec(name: str) -> MetricSpec:
         raise ValueError(f"unknown metric {name!r}; choose from {', '.join(SPECS)}") from None
 
 
+def key_note(name: str, key: str) -> KeyNote | None:
+    """What score `key` of metric `name` means (`KeyNote`); None when the
+    registry does not say (an unknown metric or key). Never raises."""
+    spec = SPECS.get(name)
+    return next((note for note in spec.key_notes if note.key == key), None) if spec else None
+
+
 def metric_title(name: str) -> str:
     """The name for people ("InfoMetIC" for "infometic"); the name itself
     when it is not registered (never raises)."""
@@ -280,28 +308,45 @@ def _build_clip4dm(parts: MetricParts) -> Metric:
 _INFO_TOKENS = ("a semantic word is correct when the sum of its BPE pieces' attention shares exceeds β "
                 "(--token-rule relative: β·5/n for n semantic words seen, at most β)")
 _INFO_REGIONS = "a region is mentioned when its attention share exceeds β"
+_INFO_NOTES = (
+    KeyNote("precision", "how much of the caption the image supports (text side): τ·cosine",
+            "−τ to τ (τ: the model's scale)"),
+    KeyNote("recall", "how much of the image the caption covers (vision side): τ·cosine",
+            "−τ to τ (τ: the model's scale)"),
+    KeyNote("overall", "precision + recall", "−2τ to 2τ"),
+)
 
 register(MetricSpec(
     name="infometic", title="InfoMetIC", kind="token",
     score_keys=("precision", "recall", "overall", "overall_plus"), primary_key="overall",
     needs=Needs(pixels=False, regions=True), build=_build_infometic,
     token_decision=_INFO_TOKENS, region_decision=_INFO_REGIONS, threshold=BETA, follows_token_rule=True,
+    key_notes=_INFO_NOTES + (KeyNote("overall_plus", "overall + 100·cos(image, caption): adds the global match",
+                                     "overall − 100 to overall + 100"),),
 ))
 register(MetricSpec(
     name="infoclip", title="InfoCLIP", kind="token",
     score_keys=("precision", "recall", "overall"), primary_key="overall",
     needs=Needs(pixels=False, regions=True), build=_build_infoclip,
     token_decision=_INFO_TOKENS, region_decision=_INFO_REGIONS, threshold=BETA, follows_token_rule=True,
+    key_notes=_INFO_NOTES,
 ))
 register(MetricSpec(
     name="clip-s", title="CLIP-S", kind="global",
     score_keys=("clip_s",), ref_keys=("ref_clip_s",), primary_key="clip_s",
     needs=Needs(references=True), build=_build_clip_s,
+    key_notes=(KeyNote("clip_s", "how well the caption matches the image as a whole: 2.5·max(cos, 0)",
+                       "0 to 2.5 (about 0.5–1 for real captions)"),
+               KeyNote("ref_clip_s", "harmonic mean of CLIP-S and the best match with a reference caption",
+                       "0 to about 1.4")),
 ))
 register(MetricSpec(
     name="pac-s", title="PAC-S", kind="global",
     score_keys=("pac_s",), ref_keys=("ref_pac_s",), primary_key="pac_s",
     needs=Needs(references=True), build=_build_pac_s,
+    key_notes=(KeyNote("pac_s", "CLIP-S with PAC-S's fine-tuned CLIP: 2·max(cos, 0)", "0 to 2"),
+               KeyNote("ref_pac_s", "harmonic mean of PAC-S and the best match with a reference caption",
+                       "0 to about 1.3")),
 ))
 register(MetricSpec(
     name="hice", title="HICE-S", kind="token",
@@ -311,6 +356,14 @@ register(MetricSpec(
                    "threshold (0.2, or a sigmoid-loss CLIP's own decision boundary)",
     region_decision="a region is mentioned when its best phrase cosine is above the same threshold",
     threshold=HICE_THRESHOLD,
+    key_notes=(KeyNote("hice", "harmonic mean of the global (g_itc) and local (l_itc) image match", "0 to 1"),
+               KeyNote("g_itc", "cosine of the whole image and the whole caption", "−1 to 1"),
+               KeyNote("l_itc", "harmonic mean of the phrase-level precision and recall", "0 to 1"),
+               KeyNote("precision", "each phrase's best region cosine, averaged: is what it says there?", "−1 to 1"),
+               KeyNote("recall", "each region's best phrase cosine, averaged: is what is there said?", "−1 to 1"),
+               KeyNote("ref_hice", "harmonic mean of g_itc, l_itc, g_ttc and l_ttc", "0 to 1"),
+               KeyNote("g_ttc", "best cosine of the caption with a reference caption", "−1 to 1"),
+               KeyNote("l_ttc", "phrase-level match with the references", "0 to 1")),
 ))
 register(MetricSpec(
     name="clip4dm", title="CLIP4DM", kind="token",
@@ -319,4 +372,10 @@ register(MetricSpec(
     token_decision="a semantic word is wrong when its gradient x attention attribution (the mean of its BPE "
                    "pieces', last 3 text layers) is below epsilon (-5e-5)",
     threshold=CLIP4DM_EPSILON,
+    key_notes=(KeyNote("clip_s", "how well the caption matches the image as a whole: 2.5·max(cos, 0)",
+                       "0 to 2.5"),
+               KeyNote("f_clip_s", "F-CLIPScore: the wrong words' attribution scaled by (1 − clip_s/2.5)",
+                       "0 or below", "closer to 0"),
+               KeyNote("negative_attribution", "sum of the attributions of the words judged wrong",
+                       "0 or below", "closer to 0")),
 ))

@@ -7,6 +7,12 @@ from capscope.metrics.constants import BETA
 from capscope.metrics.registry import SPECS, metric_names
 
 
+SHADE_LEGEND = ("<small>**Word shades**, the bar under the words running −1 … 0 … +1: "
+                "🟪 **purple, toward −1**: the metric finds the word in the picture (deeper: further past its cut); "
+                "🟥 **red, toward +1**: not supported, a likely wrong word (+0.6 or more once judged wrong); "
+                "no shade: not judged (stop words, punctuation).</small>")
+
+
 def decision_threshold(metric: str, result: dict | None = None) -> float:
     """The cut the metric decided with: the one its result reports (HICE-S's
     `features.threshold`), else its registry default."""

@@ -23,10 +23,10 @@ from PIL import Image
 
 from capscope.common.errors import CapscopeError
 from capscope.metrics.images import read_image
-from capscope.metrics.registry import SPECS, metric_names, metric_title
+from capscope.metrics.registry import SPECS, key_note, metric_names, metric_title
 from capscope.server.scoring import Models, ScoringBusy
 from capscope.pictures import draw as ui_draw
-from capscope.ui.caption_shading import shaded_tokens, token_metrics, wrong_words
+from capscope.ui.caption_shading import SHADE_LEGEND, shaded_tokens, token_metrics, wrong_words
 from capscope.ui.shared import SCORING_EVENTS, scratch_copy
 
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
@@ -104,7 +104,8 @@ def phrases_markdown(row: dict | None) -> str:
 
 
 def scores_rows(row_a: dict | None, row_b: dict | None) -> list[list]:
-    """Global scores of both captions side by side: [metric, key, A, B]."""
+    """Global scores of both captions side by side: [metric, key, A, B, range,
+    which way is better, what it is] (the last three as the registry says)."""
     keys: dict[tuple[str, str], None] = {}
     for row in (row_a, row_b):
         for name, result in ((row or {}).get("metrics") or {}).items():
@@ -115,7 +116,11 @@ def scores_rows(row_a: dict | None, row_b: dict | None) -> list[list]:
         score = ((row or {}).get("metrics", {}).get(name) or {}).get("scores", {}).get(key)
         return None if score is None else round(float(score), 4)
 
-    return [[metric_title(n), k, value(row_a, n, k), value(row_b, n, k)] for n, k in keys]
+    def note(name, key):  # what the number is, from the registry: [range, which way is better, meaning]
+        found = key_note(name, key)
+        return [found.range, f"{found.better} is better", found.meaning] if found else ["", "", ""]
+
+    return [[metric_title(n), k, value(row_a, n, k), value(row_b, n, k), *note(n, k)] for n, k in keys]
 
 
 def region_report(row: dict | None, metric: str, region: int | None, matches: list[tuple[str, float]]) -> str:
@@ -358,12 +363,15 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
                 c[f"tokens_{side}"] = gr.HighlightedText(
                     label=f"Caption {side.upper()} · red: unsupported word, purple: supported",
                     interactive=False, show_legend=True, elem_id=f"cs-tokens-{side}", elem_classes="cs-tokens")
+                gr.Markdown(SHADE_LEGEND, elem_id=f"cs-shade-legend-{side}")  # what the −1…+1 bar means
                 c[f"summary_{side}"] = gr.Markdown()
                 c[f"region_{side}"] = gr.Markdown("Click inside a region to see what in the caption matches it.",
                                                   elem_id=f"cs-match-{side}")
                 c[f"phrases_{side}"] = gr.Markdown()
-    c["table"] = gr.Dataframe(headers=["metric", "score", "caption A", "caption B"], label="Global scores",
-                              interactive=False, elem_classes="cs-scores")
+    c["table"] = gr.Dataframe(headers=["metric", "score", "caption A", "caption B", "range", "better",
+                                       "what it is"], label="Global scores", interactive=False, wrap=True,
+                              column_widths=["9%", "10%", "8%", "8%", "17%", "11%", "37%"],
+                              elem_classes="cs-scores")
     _wire_inspect(models, examples, c)
     return c
 

@@ -175,7 +175,7 @@ def test_ui_titles_and_thresholds(caption_length):
     from capscope.ui import caption_shading
 
     row = {"caption": "a cat", "tokens": [], "metrics": {NAME: {"scores": {"words": 2}}}}
-    assert ui_inspect.scores_rows(row, None) == [["Caption length", "words", 2.0, None]]
+    assert ui_inspect.scores_rows(row, None) == [["Caption length", "words", 2.0, None, "", "", ""]]  # no notes
     assert caption_shading.decision_threshold("hice") == 0.2
     assert caption_shading.decision_threshold("hice", {"features": {"threshold": 0.4218}}) == 0.4218
     assert caption_shading.decision_threshold(NAME) == 0.1
@@ -241,3 +241,18 @@ def test_released_checkpoint_digest_and_versions(released_checkpoint):
                                                   "sha256": hashlib.sha256(released_checkpoint.read_bytes()).hexdigest()}}
     assert model["open_clip"] == open_clip.__version__ and model["pillow"] == PIL.__version__
     assert model["torch"] in torch.__version__ and model["demo"] is False and model["dtype"] == "float32"
+
+
+def test_every_built_in_score_key_says_what_it_is_its_range_and_which_way_is_better():
+    """The registry is the one place a score's meaning is written (issue 71): the UI's table reads it."""
+    from capscope.metrics.registry import SPECS, key_note
+
+    for name in ("infometic", "infoclip", "clip-s", "pac-s", "hice", "clip4dm"):
+        spec = SPECS[name]
+        for key in spec.score_keys + spec.ref_keys:
+            note = key_note(name, key)
+            assert note is not None, (name, key)
+            assert note.meaning and note.range and note.better in ("higher", "closer to 0"), (name, key)
+    assert key_note("clip4dm", "f_clip_s").better == "closer to 0"
+    assert key_note("clip-s", "clip_s").range.startswith("0 to 2.5")
+    assert key_note("nope", "x") is None and key_note("clip-s", "nope") is None

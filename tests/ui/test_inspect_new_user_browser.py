@@ -107,6 +107,16 @@ def test_pasted_and_inserted_captions_are_scored(chromium, served):
         set.call(box, text); box.dispatchEvent(new Event('change', {bubbles: true})); }""", "one yellow triangle")
     words_shown(page, ["one", "yellow", "triangle"])
     assert len(calls) > before
+    # the score table says what each number is, its range and which way is better; the bar has a legend
+    page.wait_for_function("document.querySelector('.cs-scores').innerText.includes('higher is better')",
+                           timeout=20_000)
+    table = page.inner_text(".cs-scores")
+    assert "range" in table and "what it is" in table and "precision + recall" in table
+    legend = page.inner_text("#cs-shade-legend-a")
+    assert "−1" in legend and "+1" in legend and "red" in legend and "purple" in legend
+    bar, note = page.locator("#cs-tokens-a").bounding_box(), page.locator("#cs-shade-legend-a").bounding_box()
+    assert 0 <= note["y"] - (bar["y"] + bar["height"]) < 40  # right under the words and their bar
+
     # ...but leaving the box after typing (a change event with nothing new) scores nothing again
     page.press(box, "s")
     words_shown(page, ["one", "yellow", "triangles"])

@@ -149,8 +149,13 @@ def test_scores_side_by_side_and_phrases():
     b = model_row([0.2] * 8, [0.3, 0.3, 0.3])
     b["metrics"]["infometic"]["scores"]["overall"] = 1.0
     rows = ui_inspect.scores_rows(a, b)
-    assert ["InfoMetIC", "overall", 2.0, 1.0] in rows
+    assert ["InfoMetIC", "overall", 2.0, 1.0] in [r[:4] for r in rows]
     assert ui_inspect.scores_rows(a, None)[0][3] is None
+    from capscope.metrics.registry import key_note
+
+    overall = next(r for r in rows if r[:2] == ["InfoMetIC", "overall"])
+    note = key_note("infometic", "overall")  # the table says what each number is, as the registry does
+    assert overall[4:] == [note.range, "higher is better", note.meaning]
     a["metrics"]["hice"] = {"scores": {}, "phrases": [{"text": "red circle", "tokens": [1, 2], "score": 0.31,
                                                        "correct": True}]}
     assert "| red circle | 0.310 | ✓ |" in ui_inspect.phrases_markdown(a)
