@@ -20,6 +20,7 @@ from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.jsonl import JsonTextError, loads_limited
 from capscope.common.paths import UnsafePath, inside, name_problem, safe_name
 from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
+from capscope.ui.label_quality import build_label_quality
 from capscope.ui.shared import admin_only, build_export, scratch_folder
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
@@ -318,7 +319,7 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
             gr.Markdown("### Users")
             c["name"] = gr.Textbox(label="Name", elem_id="cs-admin-name")
             c["password"] = gr.Textbox(label="Password", type="password", elem_id="cs-admin-password")
-            c["role"] = gr.Radio(["annotator", "admin"], value="annotator", label="Role")
+            c["role"] = gr.Radio(["annotator", "reviewer", "admin"], value="annotator", label="Role")
             c["add"] = gr.Button("Add user", elem_id="cs-admin-add")
             c["message"] = gr.Markdown(elem_id="cs-admin-message")
             c["users"] = gr.Dataframe(headers=["name", "role"], interactive=False, elem_id="cs-admin-users")
@@ -331,7 +332,8 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
             c["import"] = gr.Button("Import")
             c["report"] = gr.Markdown()
     gr.Markdown("### Queue order\nWhich item the Annotate queue hands out first: by id, in a seeded random order, "
-                "the model's least certain first, or the items annotators disagree on first.")
+                "the model's least certain first, the items annotators disagree on first, or the least confident gold "
+                "first (to re-label).")
     with gr.Row():
         c["queue_dataset"] = gr.Dropdown(label="Dataset", choices=[], allow_custom_value=True,
                                          elem_id="cs-admin-queue-dataset")
@@ -340,6 +342,7 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
         c["queue_seed"] = gr.Number(label="Seed", value=0, precision=0, minimum=0, elem_id="cs-admin-queue-seed")
         c["queue_apply"] = gr.Button("Apply order", elem_id="cs-admin-queue-apply")
     c["queue_result"] = gr.Markdown(elem_id="cs-admin-queue-result")
+    build_label_quality(store, c, token_rule)
     build_export(store, c, None, api=False)
     build_audit(store, c)
     c["queue_dataset"].change(admin_only(store, lambda d: show_queue(store, d)), c["queue_dataset"],
@@ -355,5 +358,5 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
     c["load"] = [(admin_only(store, lambda: users_rows(store), 1), None, c["users"]),
                  (admin_only(store, lambda: audit_rows(store), 1), None, c["audit_table"]),
                  (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None,
-                  c["queue_dataset"])]
+                  c["queue_dataset"]), c["quality_load"]]
     return c
