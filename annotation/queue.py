@@ -202,6 +202,24 @@ def _ranks(session, dataset: Dataset, model_version: str | None, token_rule: str
     return {}
 
 
+def open_relabel_slots(store: Store, dataset: str, below: float) -> int:
+    """Give one more annotator slot to every item (not a control) whose least confident
+    gold label is under `below`, so that the consensus order can hand it out again.
+    Returns how many items were given one."""
+    if isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 < below <= 1:
+        raise Invalid(f"the confidence to re-label under must be a number above 0 and at most 1, got {below!r}")
+
+    def work(session):
+        ranks = _least_confident(session, _locked_dataset(session, dataset).id)
+        chosen = [caption_id for caption_id, lowest in ranks.items() if lowest < below]
+        for start in range(0, len(chosen), CHUNK):
+            session.execute(update(Caption).where(Caption.id.in_(chosen[start:start + CHUNK]))
+                            .values(annotators_needed=Caption.annotators_needed + 1))
+        return len(chosen)
+
+    return store.run_write(work)
+
+
 def _least_confident(session, dataset_id: int) -> dict[int, float]:
     """caption id -> the lowest confidence of its gold labels (a consensus method's, annotation/consensus.py):
     re-labelling hands out first the items whose consensus is least sure. Gold without confidence: no rank."""

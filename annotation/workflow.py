@@ -35,6 +35,7 @@ from capscope.db import (
     Caption,
     Dataset,
     Flag,
+    GoldLabel,
     Image,
     Label,
     LabelRevision,
@@ -150,10 +151,21 @@ def item_view(session, assignment: Assignment | None, caption: Caption | None = 
         "regions": [region_view(r) for r in regions],
         "labels": labels_view(session, assignment) if assignment else None,
         "review": review_state(assignment),
+        "answer": control_answer(session, assignment, caption),
     }
     if include_predictions:
         view["predictions"] = predictions_of(session, caption.id)
     return view
+
+
+def control_answer(session, assignment: Assignment | None, caption: Caption) -> dict | None:
+    """The gold of a control its annotator has submitted, where the dataset shows answers
+    (annotation/controls.py); None otherwise, so nothing before a submit tells a control apart."""
+    if assignment is None or assignment.status != "submitted" or not caption.control \
+            or not caption.dataset.show_control_answers:
+        return None
+    gold = session.get(GoldLabel, caption.id)
+    return None if gold is None else {"token_labels": gold.token_labels, "region_labels": gold.region_labels}
 
 
 def review_state(assignment: Assignment | None) -> dict | None:

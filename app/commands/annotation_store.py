@@ -133,6 +133,9 @@ def register(sub) -> None:
                        help="uncertainty: rank by this model version's predictions (default: each item's newest)")
     queue.add_argument("--refresh", action="store_true",
                        help="rank again under the current order (after new predictions or captions)")
+    queue.add_argument("--relabel-below", type=float, default=None, metavar="CONFIDENCE",
+                       help="give one more annotator to every item whose least confident gold label is under this "
+                            "(with --order consensus: those come first)")
     queue.add_argument("--show", type=int, default=10, metavar="N", help="how many queued item ids to print")
     add_db_option(queue)
     queue.set_defaults(func=run_queue)
@@ -358,6 +361,9 @@ def run_queue(args) -> int:
     from capscope.annotation import queue
 
     store = open_store(args)
+    if args.relabel_below is not None:
+        opened = queue.open_relabel_slots(store, args.dataset, args.relabel_below)
+        print(f"{opened} items get one more annotator (gold confidence under {args.relabel_below})")
     if args.order is not None:
         queue.set_queue_order(store, args.dataset, args.order, args.seed, args.model_version)
     elif args.refresh:

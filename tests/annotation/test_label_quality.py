@@ -269,3 +269,44 @@ def test_capscope_gold_method_and_controls_commands(small, capsys):
     assert main(["gold", "--db", url, "--dataset", "default", "--method", "dawid-skene", "--min-judgements", "1"]) == 0
     assert "method dawid-skene" in capsys.readouterr().out
     assert main(["controls", "--db", url, "--dataset", "default", "--rate", "0.9"]) != 0
+
+
+def test_a_control_shows_its_answer_after_submit_only_where_the_dataset_says_so(small):
+    _gold(small, 1)
+    small.put("/api/items/1/control", json={"control": True}, auth=BOSS)
+    small.put("/api/datasets/default/controls", json={"rate": 0.5, "show_answers": True}, auth=BOSS)
+    seen = {}
+    while (response := small.get("/api/items/next", auth=ANN)).status_code == 200 and 1 not in seen:
+        item = response.json()
+        seen[item["item_id"]] = item["answer"]
+        done = small.put(f"/api/items/{item['item_id']}/labels", json={"status": "submitted"}, auth=ANN)
+        assert done.status_code == 200
+    assert set(seen.values()) == {None}  # before a submit, a control looks like any item
+    answer = small.get("/api/items/1", auth=ANN).json()["answer"]
+    assert answer is not None and answer["token_labels"][1] == "correct"
+    assert all(small.get(f"/api/items/{i}", auth=ANN).json()["answer"] is None for i in seen if i != 1)
+    small.put("/api/datasets/default/controls", json={"show_answers": False}, auth=BOSS)
+    assert small.get("/api/items/1", auth=ANN).json()["answer"] is None
+
+
+def test_relabel_gives_the_least_confident_items_one_more_slot_and_hands_them_out_first(small):
+    from capscope.annotation import queue
+    from capscope.annotation.users import add_user as add
+
+    bob, cat = ("bob", "bob-password-1"), ("cat", "cat-password-1")
+    add(small.store, *bob)
+    add(small.store, *cat)
+    # one slot per item: ann judges items 1-20, and the Dawid-Skene gold is never quite sure with one voice
+    for _ in range(20):
+        item = small.get("/api/items/next", auth=ANN).json()
+        marked = [1] if item["item_id"] % 2 else []
+        small.put(f"/api/items/{item['item_id']}/labels", json={"status": "submitted", "incorrect_tokens": marked},
+                  auth=ANN)
+    small.post("/api/datasets/default/gold", json={"method": "dawid-skene", "min_judgements": 1}, auth=BOSS)
+    with pytest.raises(Exception, match="above 0"):
+        queue.open_relabel_slots(small.store, "default", 0)
+    assert queue.open_relabel_slots(small.store, "default", 0.5) == 0  # a confidence is never under 0.5
+    assert queue.open_relabel_slots(small.store, "default", 1.0) == 20
+    queue.set_queue_order(small.store, "default", "consensus")
+    first = small.get("/api/items/next", auth=bob).json()["item_id"]
+    assert first <= 20  # a re-opened, judged item before the 20 nobody has judged
