@@ -83,10 +83,14 @@ def decoded_mask(mask, size: tuple[int, int]) -> np.ndarray | None:
     if mask is None:
         return None
     try:
-        if isinstance(mask, dict):
-            from capscope.metrics.regions import rle_to_mask
+        if isinstance(mask, dict):  # COCO RLE, decoded here: this layer imports none of capscope's
+            from pycocotools import mask as coco_mask
 
-            mask = rle_to_mask(mask)
+            if list(mask["size"]) != [size[1], size[0]]:  # another image's mask: not decoded at all
+                return None
+
+            counts = mask["counts"].encode("ascii") if isinstance(mask["counts"], str) else mask["counts"]
+            mask = coco_mask.decode({"size": list(mask["size"]), "counts": counts})
         mask = np.asarray(mask, dtype=bool)
     except Exception:  # a malformed mask is drawn as its box
         return None
