@@ -10,6 +10,10 @@ from capscope.common.errors import CapscopeError
 from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 
 
+COCO_SCENES = 48
+COCO_CAPTIONERS = ("colours", "nearly-clean")
+
+
 def register(sub) -> None:
     data = sub.add_parser("demo-data", help="write synthetic scenes with gold labels and a training file")
     data.add_argument("--out", required=True, type=Path, help="output folder")
@@ -20,6 +24,10 @@ def register(sub) -> None:
     data.add_argument("--judgements", action="store_true",
                       help="also write judgements/flickr8k.json: graded captions rated by three simulated raters "
                            "(Flickr8k-Expert layout, docs/human-judgements.md)")
+    data.add_argument("--coco", type=int, nargs="?", const=COCO_SCENES, default=None, metavar="N",
+                      help=f"also write OUT/coco/: N more scenes (default {COCO_SCENES}) as a COCO captions file with its "
+                           "images, and two captioners' COCO results (colours: a wrong colour word in 60%% of its "
+                           "captions; nearly-clean: in 10%%), ready for `capscope diagnose`")
     data.set_defaults(func=run_demo_data)
 
     train = sub.add_parser("train", help="train capscope's own models")
@@ -136,8 +144,8 @@ def register_evaluate(sub) -> None:
 def run_demo_data(args) -> int:
     from capscope.demo.dataset import write_demo_data
 
-    if args.n < 1:
-        raise CapscopeError("--n must be at least 1")
+    if args.n < 1 or (args.coco is not None and args.coco < 1):
+        raise CapscopeError("--n and --coco must be at least 1")
     counts = write_demo_data(args.out, args.n, args.seed, shift=args.shift)
     print(f"wrote {counts['scenes']} scenes, {counts['gold_items']} gold items to "
           f"{args.out / 'captokeneval.jsonl'}, {counts['training_rows']} training rows to {args.out / 'train.jsonl'}")
@@ -147,7 +155,22 @@ def run_demo_data(args) -> int:
         counts = write_judgements(args.out, args.n, args.seed)
         print(f"wrote {counts['judgements']} judgements ({counts['missing']} missing) of {counts['captions']} captions "
               f"on {counts['images']} images to {args.out / JUDGEMENTS_FILE}")
+    if args.coco is not None:
+        write_coco_example(args.out / "coco", args.coco, args.seed)
     return 0
+
+
+def write_coco_example(folder: Path, n: int, seed: int) -> None:
+    """Example input for `capscope diagnose`: `n` demo scenes under folder/images, a COCO
+    captions file over them (three true captions each) and two captioners' COCO results."""
+    from capscope.studies.diagnose_recovery import write_captioners
+
+    write_captioners(folder, n, seed, swap_share=0.6, clean_share=0.1, captioners=COCO_CAPTIONERS)
+    models = " ".join(f"--model {name}={folder / (name + '.json')}" for name in COCO_CAPTIONERS)
+    print(f"wrote {n} scenes as COCO files to {folder}: captions.json, images/, "
+          f"{', '.join(name + '.json' for name in COCO_CAPTIONERS)}; try\n"
+          f"  capscope diagnose --annotations {folder / 'captions.json'} --images {folder / 'images'} {models} "
+          f"--out {folder.parent / 'report'}")
 
 
 def run_train_clip(args) -> int:

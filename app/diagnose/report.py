@@ -40,8 +40,8 @@ def write_report(summary: DiagnosisSummary, out: Path, worst: dict[tuple[str, st
     figures.mkdir(parents=True, exist_ok=True)
     parts = [f"<!doctype html><meta charset='utf-8'>{REPORT_POLICY}<title>capscope diagnose</title>"
              f"<style>{STYLE}</style>",
-             "<h1>What do these captioners get wrong?</h1>", _provenance(summary), _overview(summary),
-             _failed(summary)]
+             "<h1>What do these captioners get wrong?</h1>", _provenance(summary), _verdicts(summary),
+             _overview(summary), _failed(summary)]
     score_plot = figures / "scores.png"
     if plot_scores(summary, score_plot):
         parts.append(_img(score_plot, "Each metric's main score per model, with its 95% interval over images and "
@@ -177,12 +177,38 @@ def _comparisons(summary: DiagnosisSummary) -> str:
             f"{len(compared) * 0.05:.1f} of them would leave zero out by chance. Trust a difference that the "
             "main scores of several metrics show together, not one interval among many (with Bonferroni's "
             f"correction each interval would need {100 - 5 / len(compared):.2f}%).</p>")
-    return ("<h2>Is one better than the other?</h2><p class='note'>On the images both captioned: each metric's "
-            "main score, the mean difference a − b with its paired bootstrap interval, and whether it leaves "
-            "zero out.</p>" + _headlines(summary) + note
+    return ("<h2 id='compared'>Is one better than the other?</h2><p class='note'>On the images both captioned: "
+            "each metric's main score, the mean difference a − b with its paired bootstrap interval, and whether "
+            "it leaves zero out (the verdicts at the top of the page come from these).</p>" + note
             + "<details><summary>Every score of every metric</summary>"
             + _table(["a", "b", "metric", "score", "images", "a − b", "a wins", "b wins", "ties"], rows)
             + "</details>")
+
+
+def _verdicts(summary: DiagnosisSummary) -> str:
+    """The page's answer first: which captioner is better (per pair, as the metrics' main scores say) and
+    what each gets wrong, in a few lines; the tables and figures below show how."""
+    lines = []
+    for name, model in summary.models.items():
+        for metric in summary.metrics:
+            found = model.metrics.get(metric)
+            if found is None or not found.words.judged:
+                continue
+            kind = found.dominant_error_type
+            top = ", ".join(f"“{html.escape(w.word)}”" for w in found.top_wrong_words[:3] if w.wrong)
+            lines.append(f"<li><b>{html.escape(name)}</b>: {metric_title(metric)} finds "
+                         f"{found.words.wrong_rate:.1%}{_ci(found.words.ci95)} of its {found.words.judged} judged "
+                         f"words wrong" + (f", mostly {html.escape(kind)} words" if kind else "")
+                         + (f" ({top})" if top else "") + "</li>")
+            break  # one metric's words per captioner: the first that judges words
+    headlines = _headlines(summary)
+    if not headlines and not lines:
+        return ""
+    more = " (how sure: <a href='#compared'>Is one better than the other?</a>)" if headlines else ""
+    return ("<section id='verdict'><h2>Verdict</h2>" + headlines
+            + (f"<h3>What each gets wrong</h3><ul>{''.join(lines)}</ul>" if lines else "")
+            + f"<p class='note'>Higher scores are better; a difference counts when its 95% interval leaves zero "
+              f"out{more}.</p></section>")
 
 
 def _headlines(summary: DiagnosisSummary) -> str:

@@ -35,11 +35,15 @@ REFERENCES = 3
 TOP = 3          # most frequent wrong words compared
 
 
-def write_captioners(out: Path, n: int, seed: int, swap_share: float, clean_share: float) -> dict:
+def write_captioners(out: Path, n: int, seed: int, swap_share: float, clean_share: float,
+                     captioners: tuple[str, ...] | None = None) -> dict:
     """Scenes, the annotations file and each captioner's results file under
-    `out`; returns the truth: per captioner the swapped words and their kinds."""
+    `out` (`captioners`: some of CAPTIONERS, default all; the scenes and captions
+    are the same whichever are written); returns the truth: per captioner the
+    swapped words and their kinds."""
     (out / "images").mkdir(parents=True, exist_ok=True)
     images, annotations = [], []
+    written = tuple(captioners or CAPTIONERS)
     results: dict[str, list] = {name: [] for name in CAPTIONERS}
     truth = {name: {"captions": 0, "swapped": [], "kinds": Counter()} for name in CAPTIONERS}
     for index in range(n):
@@ -67,9 +71,9 @@ def write_captioners(out: Path, n: int, seed: int, swap_share: float, clean_shar
             truth[name]["captions"] += 1
             results[name].append({"image_id": index + 1, "caption": caption.text})
     (out / "captions.json").write_text(json.dumps({"images": images, "annotations": annotations}))
-    for name, rows in results.items():
-        (out / f"{name}.json").write_text(json.dumps(rows))
-    return truth
+    for name in written:
+        (out / f"{name}.json").write_text(json.dumps(results[name]))
+    return {name: truth[name] for name in written}
 
 
 def compare_with_truth(summary, truth: dict, metric: str) -> dict:
