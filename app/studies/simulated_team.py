@@ -13,7 +13,9 @@ An admin first gives `controls` items their true labels as gold and marks them
 controls, at a control rate of `rate`. Then gold is made by each method and
 compared with the truth on the semantic words of the other items, and each
 annotator's control accuracy interval with their accuracy over everything they
-labelled. Writes DIR/simulated_team.json and prints a summary.
+labelled. A simulated model, right on 85% of the units, is stored as the
+predictions that model-aware gold weighs as one more voice. Writes
+DIR/simulated_team.json and prints a summary.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from capscope.annotation.consensus import METHODS
 
 P_WRONG = 0.3
 P_MENTIONED = 0.6
+MODEL_ACCURACY = 0.85  # the simulated model's share of right verdicts (model-aware gold's extra voice)
 COLOURS = frozenset({"red", "blue", "green", "yellow", "white", "black", "orange", "purple", "pink", "brown"})
 
 
@@ -97,14 +100,35 @@ def run_study(client, admin: tuple[str, str], dataset: str, controls: int, rate:
     _ok(client.put(f"/api/datasets/{dataset}/controls", json={"rate": rate}, auth=admin))
 
     accuracy = _label_everything(client, team, truths, seed)
+    judged_words = sum(t["semantic"] for item in items[controls:] for t in item["tokens"])
     result = {"items": len(items), "controls": controls, "rate": rate, "team": [a.name for a in team],
+              "semantic_words_judged": judged_words,
               "true_accuracy": accuracy, "gold_errors": {}, "handed_controls": {}}
     for method in METHODS:
         _ok(client.post(f"/api/datasets/{dataset}/gold", json={"method": method}, auth=admin))
         result["gold_errors"][method] = _gold_errors(client, admin, dataset, truths, set(control_ids),
                                                      {item["id"]: item["item_id"] for item in items})
+    result["gold_errors"]["the model alone (trivial rule)"] = _model_errors(items, truths, set(control_ids))
     result["annotators"] = _ok(client.get(f"/api/datasets/{dataset}/annotators", auth=admin)).json()
     return result
+
+
+def _model_errors(items: list[dict], truths: dict[int, Truth], controls: set[int]) -> int | None:
+    """Semantic words of the non-control items where the stored model's own verdict is not the truth."""
+    from capscope.annotation.uncertainty import verdict_probabilities
+
+    errors, scored = 0, False
+    for item in items:
+        found = [p for p in item.get("predictions") or [] if p["metric"] == "infometic"]
+        if not found or item["item_id"] in controls:
+            continue
+        semantic = [t["semantic"] for t in item["tokens"]]
+        words, _ = verdict_probabilities("infometic", found[0]["token_scores"], found[0]["region_scores"], semantic)
+        for i, p_wrong in enumerate(words):
+            if p_wrong is not None:
+                scored = True
+                errors += (p_wrong > 0.5) != (i in truths[item["item_id"]].wrong)
+    return errors if scored else None
 
 
 def _ok(response):
@@ -123,7 +147,8 @@ def _all_items(client, admin, dataset: str) -> list[dict]:
         if page * listed["page_size"] >= listed["total"]:
             break
         page += 1
-    return [_ok(client.get(f"/api/items/{item_id}", auth=admin)).json() for item_id in ids]
+    return [_ok(client.get(f"/api/items/{item_id}", params={"predictions": "true"}, auth=admin)).json()
+            for item_id in ids]
 
 
 def _make_control(client, admin, item: dict, truth: Truth) -> None:
@@ -185,8 +210,9 @@ def main(argv=None) -> int:
     parser.add_argument("--items", type=int, default=240)
     parser.add_argument("--controls", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-accuracy", type=float, default=MODEL_ACCURACY)
     args = parser.parse_args(argv)
-    db_url = prepare(args.out, args.items)
+    db_url = prepare(args.out, args.items, args.model_accuracy, args.seed)
     process, url = serve(db_url, args.out / "data", "classic")
     try:
         with httpx.Client(base_url=url, timeout=300) as client:
@@ -203,9 +229,10 @@ ADMIN = ("admin", "admin-password-1")
 DATASET = "team"
 
 
-def prepare(folder: Path, n_items: int) -> str:
+def prepare(folder: Path, n_items: int, model_accuracy: float | None = MODEL_ACCURACY, seed: int = 0) -> str:
     """A fresh SQLite store in `folder` holding the dataset `DATASET` of `n_items`
-    captions (3 annotators each), the admin `ADMIN` and the team; its URL."""
+    captions (3 annotators each), the admin `ADMIN` and the team, and with
+    `model_accuracy` a simulated model's stored predictions (`add_model`); its URL."""
     from capscope.annotation.importer import ImportOptions, import_captions
     from capscope.annotation.users import add_user
     from capscope.db import Store
@@ -218,8 +245,43 @@ def prepare(folder: Path, n_items: int) -> str:
     add_user(store, *ADMIN, role="admin")
     for annotator in TEAM:
         add_user(store, annotator.name, annotator.password)
+    if model_accuracy is not None:
+        add_model(store, model_accuracy, seed)
     store.dispose()
     return db_url
+
+
+def add_model(store, accuracy: float, seed: int = 0) -> int:
+    """Stored InfoMetIC predictions of a simulated model that gets each semantic word's and
+    region's verdict right with probability `accuracy`, a clear margin from the cut either way
+    (shares of 3x or 1/3 the threshold of the default token rule). Returns how many were stored."""
+    from capscope.annotation.votes import iter_items
+    from capscope.db import Prediction
+    from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
+    from capscope.metrics.words import region_threshold, word_threshold
+
+    rows = []
+    for item in iter_items(store, DATASET):
+        view = {"id": item.external_id, "tokens": item.tokens,
+                "regions": [{"index": i} for i in range(len(item.regions))]}
+        truth = true_labels(view, seed)
+        rng = random.Random(f"{seed}:model:{item.external_id}")
+        n_words = sum(t["semantic"] for t in item.tokens)
+        cut = word_threshold(DEFAULT_TOKEN_RULE, BETA, n_words)
+        region_cut = region_threshold(DEFAULT_TOKEN_RULE, BETA, len(item.regions))
+        tokens = []
+        for i, token in enumerate(item.tokens):
+            if not token["semantic"]:
+                tokens.append(None)
+                continue
+            says_correct = (i not in truth.wrong) == (rng.random() < accuracy)
+            tokens.append(cut * 3 if says_correct else cut / 3)
+        regions = [region_cut * 3 if (i in truth.mentioned) == (rng.random() < accuracy) else region_cut / 3
+                   for i in range(len(item.regions))]
+        rows.append(Prediction(caption_id=item.caption_id, metric="infometic", model_version="simulated",
+                               token_scores=tokens, region_scores=regions))
+    store.run_write(lambda session: session.add_all(rows))
+    return len(rows)
 
 
 def _write_captions(folder: Path, n: int) -> Path:
@@ -244,7 +306,7 @@ def _write_captions(folder: Path, n: int) -> Path:
 
 def summary(result: dict) -> str:
     lines = [f"{result['items']} items, {result['controls']} controls at rate {result['rate']}",
-             "gold: semantic words not equal to the truth, non-control items: "
+             f"gold: of {result['semantic_words_judged']} semantic words of the non-control items, not the truth: "
              + ", ".join(f"{m} {n}" for m, n in result["gold_errors"].items()),
              f"{'annotator':14} {'true':>6} {'control':>8} {'95% interval':>16} {'quality':>8}"]
     for row in result["annotators"]:
