@@ -15,6 +15,7 @@ from capscope.db.models import (  # noqa: F401
     ModelVersion,
     Prediction,
     Region,
+    Release,
     Token,
     User,
     utcnow,

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -347,6 +348,25 @@ class GoldRevision(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     token_confidence: Mapped[list | None] = mapped_column(JSON, default=None)
     region_confidence: Mapped[list | None] = mapped_column(JSON, default=None)
+
+
+class Release(Base):
+    """A frozen version of a dataset's benchmark (annotation/release.py): who made it and when,
+    the gold revision of every item it froze, its rows as written (gzip), its metadata and the
+    options given, so that it can be written again byte for byte."""
+
+    __tablename__ = "releases"
+    __table_args__ = (UniqueConstraint("dataset_id", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    version: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    created_by: Mapped[str | None] = mapped_column(String(200), default=None)
+    method: Mapped[str] = mapped_column(String(40))
+    gold_revisions: Mapped[dict] = mapped_column(JSON, default=dict)  # item id -> gold revision frozen
+    rows_gz: Mapped[bytes] = mapped_column(LargeBinary)
+    details: Mapped[dict] = mapped_column(JSON, default=dict)  # {"metadata": ..., "options": ...}
 
 
 class ModelVersion(Base):

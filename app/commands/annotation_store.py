@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from capscope.commands.options import add_db_option, open_store
+from capscope.commands.options import add_db_option, command_line_user, open_store
 from capscope.common.errors import CapscopeError
 
 
@@ -121,6 +121,20 @@ def register(sub) -> None:
                           help="flag annotators whose control accuracy is below this (0 to 1)")
     add_db_option(controls)
     controls.set_defaults(func=run_controls)
+
+    release = sub.add_parser("release", help="freeze a dataset as a versioned benchmark folder (JSONL, parquet, "
+                                             "images, datasheet, metadata)")
+    release.add_argument("--dataset", default=None, metavar="NAME")
+    release.add_argument("--version", default=None, metavar="V", help="e.g. 1.0; a version that exists is refused")
+    release.add_argument("--out", type=Path, default=None, metavar="DIR", help="a folder that does not exist yet")
+    release.add_argument("--licence", default=None, metavar="TEXT", help="the licence, as the datasheet gives it")
+    release.add_argument("--citation", default=None, metavar="TEXT", help="how to cite it (default: a BibTeX entry)")
+    release.add_argument("--guidelines", type=Path, default=None, metavar="FILE",
+                         help="the annotation guidelines (a text or Markdown file), copied into the datasheet")
+    release.add_argument("--remake", action="store_true", help="write a recorded release again, byte for byte")
+    release.add_argument("--list", action="store_true", help="list the recorded releases")
+    add_db_option(release)
+    release.set_defaults(func=run_release)
 
     queue = sub.add_parser("queue", help="show or set the order a dataset's annotation queue hands items out in")
     queue.add_argument("--dataset", required=True, metavar="NAME")
@@ -338,6 +352,34 @@ def run_gold(args) -> int:
     done = gold_by_consensus(open_store(args), args.dataset, args.method, min_judgements=args.min_judgements,
                              replace_adjudicated=args.replace_adjudicated)
     print(f"gold labels written for {done['written']} items (method {done['method']})")
+    return 0
+
+
+def run_release(args) -> int:
+    from capscope.annotation import release
+
+    store = open_store(args)
+    if args.list:
+        for found in release.list_releases(store, args.dataset):
+            print(f"{found['dataset']} {found['version']}: {found['items']} items, gold by {found['method']}, "
+                  f"made {found['created_at']} by {found['created_by'] or 'unknown'}")
+        return 0
+    missing = [flag for flag, value in (("--dataset", args.dataset), ("--version", args.version), ("--out", args.out))
+               if value is None]
+    if missing:
+        raise CapscopeError(f"capscope release needs {', '.join(missing)} (or --list)")
+    if args.remake:
+        metadata = release.remake_release(store, args.dataset, args.version, args.out)
+    else:
+        guidelines = None
+        if args.guidelines is not None:
+            if not args.guidelines.is_file():
+                raise CapscopeError(f"--guidelines: no file at {args.guidelines}")
+            guidelines = args.guidelines.read_text(encoding="utf-8", errors="replace")
+        metadata = release.make_release(store, args.dataset, args.version, args.out, licence=args.licence,
+                                        citation=args.citation, guidelines=guidelines, actor=command_line_user())
+    print(f"release {metadata['version']} of {metadata['name']}: {metadata['items']} items, "
+          f"{metadata['images']} images, {len(metadata['files'])} files in {args.out}")
     return 0
 
 

@@ -1,0 +1,135 @@
+"""Benchmark releases (docs/formats.md §15): the folder, its files and their sha256, the
+parquet rows, the datasheet made from the data, the store's record and a byte-for-byte remake,
+and every bad input refused with nothing written."""
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from annotation_support import import_small_dataset, sqlite_url
+from capscope.annotation import controls, release, workflow
+from capscope.annotation.agreement import gold_by_consensus
+from capscope.annotation.refusals import AnnotationError
+from capscope.annotation.users import add_user
+from capscope.cli import main
+from capscope.db import Store
+
+
+@pytest.fixture()
+def labelled(tmp_path):
+    store = Store(sqlite_url(tmp_path))
+    import_small_dataset(store, tmp_path / "data", n_images=3, n_captions=8, annotators_per_item=2)
+    team = [add_user(store, name, f"{name}-password-1") for name in ("ann", "bob")]
+    for who, marks in zip(team, ([1], [1, 2])):
+        for _ in range(6):
+            item = workflow.next_item(store, who)
+            workflow.save_labels(store, who, item["item_id"], marks, [0], "submitted")
+    gold_by_consensus(store, "default", "dawid-skene")
+    controls.set_control(store, 1, True)
+    return store
+
+
+def _files(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_release_folder_its_files_and_a_byte_for_byte_remake(labelled, tmp_path):
+    out = tmp_path / "bench-1.0"
+    metadata = release.make_release(labelled, "default", "1.0", out, licence="CC BY 4.0", actor="boss")
+    files = _files(out)
+    assert {"benchmark.jsonl", "benchmark.parquet", "datasheet.md", "metadata.json"} <= set(files)
+    images = [name for name in files if name.startswith("images/")]
+    assert len(images) == 3 and all(hashlib.sha256(files[n]).hexdigest() == Path(n).stem for n in images)
+    assert json.loads(files["metadata.json"]) == metadata
+    assert set(metadata["files"]) == set(files) - {"metadata.json"}
+    assert all(hashlib.sha256(files[name]).hexdigest() == digest for name, digest in metadata["files"].items())
+    assert (metadata["name"], metadata["version"], metadata["items"], metadata["annotators"],
+            metadata["judgements"], metadata["controls"], metadata["method"]) == ("default", "1.0", 8, 2, 12, 1,
+                                                                                  "dawid-skene")
+    rows = [json.loads(line) for line in files["benchmark.jsonl"].splitlines()]
+    assert [row["control"] for row in rows].count(True) == 1
+    assert all("confidence" in t for row in rows for t in row["tokens"] + row["regions"])
+    assert all((out / row["image"]).is_file() for row in rows)
+    # the parquet holds the same rows, one per item
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "benchmark.parquet")
+    assert table.num_rows == 8 and table.column("id").to_pylist() == [row["id"] for row in rows]
+    assert table.column("tokens").to_pylist()[1][1]["label"] == rows[1]["tokens"][1]["label"]
+    pandas = pytest.importorskip("pandas")
+    assert len(pandas.read_parquet(out / "benchmark.parquet")) == 8
+    sheet = files["datasheet.md"].decode()
+    assert "CC BY 4.0" in sheet and "| items (captions) | 8 |" in sheet and "dawid-skene: 6 items" in sheet
+    assert "semantic words" in sheet and "@misc{default-1-0" in sheet
+    # recorded, and re-made byte for byte after the gold changed
+    listed = release.list_releases(labelled, "default")
+    assert [(r["version"], r["created_by"], r["items"]) for r in listed] == [("1.0", "boss", 8)]
+    gold_by_consensus(labelled, "default", "majority")
+    again = tmp_path / "again"
+    release.remake_release(labelled, "default", "1.0", again)
+    assert _files(again) == files
+
+
+def test_agreement_interval_by_hand():
+    class J:
+        def __init__(self, wrong):
+            self.incorrect_tokens, self.mentioned_regions = wrong, set()
+
+    class Item:
+        tokens = [{"semantic": True}, {"semantic": True}]
+        regions = []
+
+        def __init__(self, judgements):
+            self.judgements = judgements
+
+        def region_seers(self, i):
+            return self.judgements
+
+    # units (ratings): [T, T], [F, T] and [F, F], [F, T]: n0 = 4, n1 = 4, D = 2 * (2*1*1/1) = 4;
+    # expected = 2*4*4/7 = 32/7; alpha = 1 - 4/(32/7) = 1 - 28/32
+    items = [Item([J({0}), J({0, 1})]), Item([J(set()), J({1})])]
+    found = release.agreement_with_intervals(items, draws=200)
+    assert found["words"]["krippendorff_alpha"] == pytest.approx(1 - 28 / 32, abs=1e-6)
+    low, high = found["words"]["interval"]
+    assert low <= found["words"]["krippendorff_alpha"] <= high
+    assert found["regions"] == {"units": 0, "krippendorff_alpha": None, "interval": None}
+
+
+def test_bad_releases_are_refused_and_write_nothing(labelled, tmp_path):
+    release.make_release(labelled, "default", "1.0", tmp_path / "v1")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for kwargs, message in (({"version": "1.0", "out": tmp_path / "v1b"}, "exists"),
+                            ({"version": "../x", "out": tmp_path / "v2"}, "release version"),
+                            ({"version": "2.0", "out": tmp_path / "v1"}, "exists"),
+                            ({"version": "2.0", "out": tmp_path / "missing" / "v2"}, "parent folder"),
+                            ({"dataset": "nope", "version": "2.0", "out": tmp_path / "v2"}, "no dataset")):
+        arguments = {"dataset": "default", **kwargs}
+        with pytest.raises(AnnotationError, match=message):
+            release.make_release(labelled, arguments["dataset"], arguments["version"], arguments["out"])
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(AnnotationError, match="is a file"):
+        release.make_release(labelled, "default", "2.0", tmp_path / "a-file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["a-file"])
+    assert [r["version"] for r in release.list_releases(labelled)] == ["1.0"]
+
+
+def test_an_empty_dataset_and_the_command_line(labelled, tmp_path, capsys):
+    from capscope.annotation.importer import ImportOptions, import_captions
+    from annotation_support import write_jsonl
+
+    url = str(labelled.engine.url)
+    assert main(["release", "--db", url, "--dataset", "default", "--version", "1.0", "--out",
+                 str(tmp_path / "r1"), "--licence", "CC0"]) == 0
+    assert "8 items, 3 images" in capsys.readouterr().out
+    assert main(["release", "--db", url, "--dataset", "default", "--version", "1.0", "--out",
+                 str(tmp_path / "r2")]) != 0
+    assert "exists" in capsys.readouterr().err and not (tmp_path / "r2").exists()
+    assert main(["release", "--db", url, "--dataset", "default", "--version", "1.0", "--out",
+                 str(tmp_path / "r3"), "--remake"]) == 0
+    assert _files(tmp_path / "r1") == _files(tmp_path / "r3")
+    assert main(["release", "--db", url, "--list"]) == 0 and "default 1.0: 8 items" in capsys.readouterr().out
+    empty = write_jsonl(tmp_path / "empty.jsonl", [])
+    import_captions(labelled, empty, tmp_path, ImportOptions(dataset="empty", progress=False))
+    assert main(["release", "--db", url, "--dataset", "empty", "--version", "1", "--out", str(tmp_path / "e")]) != 0
