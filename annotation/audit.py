@@ -47,6 +47,11 @@ def acting_as(actor: str | None, address: str | None = None) -> Iterator[None]:
         _acting.reset(token)
 
 
+def acting_now() -> str | None:
+    """Who is acting now (`acting_as`, `set_acting`), if anyone said."""
+    return _acting.get()[0]
+
+
 def set_acting(actor: str | None, address: str | None = None) -> None:
     """`acting_as` for the rest of this context (an ASGI request's)."""
     _acting.set((actor, address))

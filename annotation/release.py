@@ -46,6 +46,7 @@ def make_release(store: Store, dataset: str, version: str, out: Path, *, licence
     """Freeze `dataset` as release `version` in the folder `out` (which must not exist)
     and record it in the store. Returns its metadata."""
     check_version(version)
+    actor = actor or audit.acting_now()
     options = {"licence": _text(licence, "licence"), "citation": _text(citation, "citation"),
                "guidelines": _text(guidelines, "guidelines")}
     out = _check_out(Path(out))

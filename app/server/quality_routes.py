@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Request
+from pathlib import Path as FilePath
+
+from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from capscope.annotation import agreement, controls
+from capscope.annotation import agreement, controls, release
+from capscope.common.paths import safe_name
+from capscope.db import data_dir
 
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
 DatasetName = Annotated[str, Path(max_length=200)]
@@ -28,6 +32,14 @@ class ControlsRequest(BaseModel):
     min_accuracy: float | None = Field(default=None, description="flag annotators whose control accuracy is below "
                                                                  "this (0 to 1)")
     clear_min_accuracy: StrictBool = Field(default=False, description="flag nobody")
+
+
+class ReleaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(max_length=64)
+    licence: str | None = Field(default=None, max_length=release.MAX_TEXT_CHARS)
+    citation: str | None = Field(default=None, max_length=release.MAX_TEXT_CHARS)
+    guidelines: str | None = Field(default=None, max_length=release.MAX_TEXT_CHARS)
 
 
 class GoldMethodRequest(BaseModel):
@@ -73,7 +85,28 @@ def quality_router(admin_user) -> APIRouter:
                                            replace_adjudicated=body.replace_adjudicated,
                                            token_rule=request.app.state.models.token_rule)
 
+    @router.get("/api/releases")
+    def get_releases(request: Request, dataset: Annotated[str | None, Query(max_length=200)] = None) -> list[dict]:
+        """Every recorded release: {"dataset", "version", "created_at", "created_by", "method", "items", "files"}."""
+        return release.list_releases(_store(request), dataset)
+
+    @router.post("/api/datasets/{name}/releases", status_code=201)
+    def post_release(name: DatasetName, body: ReleaseRequest, request: Request, user=Depends(admin_user)) -> dict:
+        """Freeze the dataset as release `version` in the server's data folder (releases/NAME-VERSION):
+        its metadata.json; a version that exists: 422, nothing written."""
+        release.check_version(body.version)
+        folder = releases_folder()
+        folder.mkdir(parents=True, exist_ok=True)
+        out = folder / f"{safe_name(name, max_chars=100)}-{body.version}"
+        return release.make_release(_store(request), name, body.version, out, licence=body.licence,
+                                    citation=body.citation, guidelines=body.guidelines, actor=user.name)
+
     return router
+
+
+def releases_folder() -> FilePath:
+    """Where the server writes releases: `releases/` in the data folder."""
+    return data_dir() / "releases"
 
 
 def _store(request: Request):

@@ -21,6 +21,7 @@ from capscope.common.jsonl import JsonTextError, loads_limited
 from capscope.common.paths import UnsafePath, inside, name_problem, safe_name
 from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
 from capscope.ui.label_quality import build_label_quality
+from capscope.ui.releases import build_releases
 from capscope.ui.shared import admin_only, build_export, scratch_folder
 
 HEADERS = ["id", "name", "parent", "dataset", "wrong-word F1 before → after", "wrong-word AUROC before → after",
@@ -343,6 +344,7 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
         c["queue_apply"] = gr.Button("Apply order", elem_id="cs-admin-queue-apply")
     c["queue_result"] = gr.Markdown(elem_id="cs-admin-queue-result")
     build_label_quality(store, c, token_rule)
+    build_releases(store, c)
     build_export(store, c, None, api=False)
     build_audit(store, c)
     c["queue_dataset"].change(admin_only(store, lambda d: show_queue(store, d)), c["queue_dataset"],
@@ -358,5 +360,5 @@ def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
     c["load"] = [(admin_only(store, lambda: users_rows(store), 1), None, c["users"]),
                  (admin_only(store, lambda: audit_rows(store), 1), None, c["audit_table"]),
                  (admin_only(store, lambda: gr.update(choices=browse.dataset_names(store)), 1), None,
-                  c["queue_dataset"]), c["quality_load"]]
+                  c["queue_dataset"]), c["quality_load"], *c["release_load"]]
     return c

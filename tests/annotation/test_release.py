@@ -133,3 +133,22 @@ def test_an_empty_dataset_and_the_command_line(labelled, tmp_path, capsys):
     empty = write_jsonl(tmp_path / "empty.jsonl", [])
     import_captions(labelled, empty, tmp_path, ImportOptions(dataset="empty", progress=False))
     assert main(["release", "--db", url, "--dataset", "empty", "--version", "1", "--out", str(tmp_path / "e")]) != 0
+
+
+def test_releases_through_rest(labelled, tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from capscope.server.api import create_app
+
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "server-data"))
+    add_user(labelled, "boss", "boss-password-1", role="admin")
+    client = TestClient(create_app(store=labelled, scorer_factory=lambda: None), raise_server_exceptions=False)
+    boss, ann = ("boss", "boss-password-1"), ("ann", "ann-password-1")
+    made = client.post("/api/datasets/default/releases", json={"version": "1.0", "licence": "CC0"}, auth=boss)
+    assert made.status_code == 201 and made.json()["items"] == 8
+    assert (tmp_path / "server-data" / "releases" / "default-1.0" / "metadata.json").is_file()
+    assert client.post("/api/datasets/default/releases", json={"version": "1.0"}, auth=boss).status_code == 422
+    assert client.post("/api/datasets/default/releases", json={"version": "../up"}, auth=boss).status_code == 422
+    assert client.post("/api/datasets/default/releases", json={"version": "2.0"}, auth=ann).status_code == 403
+    listed = client.get("/api/releases", auth=boss).json()
+    assert [(r["dataset"], r["version"], r["created_by"]) for r in listed] == [("default", "1.0", "boss")]

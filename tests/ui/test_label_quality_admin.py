@@ -25,3 +25,23 @@ def test_settings_controls_gold_table_and_plot(tmp_path):
     assert (rate, flag, answers) == (0.2, 0.8, True) and "20%" in text
     assert table[0][0] == "ann" and table[0][1] == 6 and figure is not None
     assert label_quality.parse_ids("3, 7 12") == [3, 7, 12]
+
+
+def test_the_admin_releases_section_makes_lists_and_offers_a_zip(tmp_path, monkeypatch):
+    import zipfile
+
+    from capscope.annotation import audit
+    from capscope.ui import releases
+
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "server"))
+    store = Store(sqlite_url(tmp_path))
+    import_small_dataset(store, tmp_path, n_images=2, n_captions=3, annotators_per_item=1)
+    assert "choose a dataset" in releases.make_release_action(store, "", "1.0", "", "", "")[0]
+    with audit.acting_as("boss"):
+        message, table, archive = releases.make_release_action(store, "default", "1.0", "CC0", "", "be careful")
+    assert "3 items" in message and table[0][:3] == ["default", "1.0", 3] and table[0][5] == "boss"
+    with zipfile.ZipFile(archive) as zipped:
+        assert "default-1.0/metadata.json" in zipped.namelist()
+        assert "be careful" in zipped.read("default-1.0/datasheet.md").decode()
+    again = releases.make_release_action(store, "default", "1.0", "", "", "")
+    assert "exists" in again[0] and again[2] is None
