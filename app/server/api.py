@@ -265,7 +265,7 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
                token_rule: str | None = None, precision: str | None = None, data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
                rescore_limit: int | None = RESCORE_LIMIT, cors_origins: tuple[str, ...] = (),
                score_gate: ScoreGate | None = None, segmenter: str = "auto",
-               click_service: ClickService | None = None) -> FastAPI:
+               click_service: ClickService | None = None, warm_segmenter: bool | None = None) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
     scorer, which the UI mounted on this app shares: capscope's Scorer as
@@ -279,7 +279,10 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     SQLite file, else in the data folder); after an activation, the first
     `rescore_limit` queued items (None: all) are scored again. The active
     model version, if any, is what the scorer loads. `app.state.clicks`: click
-    to segment with `segmenter` (app/server/segmenting.py), loaded on first use."""
+    to segment with `segmenter` (app/server/segmenting.py), loaded and run once on
+    a small picture in the background as the app is made (`warm_segmenter`; default:
+    when the service is made here, not for a `click_service` given), so that the first
+    click after a start is as quick as the later ones."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
     # a thread that waits on the database gets the interpreter back within 1 ms of a scoring thread's
@@ -294,6 +297,8 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     app.state.activations = Activations(app.state.store, app.state.models, rescore_limit=rescore_limit)
     app.state.activations.load_active()
     app.state.clicks = click_service or ClickService(segmenter)
+    if warm_segmenter if warm_segmenter is not None else click_service is None:
+        app.state.clicks.warm_up()  # a background thread: start-up and requests do not wait for it
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
     _add_guards(app, cors_origins)
 

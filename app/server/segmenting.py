@@ -17,12 +17,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future
 
 import numpy as np
+from PIL import Image
 
 from capscope.annotation.added_regions import MAX_POINTS, checked_prompts  # noqa: F401  (MAX_POINTS: the API's)
 from capscope.metrics.click_segmenters import ClickSegmenter, Embedding, make_click_segmenter
@@ -36,6 +39,17 @@ PER_USER = 2  # a user's segment calls running at once; more are refused (429)
 AT_ONCE = 2   # segment calls of all users computing at once (the CPU's cores)
 WAIT_S = 30.0  # the longest a segment call waits for its turn
 CLICK, LOOK_AHEAD = 0, 1  # embedding priorities: clicks first
+
+
+WARM_UP_USER = "\0warm-up"  # no user's name: its look-ahead replaces nobody's
+WARM_UP_WAIT_S = 300.0
+
+
+def warm_up_picture() -> Image.Image:
+    """A small picture with one object (a square on a plain background) for the warm-up's run."""
+    picture = Image.new("RGB", (64, 64), (225, 225, 225))
+    picture.paste((200, 40, 40), (20, 20, 44, 44))
+    return picture
 
 
 class SegmentingBusy(Exception):
@@ -56,6 +70,8 @@ class ClickService:
         self._segmenting: set[str] = set()  # users who have clicked to segment
         self._running_lock = threading.Lock()
         self._turns = threading.BoundedSemaphore(AT_ONCE)
+        self.warmed = threading.Event()  # set once `warm_up` has run (loaded and tried, or failed)
+        self.warm_up_ms: float | None = None
 
     @property
     def segmenter(self) -> ClickSegmenter:
@@ -64,6 +80,41 @@ class ClickService:
                 self._segmenter = make_click_segmenter(self.requested, self.device)
                 log.info("click segmenter: %s", self._segmenter.name)
             return self._segmenter
+
+    def warm_up(self) -> threading.Thread:
+        """Load the segmenter and run it once on a small picture, in a background
+        thread, so that the first click after a start costs what any click does:
+        the load (imports, weights) and a first run's one-off costs (a model's first
+        pass, lazy imports) are paid here. Start-up and requests do not wait for it;
+        a click that comes first waits only for the load it would have done itself.
+        The picture's embedding goes through the embedding thread like any other,
+        after the clicks waiting, and is not kept. A failure is one warning (the
+        first click then tries again and says why)."""
+
+        def run():
+            started = time.perf_counter()
+            try:
+                segmenter = self.segmenter
+                with tempfile.TemporaryDirectory(prefix="capscope-warm-up-") as folder:
+                    path = os.path.join(folder, "warm-up.png")
+                    warm_up_picture().save(path)
+                    embedding = self._embedder.submit(path, WARM_UP_USER, LOOK_AHEAD).result(timeout=WARM_UP_WAIT_S)
+                if self._turns.acquire(timeout=WAIT_S):  # a turn like a click's: never two beyond AT_ONCE
+                    try:
+                        segmenter.predict(embedding, [[embedding.width // 2, embedding.height // 2, 1]], None)
+                    finally:
+                        self._turns.release()
+                self.warm_up_ms = (time.perf_counter() - started) * 1000
+                log.info("click segmenter %s warmed up in %.0f ms", segmenter.name, self.warm_up_ms)
+            except Exception as err:  # noqa: BLE001 - a warm-up never takes the server down
+                log.warning("click segmenter warm-up failed (the first click will try again): %s",
+                            str(err).splitlines()[0] if str(err) else type(err).__name__)
+            finally:
+                self.warmed.set()
+
+        thread = threading.Thread(target=run, name="capscope-segmenter-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     @property
     def name(self) -> str:
