@@ -152,3 +152,67 @@ def test_releases_through_rest(labelled, tmp_path, monkeypatch):
     assert client.post("/api/datasets/default/releases", json={"version": "2.0"}, auth=ann).status_code == 403
     listed = client.get("/api/releases", auth=boss).json()
     assert [(r["dataset"], r["version"], r["created_by"]) for r in listed] == [("default", "1.0", "boss")]
+
+
+def test_a_team_labels_through_rest_releases_and_every_reader_agrees(tmp_path, monkeypatch):
+    """Several annotators label through the REST API; the release's JSONL, parquet (read by pyarrow,
+    pandas and Hugging Face datasets) and datasheet agree, every sha256 holds, and a second release
+    of the version fails and changes nothing."""
+    from fastapi.testclient import TestClient
+
+    from capscope.server.api import create_app
+
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "server"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    store = Store(sqlite_url(tmp_path))
+    import_small_dataset(store, tmp_path / "data", n_images=4, n_captions=10, annotators_per_item=3)
+    boss = ("boss", "boss-password-1")
+    add_user(store, *boss, role="admin")
+    team = [(f"ann{i}", f"ann{i}-password-1") for i in range(3)]
+    for name, password in team:
+        add_user(store, name, password)
+    client = TestClient(create_app(store=store, scorer_factory=lambda: None), raise_server_exceptions=False)
+    rng = np.random.default_rng(3)
+    for auth in team:
+        while (response := client.get("/api/items/next", auth=auth)).status_code == 200:
+            item = response.json()
+            wrong = [i for i, t in enumerate(item["tokens"]) if t["semantic"] and rng.random() < 0.3]
+            assert client.put(f"/api/items/{item['item_id']}/labels", auth=auth,
+                              json={"incorrect_tokens": wrong, "mentioned_regions": [0], "status": "submitted"}
+                              ).status_code == 200
+    assert client.post("/api/datasets/default/gold", json={"method": "dawid-skene"}, auth=boss).status_code == 200
+    made = client.post("/api/datasets/default/releases", json={"version": "1.0"}, auth=boss)
+    assert made.status_code == 201
+    folder = tmp_path / "server" / "releases" / "default-1.0"
+    metadata = json.loads((folder / "metadata.json").read_text())
+    for name, digest in metadata["files"].items():
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+    rows = [json.loads(line) for line in (folder / "benchmark.jsonl").read_text().splitlines()]
+    import pyarrow.parquet as pq
+
+    from capscope.annotation.release import parquet_schema
+
+    def filled(row):  # the parquet's fixed schema gives every field, null where the row has none
+        import pyarrow as pa
+
+        return pa.Table.from_pylist([row], schema=parquet_schema()).to_pylist()[0]
+
+    assert pq.read_table(folder / "benchmark.parquet").to_pylist() == [filled(row) for row in rows]
+    pandas = pytest.importorskip("pandas")
+    assert list(pandas.read_parquet(folder / "benchmark.parquet")["id"]) == [row["id"] for row in rows]
+    datasets = pytest.importorskip("datasets")
+    loaded = datasets.load_dataset("parquet", data_files=str(folder / "benchmark.parquet"),
+                                   cache_dir=str(tmp_path / "hf"))["train"]
+    assert loaded.num_rows == len(rows) == metadata["items"] == 10 and loaded[0]["tokens"][0]["text"] == \
+        rows[0]["tokens"][0]["text"]
+    sheet = (folder / "datasheet.md").read_text()
+    assert metadata["judgements"] == 30 and metadata["annotators"] == 3
+    assert f"| judgements (one annotator, one item) | {metadata['judgements']} |" in sheet
+    assert f"| words | {sum(len(r['tokens']) for r in rows)} |" in sheet
+    assert f"| regions with a label | {sum(g['label'] is not None for r in rows for g in r['regions'])} |" in sheet
+    alpha = metadata["agreement"]["words"]
+    assert alpha["interval"][0] <= alpha["krippendorff_alpha"] <= alpha["interval"][1]
+    before = _files(folder)
+    assert client.post("/api/datasets/default/releases", json={"version": "1.0"}, auth=boss).status_code == 422
+    assert _files(folder) == before and len(client.get("/api/releases", auth=boss).json()) == 1
