@@ -26,7 +26,7 @@ from capscope.common.paths import safe_name
 FORMATS = {"captokeneval": "application/x-ndjson", "csv": "text/csv", "coco": "application/json"}
 EXTENSIONS = {"captokeneval": "jsonl", "csv": "csv", "coco": "json"}
 CSV_COLUMNS = ["dataset", "item_id", "id", "image", "annotator", "submitted_at", "time_spent_ms",
-               "kind", "index", "text", "box", "label"]
+               "kind", "index", "text", "box", "label", "region"]
 COCO_CATEGORIES = [{"id": 1, "name": "mentioned"}, {"id": 2, "name": "unmentioned"},
                    {"id": 3, "name": "unlabelled"}]
 
@@ -152,12 +152,8 @@ def _iter_csv(store: Store, dataset: str | None) -> Iterator[str]:
             common = [item.dataset, item.caption_id, item.external_id, item.image_path, judgement.user,
                       judgement.submitted_at.isoformat() + "Z" if judgement.submitted_at else "",
                       judgement.time_spent_ms]
-            for i, token in enumerate(item.tokens):
-                label = "incorrect" if i in judgement.incorrect_tokens else "correct"
-                writer.writerow(csv_cells(common + ["token", i, token["text"], "", label]))
-            for i, region in enumerate(item.regions):
-                label = "mentioned" if i in judgement.mentioned_regions else "unmentioned"
-                writer.writerow(csv_cells(common + ["region", i, "", json.dumps(region["box"]), label]))
+            for row in judgement_rows(item, judgement):
+                writer.writerow(csv_cells(common + row))
         if buffer.tell():
             yield buffer.getvalue()
             buffer.seek(0)
@@ -165,6 +161,23 @@ def _iter_csv(store: Store, dataset: str | None) -> Iterator[str]:
     if buffer.tell():
         yield buffer.getvalue()
 
+
+
+def judgement_rows(item: ItemData, judgement) -> list[list]:
+    """One judgement as CSV cells from `kind` on: every token; every region the annotator saw
+    (`ItemData.region_seers`), labelled junk, mentioned or unmentioned as CapTokenEval's votes count
+    it; every word they tied to a region (kind `tie`, the region's index in the last column)."""
+    rows = [["token", i, token["text"], "", "incorrect" if i in judgement.incorrect_tokens else "correct", ""]
+            for i, token in enumerate(item.tokens)]
+    for i, region in enumerate(item.regions):
+        if judgement not in item.region_seers(i):
+            continue
+        label = "junk" if i in judgement.junk_regions else \
+            "mentioned" if i in judgement.mentioned_regions else "unmentioned"
+        rows.append(["region", i, "", json.dumps(region["box"]), label, ""])
+    rows += [["tie", token, item.tokens[token]["text"], json.dumps(item.regions[region]["box"]), "tied", region]
+             for token, region in sorted(judgement.links) if region < len(item.regions) and token < len(item.tokens)]
+    return rows
 
 
 # ---------------------------------------------------------------- COCO
@@ -214,5 +227,8 @@ def _coco_annotation(item: ItemData, index: int, region: dict, annotation_id: in
         "bbox": [x0, y0, x1 - x0, y1 - y0], "area": _coco_area(segmentation),
         "segmentation": segmentation, "iscrowd": 0,
         "region_index": index, "score": region["confidence"], "source": region["source"],
-        "votes": {"mentioned": mentioned, "total": total},
+        "added_by": region["added_by"],
+        "votes": {"mentioned": mentioned, "junk": item.junk_votes(index), "total": total},
+        "links": [{k: link[k] for k in ("token", "votes", "total")} for link in item.link_votes()
+                  if link["region"] == index],
     }

@@ -154,15 +154,18 @@ def version_label(version: str) -> str:
 
 
 def _annotation(item: ItemData, judgement, masks: bool) -> dict:
+    """One judgement as a Label Studio annotation: the regions added after it was made, which its
+    annotator never saw, are left out of it (as CapTokenEval's votes leave them out)."""
+    unseen = {i for i in range(len(item.regions)) if judgement not in item.region_seers(i)}
     return {"result": _result(item, judgement.incorrect_tokens, judgement.mentioned_regions, masks=masks,
-                              junk=judgement.junk_regions, links=judgement.links),
+                              junk=judgement.junk_regions, links=judgement.links, unseen=unseen),
             "lead_time": (judgement.time_spent_ms or 0) / 1000,
             "meta": {"capscope_annotator": judgement.user}}
 
 
 def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=None, region_scores=None, *,
             regions: bool = True, masks: bool = False, junk: set[int] = frozenset(),
-            links: set[tuple[int, int]] = frozenset()) -> list[dict]:
+            links: set[tuple[int, int]] = frozenset(), unseen: set[int] = frozenset()) -> list[dict]:
     out = []
     tied = {t for t, _ in links} - set(wrong)
     for i in sorted(set(wrong) | tied):
@@ -174,6 +177,8 @@ def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=N
     out += [{"type": "relation", "from_id": f"w{t}", "to_id": f"r{r}", "direction": "right", "labels": [SPEAKS_OF]}
             for t, r in sorted(links) if regions]
     for i, region in enumerate(item.regions if regions else ()):
+        if i in unseen:
+            continue
         label = JUNK if i in junk else MENTIONED if i in mentioned else LEFT_OUT
         x0, y0, x1, y1 = region["box"]
         box = {"x": 100 * x0 / item.width, "y": 100 * y0 / item.height, "width": 100 * (x1 - x0) / item.width,

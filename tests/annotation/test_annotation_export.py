@@ -50,7 +50,7 @@ def test_coco_export_loads_in_pycocotools(store, tmp_path):
     box_mask = coco.annToMask(first[1])  # a box-only region becomes a box-shaped RLE
     assert box_mask.sum() == pytest.approx(30 * 30, rel=0.1)
     assert [a["category_id"] for a in first] == [1, 3]  # 2/2 mentioned; 1/2 is a tie
-    assert first[0]["votes"] == {"mentioned": 2, "total": 2}
+    assert first[0]["votes"] == {"mentioned": 2, "junk": 0, "total": 2}
 
 
 def test_csv_has_one_row_per_judged_token_and_region(store):

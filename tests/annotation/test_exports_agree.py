@@ -1,0 +1,75 @@
+"""One meaning of a label in every export: CSV, COCO, Label Studio and CapTokenEval agree,
+item by item, on junk regions, on ties, and on who saw a region added after others judged."""
+import csv
+import io
+import json
+from collections import Counter
+
+from fastapi.testclient import TestClient
+
+from annotation_support import import_small_dataset, sqlite_url
+from capscope.annotation import label_studio
+from capscope.annotation.users import add_user
+from capscope.db import Store
+
+ANN, BOB, BOSS = ("ann", "ann-password-1"), ("bob", "bob-password-1"), ("boss", "boss-password-1")
+
+
+def _labelled(tmp_path):
+    store = Store(sqlite_url(tmp_path))
+    import_small_dataset(store, tmp_path, n_images=2, n_captions=2, annotators_per_item=2)
+    for name, password in (ANN, BOB):
+        add_user(store, name, password)
+    add_user(store, *BOSS, role="admin")
+    from capscope.server.api import create_app
+
+    client = TestClient(create_app(store=store, scorer_factory=lambda: None), raise_server_exceptions=False)
+    item = client.get("/api/items/next", auth=ANN).json()["item_id"]
+    assert client.put(f"/api/items/{item}/labels", auth=ANN, json={
+        "incorrect_tokens": [1], "mentioned_regions": [0], "junk_regions": [1], "links": [[2, 0]],
+        "status": "submitted"}).status_code == 200
+    assert client.get("/api/items/next", auth=BOB).json()["item_id"] == item
+    added = client.post(f"/api/items/{item}/regions", auth=BOB, json={"box": [40, 20, 60, 44]})
+    assert added.status_code == 201, added.text
+    assert client.put(f"/api/items/{item}/labels", auth=BOB, json={
+        "incorrect_tokens": [], "mentioned_regions": [0, 2], "junk_regions": [], "links": [[2, 0], [3, 2]],
+        "status": "submitted"}).status_code == 200
+    return store, client
+
+
+def test_csv_coco_label_studio_and_captokeneval_agree_item_by_item(tmp_path):
+    store, client = _labelled(tmp_path)
+    rows = {r["id"]: r for r in map(json.loads, client.get("/api/export?format=captokeneval", auth=BOSS)
+                                    .text.splitlines())}
+    table = list(csv.DictReader(io.StringIO(client.get("/api/export?format=csv", auth=BOSS).text)))
+    coco = client.get("/api/export?format=coco", auth=BOSS).json()
+    tasks = {t["data"]["capscope_id"]: t for t in label_studio.tasks(store, with_labels=True)}
+    coco_ids = {image["id"]: image["item_id"] for image in coco["images"]}
+    judged = [row for row in rows.values() if any("votes" in r for r in row["regions"])]
+    assert len(judged) == 1 and len(judged[0]["regions"]) == 3  # the added region is there
+    for item_id, row in rows.items():
+        lines = [r for r in table if r["id"] == item_id]
+        annotations = tasks[item_id].get("annotations", [])
+        for index, region in enumerate(row["regions"]):
+            votes = region.get("votes", {"mentioned": 0, "junk": 0, "total": 0})
+            by_label = Counter(r["label"] for r in lines if r["kind"] == "region" and r["index"] == str(index))
+            assert (by_label["mentioned"], by_label["junk"], sum(by_label.values())) == \
+                (votes["mentioned"], votes["junk"], votes["total"]), (item_id, index, "csv")
+            found = [a for a in coco["annotations"] if coco_ids[a["image_id"]] == item_id and a["region_index"] == index]
+            assert found[0]["votes"] == votes and found[0]["category_id"] == \
+                {"mentioned": 1, "unmentioned": 2}.get(region["label"], 3), (item_id, index, "coco")
+            boxes = [r for a in annotations for r in a["result"] if r.get("id") == f"r{index}"]
+            shown = Counter(r["value"]["rectanglelabels"][0] for r in boxes)
+            assert (shown["mentioned"], shown["no object"], len(boxes)) == \
+                (votes["mentioned"], votes["junk"], votes["total"]), (item_id, index, "label studio")
+        ties = {(link["token"], link["region"]): link["votes"] for link in row.get("links", [])}
+        csv_ties = Counter((int(r["index"]), int(r["region"])) for r in lines if r["kind"] == "tie")
+        coco_ties = {(link["token"], a["region_index"]): link["votes"] for a in coco["annotations"]
+                     if coco_ids[a["image_id"]] == item_id for link in a["links"]}
+        ls_ties = Counter((int(r["from_id"][1:]), int(r["to_id"][1:])) for a in annotations for r in a["result"]
+                          if r["type"] == "relation")
+        assert ties == dict(csv_ties) == coco_ties == dict(ls_ties), item_id
+    # the region bob added after ann submitted: ann never saw it, so no export counts her as "unmentioned"
+    added = judged[0]["regions"][2]
+    assert added["votes"] == {"mentioned": 1, "junk": 0, "total": 1} and added["added_by"] == "bob"
+    assert not [r for r in table if r["annotator"] == "ann" and r["kind"] == "region" and r["index"] == "2"]
