@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, conint
 from starlette.background import BackgroundTask
 
 from capscope import __version__
-from capscope.annotation import added_regions, agreement, audit, browse, export, gold, model_versions, queue, workflow
+from capscope.annotation import added_regions, agreement, audit, browse, export, gold, model_versions, queue, users, workflow
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
@@ -49,7 +49,7 @@ from capscope.server.callers import SIGNIN_KEY, CallerIdentity, basic_credential
 from capscope.server.content_policy import ContentPolicy
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
-                                    script_or_json)
+                                    quiet_cut_short_answers, script_or_json)
 from capscope.server.segmenting import MAX_POINTS, ClickService, SegmentingBusy
 from capscope.server.scoring import SERVER_CONFIG, Models, ScoreGate, ScoringBusy, ScoringTimeout
 from capscope.server.signin import guard_for, signin_log_due
@@ -109,6 +109,10 @@ class FlagRequest(BaseModel):
 class GoldRequest(BaseModel):
     token_labels: list[Literal["correct", "incorrect"] | None] = Field(max_length=MAX_INDICES)
     region_labels: list[Literal["mentioned", "unmentioned"] | None] = Field(max_length=MAX_INDICES)
+
+
+class DatasetChoice(BaseModel):
+    dataset: str | None = Field(max_length=200)
 
 
 class QueueRequest(BaseModel):
@@ -301,6 +305,7 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
         app.state.clicks.warm_up()  # a background thread: start-up and requests do not wait for it
     app.state.lease_seconds = lease_seconds or int(os.environ.get("CAPSCOPE_LEASE_SECONDS", workflow.LEASE_SECONDS))
     _add_guards(app, cors_origins)
+    quiet_cut_short_answers()  # a transfer cut short is one WARNING line in the server's log, not a traceback
 
     @app.exception_handler(AnnotationError)
     async def _annotation_error(_request, err: AnnotationError):
@@ -366,7 +371,13 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.get("/api/me")
     def me(user: User) -> dict:
-        return {"id": user.id, "name": user.name, "role": user.role}
+        return {"id": user.id, "name": user.name, "role": user.role,
+                "dataset": users.annotate_dataset(store, user)}
+
+    @app.put("/api/me/dataset")
+    def put_my_dataset(body: DatasetChoice, user: User) -> dict:
+        """Remember the dataset this user annotates (null: every dataset, the demo world's last)."""
+        return {"dataset": users.set_annotate_dataset(store, user, body.dataset)}
 
     @app.post("/api/score", responses={429: {"description": "this user (or the server) has too many scorings "
                                                            "waiting"},
@@ -387,8 +398,11 @@ def _add_routes(app: FastAPI) -> None:
             raise HTTPException(503, str(err)) from None
 
     @app.get("/api/items/next", responses={204: {"description": "nothing left for this user"}})
-    def next_item(user: User, dataset: str | None = None, predictions: bool = False):
-        item = workflow.next_item(store, user, dataset=dataset, lease_seconds=lease)
+    def next_item(user: User, dataset: str | None = Query(None, max_length=200), predictions: bool = False):
+        """The next item of `dataset`, else of the dataset the user chose (PUT /api/me/dataset), else of
+        any dataset, the demo world's last."""
+        chosen = dataset if dataset is not None else users.annotate_dataset(store, user)
+        item = workflow.next_item(store, user, dataset=chosen, lease_seconds=lease)
         if item is None:
             return Response(status_code=204)
         if predictions:

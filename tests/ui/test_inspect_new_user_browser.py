@@ -174,6 +174,8 @@ def test_a_picture_that_cannot_be_read_is_said_at_once_beside_it(chromium, serve
         path = big_jpeg(root / "big.jpg")
     page = logged_in_page(chromium, served, *USER)
     caplog.clear()
+    server_log = logging.getLogger("uvicorn")  # uvicorn's own records do not reach the root logger
+    server_log.addHandler(caplog.handler)
     with caplog.at_level(logging.INFO):
         page.set_input_files("#cs-image input[type=file]", str(path))
         if kind == "big-jpeg":  # readable (13 megapixels): shown, and nothing to say
@@ -192,6 +194,8 @@ def test_a_picture_that_cannot_be_read_is_said_at_once_beside_it(chromium, serve
             page.wait_for_timeout(1000)  # the rest of the upload's handlers run
     shot(page, f"inspect-unreadable-{kind}.png")
     page.close()
+    page.context.close()
+    server_log.removeHandler(caplog.handler)
     ours = [r for r in caplog.records if r.name.startswith("capscope") and r.levelno >= logging.WARNING]
     assert len(ours) == (0 if kind == "big-jpeg" else 1), [r.getMessage() for r in ours]
     assert all(r.levelno == logging.WARNING and "\n" not in r.getMessage() for r in ours)
