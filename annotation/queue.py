@@ -47,6 +47,7 @@ RANKED = ("random", "uncertainty", "consensus")  # orders kept as stored ranks
 PREFERRED_METRIC = "infometic"
 MAX_SEED = 2**31 - 1  # the column is a 32-bit integer on PostgreSQL
 PREVIEW = 10
+DEMO_DATASET = "demo"  # the demo world's items, seeded on a first start (ui/page.py)
 CHUNK = 200  # ranks written per transaction
 
 
@@ -70,10 +71,17 @@ def candidate_captions(user: UserInfo | None, dataset: str | None, now: datetime
     free = [taken < Caption.annotators_needed, Caption.control.is_(False)]  # controls: `control_for`
     if user is not None:
         free.insert(0, ~exists().where(Assignment.caption_id == Caption.id, Assignment.user_id == user.id))
-    query = select(Caption.id).where(*free).order_by(*order_keys(order))
     if dataset is not None:
-        query = query.where(Caption.dataset_id == select(Dataset.id).where(Dataset.name == dataset).scalar_subquery())
-    return query
+        return (select(Caption.id).where(*free).order_by(*order_keys(order))
+                .where(Caption.dataset_id == select(Dataset.id).where(Dataset.name == dataset).scalar_subquery()))
+    return select(Caption.id).where(*free).order_by(demo_last(), *order_keys(order))
+
+
+def demo_last():
+    """SQL, correlated to Caption: 1 for the demo world's dataset, else 0: without a chosen
+    dataset, a user's own data comes before the 48 demo items."""
+    name = select(Dataset.name).where(Dataset.id == Caption.dataset_id).correlate(Caption).scalar_subquery()
+    return case((name == DEMO_DATASET, 1), else_=0)
 
 
 def control_for(session, user: UserInfo, caption_id: int) -> int | None:

@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from capscope.annotation import audit
 from capscope.annotation.refusals import Conflict, Invalid, NotFound
-from capscope.db import Store, User
+from capscope.db import Dataset, Store, User
 from capscope.db.models import ROLES
 
 log = logging.getLogger(__name__)
@@ -269,3 +269,23 @@ def _forget(name: str) -> None:
             del _verified[key]
         for key in [k for k in _stamps if k[1] == name]:
             del _stamps[key]
+
+
+def annotate_dataset(store: Store, user: UserInfo) -> str | None:
+    """The dataset this user chose to annotate (None: every dataset; a dataset since removed: None)."""
+    with store.read() as session:
+        chosen = session.scalar(select(User.annotate_dataset).where(User.id == user.id))
+        if chosen is None or session.scalar(select(Dataset.id).where(Dataset.name == chosen)) is None:
+            return None
+        return chosen
+
+
+def set_annotate_dataset(store: Store, user: UserInfo, dataset: str | None) -> str | None:
+    """Remember the dataset this user annotates (None: every dataset, the demo dataset last)."""
+    def work(session):
+        if dataset is not None and session.scalar(select(Dataset.id).where(Dataset.name == dataset)) is None:
+            raise NotFound(f"no dataset {dataset!r}")
+        session.get(User, user.id).annotate_dataset = dataset
+        return dataset
+
+    return store.run_write(work)

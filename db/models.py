@@ -167,6 +167,8 @@ class User(Base):
     # raised whenever the user is disabled, enabled, given a new password or role: a session
     # issued before never comes back, not even after a disable and an enable
     session_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # the dataset Annotate hands this user items from (None: every dataset, the demo dataset last)
+    annotate_dataset: Mapped[str | None] = mapped_column(String(200), default=None)
 
 
 class AuditEvent(Base):

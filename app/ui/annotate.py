@@ -22,7 +22,9 @@ from capscope.annotation import added_regions, browse, workflow
 from capscope.annotation.captioners import stored_verdicts
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
-from capscope.annotation.users import UserInfo, get_user
+from capscope.annotation.browse import dataset_names
+from capscope.annotation.queue import DEMO_DATASET
+from capscope.annotation.users import UserInfo, annotate_dataset, get_user, set_annotate_dataset
 from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.common.lru import LRUCache
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 SUGGESTIONS_KEPT = 2048  # items whose pre-labels are kept in memory
 
 MAX_REGION_KEYS = 10
+ALL_DATASETS = "every dataset (demo last)"  # the picker's choice for no dataset
 KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
              "<kbd>a</kbd> add the region being made · <kbd>Esc</kbd> drop it · "
              "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · "
@@ -163,7 +166,9 @@ class Annotator:
         return item
 
     def next(self, user: UserInfo) -> dict | None:
-        item = workflow.next_item(self.store, user, lease_seconds=self.lease)
+        """The next item of the dataset the user chose (every dataset, the demo last, when none)."""
+        item = workflow.next_item(self.store, user, dataset=annotate_dataset(self.store, user),
+                                  lease_seconds=self.lease)
         if item is not None:
             item["_path"] = workflow.image_path(self.store, user, item["image_id"])
             self.clicks.prefetch(user.name, item["image_id"], item["_path"])
@@ -276,6 +281,8 @@ def build_annotate(annotator: Annotator) -> dict:
     c: dict = {}
     with gr.Column(elem_id="cs-annotate"):
         with gr.Row():
+            c["dataset"] = gr.Dropdown([ALL_DATASETS], value=ALL_DATASETS, label="Dataset", scale=1,
+                                       elem_id="cs-annotate-dataset")
             c["header"] = gr.Markdown("Loading your queue…")
             c["saved"] = gr.Markdown("", elem_id="cs-saved", elem_classes="cs-saved")
         with gr.Row(equal_height=False):
@@ -626,6 +633,21 @@ class AnnotateHandlers:
     def previous(self, item_id, show, request: gr.Request):
         return self._run(request, item_id, show, open_previous)
 
+    def choose_dataset(self, item_id, show, dataset, request: gr.Request):
+        """The picker: remember the user's dataset and go on with its next item."""
+        def choose(annotator, user, item_id):
+            set_annotate_dataset(annotator.store, user, None if dataset in (None, "", ALL_DATASETS) else dataset)
+            return annotator.next(user), ""
+        return self._run(request, item_id, show, choose)
+
+    def datasets(self, request: gr.Request):
+        """The picker's choices and the user's remembered one, on page load."""
+        user = self.annotator.user(getattr(request, "username", None))
+        chosen = annotate_dataset(self.annotator.store, user)
+        names = dataset_names(self.annotator.store)
+        ordered = [n for n in names if n != DEMO_DATASET] + [n for n in names if n == DEMO_DATASET]
+        return gr.update(choices=[ALL_DATASETS, *ordered], value=chosen or ALL_DATASETS)
+
     def flag(self, item_id, show, kind, comment, request: gr.Request):
         return self._run(request, item_id, show, flag_item, kind, comment)
 
@@ -674,7 +696,10 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     c["prelabels"].change(handlers.reload, state, outputs, show_progress="minimal", **MODEL_EVENTS)
     c["guidelines_button"].click(lambda: gr.Accordion(open=True), None, c["guidelines"], api_visibility="private",
                                  queue=False)
+    c["dataset"].input(handlers.choose_dataset, [*state, c["dataset"]], outputs, api_visibility="private",
+                       **DB_QUEUE).then(handlers.suggest, state, outputs, **MODEL_EVENTS)
     c["open"] = (handlers.next, state, outputs)
+    c["load"] = [(handlers.datasets, None, c["dataset"])]
 
 
 def _wire_api(handlers: AnnotateHandlers, state: list, outputs: list) -> None:

@@ -26,7 +26,7 @@ import gradio as gr
 from PIL import Image
 
 from capscope.common.heap import freeze_long_lived
-from capscope.annotation import browse, importer
+from capscope.annotation import browse, importer, queue
 from capscope.annotation.refusals import Invalid
 from capscope.annotation.users import add_user, get_user, list_users
 from capscope.db import Store, data_dir
@@ -51,7 +51,7 @@ from capscope.ui.shared import SCORING_EVENTS, DatasetScores, admin_only
 
 log = logging.getLogger(__name__)
 
-DEMO_DATASET = "demo"
+DEMO_DATASET = queue.DEMO_DATASET  # one name for the demo world's dataset (annotation/queue.py)
 QUEUE_MAX_SIZE = 64  # events waiting in Gradio's queue, all users together; more are refused with "queue full"
 DEMO_SCENES = 24
 MAX_EXAMPLES = 12
@@ -193,7 +193,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
         demo.load(*annotate["open"], api_visibility="private", concurrency_id="db", concurrency_limit=4)
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
                   **SCORING_EVENTS)
-        for part in (explore, bench, admin, model_versions, compare, reviewing):
+        for part in (annotate, explore, bench, admin, model_versions, compare, reviewing):
             for fn, inputs, outputs in part["load"]:
                 demo.load(fn, inputs, outputs, api_visibility="private")
     return demo

@@ -105,6 +105,7 @@ PLACES = {
     "Inspect · markdown · cs-match-b": (OWN, "scored file"),
     "Inspect · markdown · #4": (OWN, "scored file"),
     "Inspect · dataframe · Global scores": (FIXED,),
+    "Annotate · dropdown · cs-annotate-dataset": ("dataset",),
     "Annotate · markdown · #1": ("item id", "dataset"),
     "Annotate · markdown · cs-saved": ("caption",),
     "Annotate · image · cs-annotate-image": (FIXED,),
