@@ -143,13 +143,13 @@ SERVED_ONLY = {"sign-out", "training started", "model activated"}  # test_each_a
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_every_workflow_action_is_logged_on_sqlite_and_postgresql(backend, tmp_path):
     """Each action that the annotation layer or the REST sign-in performs adds one row with
-    who and from where, on both databases; releases and review decisions (still to come)
-    are accepted by `record`."""
+    who and from where, on both databases; review decisions are accepted by `record`
+    (tests/annotation/test_review.py makes real ones)."""
     import contextlib
 
     from fastapi.testclient import TestClient
 
-    from capscope.annotation import agreement, export, label_studio
+    from capscope.annotation import agreement, controls, export, label_studio, release
     from capscope.annotation.importer import ImportOptions, import_captions, import_captokeneval, import_predictions
     from capscope.annotation.users import add_user, set_active
     from capscope.server.api import create_app
@@ -176,7 +176,10 @@ def test_every_workflow_action_is_logged_on_sqlite_and_postgresql(backend, tmp_p
                 label_studio.import_export_rows(store, tasks, "d")
                 agreement.gold_from_majority(store, "d", min_judgements=1)
                 agreement.adjudicate(store, boss, 1, [None] * 4, [None])
-                audit.record(store, "release made", target="d v1")
+                controls.set_control(store, 2, True)
+                controls.set_control(store, 2, False)
+                controls.set_control_settings(store, "d", 0.2)
+                release.make_release(store, "d", "v1", tmp_path / "release")
                 audit.record(store, "review decision", target="item 1", details={"decision": "accepted"})
             with TestClient(create_app(store=store)) as client:
                 assert client.get("/api/me", auth=("ann", "ann-password-2")).status_code == 200
