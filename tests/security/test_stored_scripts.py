@@ -89,6 +89,9 @@ PLACES = {
     "page · markdown · cs-banner": (FIXED,),
     "Inspect · markdown · cs-token-rule": (FIXED,),
     "Inspect · image · cs-image": (OWN, "scored file"),
+    "Inspect · markdown · cs-image-problem": (OWN,),  # why the picture cannot be read (its name may be said)
+    "Inspect · markdown · cs-shade-legend-a": (FIXED,),
+    "Inspect · markdown · cs-shade-legend-b": (FIXED,),
     "Inspect · dropdown · …or pick a demo scene (clean and polluted caption)": (FIXED,),
     "Inspect · textbox · cs-caption-a": (OWN, "scored file"),  # and, as its label, the captioner's NAME
     "Inspect · textbox · cs-caption-b": (OWN, "scored file"),
