@@ -326,15 +326,17 @@ def datasheet(metadata: dict, options: dict, digests: dict[str, str]) -> str:
     """The release described from its numbers and the options given at release; nothing typed by hand."""
     m = metadata
     name = f"{m['name']} {m['version']}"
+    made = (f"labelled by {m['annotators']:,} annotators in {m['judgements']:,} judgements" if m["judgements"]
+            else "with labels carried in with the data (no judgement was made in capscope)")
     lines = [f"# {name}", "",
-             f"A CapTokenEval benchmark: captions of images with a label on every word (correct or incorrect) "
-             f"and every region (mentioned by the caption or not), made by people with capscope {m['capscope']} "
-             f"and frozen on {m['created_at']}.", "",
+             f"A CapTokenEval benchmark: captions of images with a label on words (correct or incorrect) and "
+             f"regions (mentioned by the caption or not), {made}; frozen with capscope {m['capscope']} on "
+             f"{m['created_at']}.", "",
              "## What it holds", "", "| | |", "|---|---|"]
     for key, label in (("items", "items (captions)"), ("controls", "control items (gold set by an admin, used to "
                        "measure annotators)"), ("images", "images"), ("words", "words"),
                        ("semantic_words", "semantic words"), ("labelled_words", "words with a label"),
-                       ("regions", "regions"), ("labelled_regions", "regions with a label"),
+                       ("regions", "regions (counted once per item)"), ("labelled_regions", "regions with a label"),
                        ("annotators", "annotators"), ("judgements", "judgements (one annotator, one item)")):
         lines.append(f"| {label} | {m[key]:,} |")
     lines += ["", "## Agreement between annotators", "",
