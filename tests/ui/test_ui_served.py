@@ -506,3 +506,27 @@ def test_browser_admin_compares_captioners_and_opens_a_caption_in_inspect(chromi
     assert shown_score(page, "InfoMetIC", "overall", "a") == pytest.approx(expected, abs=1e-4)
     shot(page, "admin-compare-inspect.png")
     page.close()
+
+
+@pytest.mark.slow
+@browser
+def test_browser_annotate_dataset_picker_puts_the_demo_last_and_remembers(chromium, served, tmp_path):
+    """Issue 71: imported photos come before the demo world's items, and the dataset a user picks
+    is the one Annotate hands out from, after a reload too. (Last in the module: it adds a dataset.)"""
+    from annotation_support import import_small_dataset
+
+    import_small_dataset(served.store, tmp_path, n_images=2, n_captions=2, annotators_per_item=1)
+    add_user(served.store, "picker", "picker-password-1")
+    page = logged_in_page(chromium, served, "picker", "picker-password-1")
+    page.get_by_role("tab", name="Annotate").click()
+    page.wait_for_function("document.body.innerText.includes('dataset default')", timeout=30_000)
+    field = page.locator("#cs-annotate-dataset input").first
+    field.click()
+    page.locator(f"#{field.get_attribute('aria-controls')}").get_by_role("option", name="demo", exact=True).click()
+    page.wait_for_function("document.body.innerText.includes('dataset demo')", timeout=30_000)
+    page.reload()
+    page.wait_for_selector("#cs-caption-a", timeout=30_000)
+    page.get_by_role("tab", name="Annotate").click()
+    page.wait_for_function("document.querySelector('#cs-annotate-dataset input')?.value === 'demo'", timeout=30_000)
+    page.wait_for_function("document.body.innerText.includes('dataset demo')", timeout=30_000)
+    page.close()
