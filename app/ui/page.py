@@ -126,7 +126,8 @@ def demo_examples(folder: Path | None, limit: int = MAX_EXAMPLES) -> list[dict]:
         twin = pair.get("clean") if "polluted" in pair else None
         examples.append({"id": first["id"], "path": str(folder / image), "caption": first["caption"],
                          "twin_caption": twin["caption"] if twin else "",
-                         "regions": [{"box": r["box"]} for r in first["regions"]]})
+                         "regions": [{"box": r["box"], **({"mask": r["mask"]} if r.get("mask") else {})}
+                                     for r in first["regions"]]})  # a mask is scored (HICE-S) and outlined
         if len(examples) >= limit:
             break
     return examples

@@ -103,3 +103,19 @@ def test_a_mask_of_another_size_or_malformed_falls_back_to_the_box():
     assert draw.decoded_mask({"size": [10, 10], "counts": "bad"}, (W, H)) is None
     assert draw.decoded_mask(mask_to_rle(np.ones((10, 10), bool)), (W, H)) is None
     assert draw.decoded_mask(None, (W, H)) is None
+
+
+def test_the_demo_scenes_inspect_offers_carry_their_masks(tmp_path):
+    """Inspect's demo scenes hand their regions' masks on (they were boxes only), so the
+    picture outlines each shape and HICE-S scores the mask."""
+    import json
+
+    from capscope.demo.dataset import write_demo_data
+    from capscope.ui.page import demo_examples
+
+    write_demo_data(tmp_path, n=2, seed=0, progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "captokeneval.jsonl").read_text().splitlines()]
+    examples = demo_examples(tmp_path)
+    masked = [r for r in examples[0]["regions"] if "mask" in r]
+    source = next(row for row in rows if row["id"] == examples[0]["id"])
+    assert len(masked) == sum(1 for r in source["regions"] if r.get("mask")) > 0
