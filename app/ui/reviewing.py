@@ -390,6 +390,9 @@ class ReviewHandlers:
             user = get_user(self.reviewing.store, getattr(request, "username", None) or "")
         except AnnotationError:
             user = None
+        if user is None or not review.may_review(user):  # the tab is hidden: nothing of it goes to the page
+            return (gr.Dropdown(choices=[ALL], value=ALL), gr.Accordion(visible=False), gr.Dropdown(choices=[]),
+                    gr.Checkbox(value=False), "")
         settings = review.review_settings(self.reviewing.store)
         names = [s["dataset"] for s in settings]
         reviewed = [s["dataset"] for s in settings if s["review"]]
