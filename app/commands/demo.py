@@ -11,6 +11,7 @@ from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTE
 
 
 COCO_SCENES = 48
+LEADERBOARD_DRAWS = 1000
 COCO_CAPTIONERS = ("colours", "nearly-clean")
 
 
@@ -131,10 +132,24 @@ def register_train_demo(targets) -> None:
 
 
 def register_evaluate(sub) -> None:
-    ev = sub.add_parser("evaluate", help="token and region figures against CapTokenEval gold labels")
-    ev.add_argument("--gold", required=True, type=Path, help="CapTokenEval JSONL")
-    ev.add_argument("--metric", required=True, help="infometic, infoclip, hice, ...")
+    ev = sub.add_parser("evaluate", help="token and region figures against CapTokenEval gold labels, or the "
+                                         "leaderboard of a benchmark release")
+    source = ev.add_mutually_exclusive_group(required=True)
+    source.add_argument("--gold", type=Path, help="CapTokenEval JSONL")
+    source.add_argument("--benchmark", type=Path, metavar="DIR",
+                        help="a release folder (`capscope release`): its files checked against metadata.json, then "
+                             "every metric's word and region AUROC, AP and F1 with 95%% bootstrap intervals over "
+                             "images, by word type, and paired differences (docs/formats.md)")
+    ev.add_argument("--metric", nargs="+", action="extend", default=None, metavar="NAME",
+                    help="infometic, infoclip, hice, ...; with --gold one; with --benchmark one or more, given "
+                         "several times or as several names (no --metric: every metric that judges words or regions)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    bench = ev.add_argument_group("with --benchmark")
+    bench.add_argument("--draws", type=int, default=LEADERBOARD_DRAWS,
+                       help=f"bootstrap draws over images (default {LEADERBOARD_DRAWS})")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
+    bench.add_argument("--no-controls", action="store_true",
+                       help="leave the control items out (by default they are in: their gold is an admin's)")
     ev.add_argument("--batch-size", type=int, default=32, help="pairs scored at once (default 32)")
     # each gold item brings its own regions; PAC-S and HICE-S's Alpha-CLIP judge no word or region here
     add_flags(ev, leave_out=("regions", "max_regions", "pacs_checkpoint", "alpha_clip_checkpoint"))
@@ -333,7 +348,8 @@ def scorer_for(args):
         beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
         register_demo_clip_config(beside if beside is not None and beside.is_file() else None)
         crop = CropStyle(**DEMO_CROP)
-    config = ScorerConfig.from_args(args, [args.metric]).replace(regions="given", clip_crop=crop)
+    metrics = list(args.metric) if isinstance(args.metric, (list, tuple)) else [args.metric]
+    config = ScorerConfig.from_args(args, metrics).replace(regions="given", clip_crop=crop)
     return build_scorer(config)
 
 
@@ -342,6 +358,13 @@ def run_evaluate(args) -> int:
 
     from capscope.bench.evaluate import evaluate_gold, format_figures, read_gold
 
+    if args.benchmark is not None:
+        return run_leaderboard(args)
+    if not args.metric:
+        raise CapscopeError("--gold: name the metric (--metric NAME)")
+    if len(args.metric) > 1:
+        raise CapscopeError(f"--gold evaluates one metric, not {len(args.metric)} (--benchmark takes several)")
+    args.metric = args.metric[0]
     if not args.gold.is_file():
         raise CapscopeError(f"--gold: no file at {args.gold}")
     try:
@@ -353,3 +376,37 @@ def run_evaluate(args) -> int:
                             beta=args.beta, batch_size=args.batch_size, progress=not args.json)
     print(json.dumps(figures) if args.json else format_figures(figures))
     return 0
+
+
+def run_leaderboard(args) -> int:
+    """`capscope evaluate --benchmark DIR`: the release checked before anything is loaded, then scored."""
+    import json
+
+    from capscope.bench.leaderboard import evaluate_release, format_leaderboard
+    from capscope.bench.release_check import check_release
+    from capscope.metrics.registry import SPECS, metric_names
+
+    if args.draws < 0:
+        raise CapscopeError("--draws must be 0 or more")
+    metrics = list(dict.fromkeys(args.metric or [m for m in metric_names() if SPECS[m].kind != "global"]))
+    unknown = [m for m in metrics if m not in SPECS]
+    if unknown:
+        raise CapscopeError(f"--metric: unknown {', '.join(unknown)} (known: {', '.join(metric_names())})")
+    release = check_release(args.benchmark)
+    args.metric = metrics
+    scorer = scorer_for(args)
+    board = evaluate_release(release, scorer, metrics, word_typing(scorer), token_rule=args.token_rule,
+                             beta=args.beta, draws=args.draws, seed=args.seed, controls=not args.no_controls,
+                             batch_size=args.batch_size, progress=not args.json)
+    print(json.dumps(board) if args.json else format_leaderboard(board))
+    return 0
+
+
+def word_typing(scorer):
+    """The leaderboard's word types: `capscope diagnose`'s (diagnose/error_types.py), with the
+    scorer's spaCy pipeline."""
+    from capscope.bench.leaderboard import WordTyping
+    from capscope.diagnose.error_types import TYPES, caption_types, type_source
+
+    nlp = scorer.nlp
+    return WordTyping(lambda caption, tokens: caption_types(caption, tokens, nlp), type_source(nlp), TYPES)
