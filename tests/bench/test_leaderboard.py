@@ -329,3 +329,30 @@ def test_the_word_types_are_diagnose_s():
     from capscope.diagnose.error_types import TYPES
 
     assert KINDS == TYPES
+
+
+def test_a_release_made_by_capscope_release_is_evaluated_with_no_database(demo_world, tmp_path, capsys, monkeypatch):
+    """`capscope import` then `capscope release`, the database removed, then the leaderboard:
+    the point figures are `capscope evaluate --gold`'s on the same labels."""
+    if not demo_model_path().is_file():
+        pytest.skip("the demo model is not shipped")
+    folder, _ = demo_world
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    assert main(["import", "--captokeneval", str(folder / "captokeneval.jsonl"), "--dataset", "world", "--db", db,
+                 "--no-progress"]) == 0
+    assert main(["release", "--dataset", "world", "--version", "2.0", "--out", str(tmp_path / "rel"), "--db", db]) == 0
+    (tmp_path / "store.db").unlink()
+    code, out, _ = evaluate(["--benchmark", str(tmp_path / "rel"), "--metric", "infometic", "--json", "--device",
+                             "cpu", "--demo", "--draws", "100"], capsys)
+    assert code == 0
+    board = json.loads(out)
+    assert board["benchmark"]["name"] == "world" and board["benchmark"]["version"] == "2.0"
+    code, out, _ = evaluate(["--gold", str(folder / "captokeneval.jsonl"), "--metric", "infometic", "--json",
+                             "--device", "cpu", "--demo"], capsys)
+    gold = json.loads(out)
+    words, regions = board["metrics"]["infometic"]["words"], board["metrics"]["infometic"]["regions"]
+    assert words["n"] == gold["n_tokens"] and regions["n"] == gold["n_regions"]
+    assert words["auroc"]["value"] == pytest.approx(gold["incorrect_token_auroc"], abs=1e-6)
+    assert words["f1"]["value"] == pytest.approx(gold["incorrect_token_f1"], abs=1e-6)
+    assert regions["auroc"]["value"] == pytest.approx(gold["region_auroc"], abs=1e-6)
