@@ -29,7 +29,7 @@ from security_support import ADMIN, self_signed_certificate
 
 # Each way in gets a number of its own, so that a script that ran says where it came from: __pwned(number)
 CAPTION, REFERENCE, ITEM_ID, DATASET, CAPTIONER, USER, SIGN_IN, FLAG, LABEL_STUDIO = range(11, 20)
-SCORED, SCORED_NAME, IMPORT_REPORT, UPLOAD, REPORT, TYPED, INJECTED = range(20, 27)
+SCORED, SCORED_NAME, IMPORT_REPORT, UPLOAD, REPORT, TYPED, INJECTED, REVIEW = range(20, 28)
 
 
 def payload(n: int) -> str:
@@ -70,6 +70,7 @@ SOURCES = {
     "user": "a user's name (capscope users add, the Admin tab; a Label Studio import adds label-studio-<e-mail>)",
     "sign-in name": "a name anyone tried at the sign-in form or in REST Basic credentials (the audit log)",
     "flag comment": "a flag's comment, by REST (POST /api/items/{id}/flags) or Annotate's Flag",
+    "review comment": "a reviewer's comment on a judgement sent back (POST /api/review/{id}, the Review tab)",
     "label studio": "a Label Studio export (capscope import --label-studio): its annotators' e-mails, its spans",
     "scored file": "a scored captions file (capscope score or diagnose output, a COCO results file scored) "
                    "named in Compare: its NAME, captions, ids, words",
@@ -109,7 +110,7 @@ PLACES = {
     "Inspect · markdown · #4": (OWN, "scored file"),
     "Inspect · dataframe · Global scores": (FIXED,),
     "Annotate · dropdown · cs-annotate-dataset": ("dataset",),
-    "Annotate · markdown · #1": ("item id", "dataset"),
+    "Annotate · markdown · #1": ("item id", "dataset", "user", "review comment"),
     "Annotate · markdown · cs-saved": ("caption",),
     "Annotate · image · cs-annotate-image": (FIXED,),
     "Annotate · radio · cs-click-mode": (FIXED,),
@@ -228,6 +229,19 @@ PLACES = {
     "Compare · dataframe · #2": ("scored file", "captioner"),
     "Compare · dataframe · cs-compare-words": ("scored file", "captioner"),
     "Compare · dataframe · cs-compare-captions": ("scored file", "captioner"),
+    "Review · dropdown · cs-review-switch-dataset": ("dataset",),
+    "Review · checkbox · cs-review-switch-on": (FIXED,),
+    "Review · markdown · cs-review-settings": ("dataset",),
+    "Review · dropdown · cs-review-dataset": ("dataset",),
+    "Review · markdown · cs-review-header": ("user", "item id", "dataset", "review comment"),
+    "Review · image · cs-review-image": (FIXED,),
+    "Review · gallery · cs-review-gallery": (FIXED,),
+    "Review · highlightedtext · cs-review-tokens": ("caption",),
+    "Review · html · cs-review-diff": ("caption",),
+    "Review · textbox · cs-review-comment": (OWN,),
+    "Review · markdown · cs-review-status": ("user",),
+    "Review · html · #1": (FIXED,),  # the keys
+    "Review · html · cs-review-history": ("user", "review comment"),
 }
 # Sources drawn outside the page's components: where they go instead
 OFF_PAGE = {"reference": "Inspect, typed (OWN), and the exports", "flag comment": "the store and the exports "
@@ -284,7 +298,8 @@ def _serve_payloads(folder: Path, data: Path):
 
     from capscope.annotation import label_studio
     from capscope.annotation.importer import ImportOptions, import_captions
-    from capscope.annotation.users import add_user
+    from capscope.annotation import review
+    from capscope.annotation.users import add_user, get_user
     from capscope.diagnose import diagnose_captioners
     from capscope.server.api import create_app
     from capscope.ui.page import mount_ui
@@ -336,6 +351,18 @@ def _serve_payloads(folder: Path, data: Path):
         assert rest.post(f"/api/items/{item}/flags", json={"kind": "comment", "comment": payload(FLAG)}
                          ).status_code in (200, 201)
         seeded.add("flag comment")
+        boss = httpx.Client(base_url=served.url, verify=False, timeout=60, auth=ADMIN)
+        # (the dataset's name holds '/': no /api/datasets/{name}/... path reaches it, so turned on in the store)
+        review.set_review(store, get_user(store, ADMIN[0]), DATASET_NAME, True)
+        second = rest.get("/api/items/next").json()["item_id"]  # judged under review: pending, then sent back
+        assert rest.put(f"/api/items/{second}/labels", json={"incorrect_tokens": [0], "mentioned_regions": [],
+                                                               "status": "submitted"}).status_code == 200
+        pending = boss.get("/api/review/next", params={"dataset": DATASET_NAME}).json()["assignment_id"]
+        assert boss.post(f"/api/review/{pending}", json={"decision": "return", "comment": payload(REVIEW)}
+                         ).status_code == 200
+        assert rest.put(f"/api/items/{second}/labels", json={"incorrect_tokens": [1], "mentioned_regions": [],
+                                                               "status": "submitted"}).status_code == 200
+        seeded.add("review comment")  # pending again: the Review tab shows the comment it was sent back with
         stranger = httpx.Client(base_url=served.url, verify=False, timeout=60)
         assert stranger.post("/login", data={"username": name_payload(SIGN_IN), "password": "not-the-password-1"}
                              ).status_code in (400, 401)
@@ -444,6 +471,9 @@ def test_no_stored_script_runs_and_no_request_leaves(stored):
         page.get_by_role("button", name="Import", exact=True).click()
         seen["Admin"] = wait_for_text(page, "body", "1 rejected")
 
+        page.get_by_role("tab", name="Review").click()
+        seen["Review"] = wait_for_text(page, "#cs-review", marker(REVIEW))
+
         page.get_by_role("tab", name="Compare").click()
         page.locator("#cs-compare-files textarea").fill(stored.compare_files)
         page.locator("#cs-compare-store label").first.click()  # the captioner in the store
@@ -486,7 +516,7 @@ def test_no_stored_script_runs_and_no_request_leaves(stored):
     # the payloads were drawn, as text, where the test expects them (else it would prove nothing)
     expected = {"Annotate": [CAPTION, ITEM_ID, DATASET], "Explore": [CAPTION, ITEM_ID, DATASET],
                 "Benchmark": [USER], "Admin": [USER, SIGN_IN, DATASET],
-                "Compare": [SCORED, SCORED_NAME, CAPTIONER], "Inspect": [SCORED_NAME]}
+                "Compare": [SCORED, SCORED_NAME, CAPTIONER], "Inspect": [SCORED_NAME], "Review": [REVIEW, USER]}
     missing = {tab: [n for n in numbers if marker(n) not in seen[tab]] for tab, numbers in expected.items()}
     assert not any(missing.values()), f"payloads not drawn where expected: {missing}"
 
