@@ -356,3 +356,19 @@ def test_a_release_made_by_capscope_release_is_evaluated_with_no_database(demo_w
     assert words["auroc"]["value"] == pytest.approx(gold["incorrect_token_auroc"], abs=1e-6)
     assert words["f1"]["value"] == pytest.approx(gold["incorrect_token_f1"], abs=1e-6)
     assert regions["auroc"]["value"] == pytest.approx(gold["region_auroc"], abs=1e-6)
+
+
+def test_the_documented_loaders_read_a_release(release, tmp_path, monkeypatch):
+    """docs/formats.md §15: pandas (parquet and JSONL), pyarrow and, where it is installed, Hugging Face datasets."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    rows = pd.read_parquet(release / "benchmark.parquet")
+    assert len(rows) == len(pd.read_json(release / "benchmark.jsonl", lines=True)) == 2 * SCENES
+    assert pq.read_table(release / "benchmark.parquet").num_rows == 2 * SCENES
+    assert all((release / image).is_file() for image in rows["image"])
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    loaded = datasets.load_dataset("parquet", data_files=str(release / "benchmark.parquet"),
+                                   cache_dir=str(tmp_path / "hf"))["train"]
+    assert loaded.num_rows == 2 * SCENES and loaded[0]["image"].startswith("images/")
