@@ -308,7 +308,8 @@ def type_table(board: dict) -> tuple[list[str], list[list[str]]]:
 
 def difference_table(board: dict) -> tuple[list[str], list[list[str]]]:
     header = ["a - b", "level", "AUROC", "AP", "F1"]
-    rows = [[f"{d['a']} - {d['b']}", d["level"], *(signed(d[stat]) for stat in STATS)] for d in board["differences"]]
+    rows = [[f"{d['a']} - {d['b']}", d["level"], *(signed(d[stat]) for stat in STATS)] for d in board["differences"]
+            if any(d[stat]["value"] is not None for stat in STATS)]     # a level one of the two does not judge
     return header, rows
 
 
