@@ -233,7 +233,7 @@ def check_images(folder: Path, items: list[dict], lines: list[int], files: dict)
 
 
 def check_counts(folder: Path, metadata: dict, items: list[dict], opener: Opener = plain_open) -> None:
-    """metadata.json's item count and the parquet's rows agree with benchmark.jsonl."""
+    """metadata.json's item count, and the parquet's rows and their ids, agree with benchmark.jsonl."""
     count = metadata.get("items")
     if isinstance(count, int) and not isinstance(count, bool) and count != len(items):
         raise ReleaseError(f"{folder / METADATA}: says {count} items, {JSONL} has {len(items)} rows")
@@ -246,11 +246,18 @@ def check_counts(folder: Path, metadata: dict, items: list[dict], opener: Opener
     path = folder / PARQUET
     try:
         with opener(path) as handle:
-            rows = pq.ParquetFile(handle).metadata.num_rows
+            parquet = pq.ParquetFile(handle)
+            rows = parquet.metadata.num_rows
+            ids = parquet.read(columns=["id"]).column("id").to_pylist() if "id" in parquet.schema_arrow.names else None
     except Exception as err:  # pyarrow raises its own types for a file that is no parquet
         raise ReleaseError(f"{path}: not a parquet file ({str(err).splitlines()[0] if str(err) else err})") from None
     if rows != len(items):
         raise ReleaseError(f"{path}: {rows} rows, {JSONL} has {len(items)}")
+    if ids is None:
+        raise ReleaseError(f"{path}: no 'id' column")
+    for number, (ident, item) in enumerate(zip(ids, items), start=1):
+        if str(ident) != str(item["id"]):
+            raise ReleaseError(f"{path}: row {number} has id {shown(ident)}, {JSONL} row {number} {shown(item['id'])}")
 
 
 def metadata_summary(release: Release) -> dict:

@@ -331,3 +331,18 @@ def test_the_documented_loaders_read_a_release(release, tmp_path, monkeypatch):
     loaded = datasets.load_dataset("parquet", data_files=str(release / "benchmark.parquet"),
                                    cache_dir=str(tmp_path / "hf"))["train"]
     assert loaded.num_rows == 2 * SCENES and loaded[0]["image"].startswith("images/")
+
+
+def test_a_parquet_that_disagrees_with_the_jsonl_is_named(release, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [json.loads(line) for line in (release / "benchmark.jsonl").read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist([{"id": r["id"]} for r in reversed(rows)]), release / "benchmark.parquet")
+    seal(release)
+    line = one_error_line(*evaluate(["--benchmark", str(release)], capsys)[::2])
+    assert "benchmark.parquet: row 1 has id" in line
+    pq.write_table(pa.Table.from_pylist([{"id": r["id"]} for r in rows[:-1]]), release / "benchmark.parquet")
+    seal(release)
+    line = one_error_line(*evaluate(["--benchmark", str(release)], capsys)[::2])
+    assert f"{2 * SCENES - 1} rows, benchmark.jsonl has {2 * SCENES}" in line
