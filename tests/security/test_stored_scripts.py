@@ -165,6 +165,14 @@ PLACES = {
     "Benchmark · dataframe · Annotator pairs (Cohen's κ)": ("user", "label studio"),
     "Benchmark · markdown · #5": (FIXED,),
     "Benchmark · file · Export": ("dataset",),  # the file's name
+    "Benchmark · markdown · #6": (FIXED,),  # the release leaderboard's heading
+    "Benchmark · dropdown · cs-release-board-path": ("dataset", OWN),  # releases/NAME-VERSION, or a typed path
+    "Benchmark · checkboxgroup · cs-release-board-metrics": (FIXED,),
+    "Benchmark · number · Bootstrap draws": (FIXED,),
+    "Benchmark · markdown · cs-release-board-message": ("dataset", OWN),
+    "Benchmark · dataframe · cs-release-board-table": (FIXED,),  # metric names and figures
+    "Benchmark · dataframe · cs-release-board-types": (FIXED,),
+    "Benchmark · dataframe · cs-release-board-differences": (FIXED,),
     "Admin · markdown · #1": (FIXED,),
     "Admin · textbox · cs-admin-name": (OWN,),
     "Admin · textbox · cs-admin-password": (OWN,),
