@@ -122,6 +122,25 @@ def test_default_url_follows_environment(monkeypatch, tmp_path):
     assert default_db_url() == "postgresql+psycopg://u@h/db"
 
 
+ONE_JUDGEMENT = (  # a dataset, an image with one region, a two-word caption, and one submitted judgement of it
+    "INSERT INTO datasets (id, name, created_at) VALUES (1, 'd', '2024-01-01 00:00:00')",
+    "INSERT INTO images (id, sha256, path, width, height, n_bytes, regions_source, created_at) "
+    f"VALUES (1, '{'0' * 64}', 'x.png', 4, 4, 1, 'file', '2024-01-01 00:00:00')",
+    "INSERT INTO regions (id, image_id, \"index\", source, x0, y0, x1, y1) VALUES (1, 1, 0, 'file', 0, 0, 2, 2)",
+    "INSERT INTO captions (id, dataset_id, external_id, image_id, text, \"references\", content_hash, "
+    "annotators_needed, created_at) VALUES (1, 1, 'a', 1, 'a dog', '[]', 'h', 3, '2024-01-01 00:00:00')",
+    "INSERT INTO tokens (id, caption_id, \"index\", text, start, \"end\", semantic) "
+    "VALUES (1, 1, 0, 'a', 0, 1, FALSE), (2, 1, 1, 'dog', 2, 5, TRUE)",
+    "INSERT INTO users (id, name, role, password_hash, active, created_at) "
+    "VALUES (1, 'ann', 'annotator', 'x', TRUE, '2024-01-01 00:00:00')",
+    "INSERT INTO assignments (id, caption_id, user_id, status, lease_expires_at, revision, time_spent_ms, "
+    "created_at, updated_at, submitted_at) VALUES (1, 1, 1, 'submitted', '2024-01-01 00:00:00', 1, 0, "
+    "'2024-01-01 00:00:00', '2024-01-01 00:00:00', '2024-01-01 00:00:00')",
+    "INSERT INTO labels (assignment_id, caption_id, kind, \"index\", created_at) "
+    "VALUES (1, 1, 'token', 1, '2024-01-01 00:00:00'), (1, 1, 'region', 0, '2024-01-01 00:00:00')",
+)
+
+
 def test_upgrade_to_added_regions_keeps_labels_and_regions_meaning_what_they_did(tmp_path):
     """A database written before regions could be added, junk or tied: after the upgrade every
     region is a proposal every annotator saw, and every judgement says what it said."""
@@ -130,22 +149,7 @@ def test_upgrade_to_added_regions_keeps_labels_and_regions_meaning_what_they_did
     store = Store(sqlite_url(tmp_path))
     store.downgrade("0005")
     with store.write() as session:
-        for sql in ("INSERT INTO datasets (id, name, created_at) VALUES (1, 'd', '2024-01-01 00:00:00')",
-                    "INSERT INTO images (id, sha256, path, width, height, n_bytes, regions_source, created_at) "
-                    f"VALUES (1, '{'0' * 64}', 'x.png', 4, 4, 1, 'file', '2024-01-01 00:00:00')",
-                    "INSERT INTO regions (id, image_id, \"index\", source, x0, y0, x1, y1) "
-                    "VALUES (1, 1, 0, 'file', 0, 0, 2, 2)",
-                    "INSERT INTO captions (id, dataset_id, external_id, image_id, text, \"references\", content_hash, "
-                    "annotators_needed, created_at) VALUES (1, 1, 'a', 1, 'a dog', '[]', 'h', 3, '2024-01-01 00:00:00')",
-                    "INSERT INTO tokens (id, caption_id, \"index\", text, start, \"end\", semantic) "
-                    "VALUES (1, 1, 0, 'a', 0, 1, 0), (2, 1, 1, 'dog', 2, 5, 1)",
-                    "INSERT INTO users (id, name, role, password_hash, active, created_at) "
-                    "VALUES (1, 'ann', 'annotator', 'x', 1, '2024-01-01 00:00:00')",
-                    "INSERT INTO assignments (id, caption_id, user_id, status, lease_expires_at, revision, "
-                    "time_spent_ms, created_at, updated_at, submitted_at) VALUES (1, 1, 1, 'submitted', "
-                    "'2024-01-01 00:00:00', 1, 0, '2024-01-01 00:00:00', '2024-01-01 00:00:00', '2024-01-01 00:00:00')",
-                    "INSERT INTO labels (assignment_id, caption_id, kind, \"index\", created_at) "
-                    "VALUES (1, 1, 'token', 1, '2024-01-01 00:00:00'), (1, 1, 'region', 0, '2024-01-01 00:00:00')",
+        for sql in (*ONE_JUDGEMENT,
                     "INSERT INTO label_revisions (assignment_id, revision, action, status, incorrect_tokens, "
                     "mentioned_regions, created_at) VALUES (1, 1, 'edit', 'submitted', '[1]', '[0]', "
                     "'2024-01-01 00:00:00')"):
@@ -196,25 +200,7 @@ def test_upgrade_to_label_quality_and_back_keeps_every_judgement(backend, tmp_pa
         try:
             store.downgrade("0007")
             with store.write() as session:
-                for sql in ("INSERT INTO datasets (id, name, created_at) VALUES (1, 'd', '2024-01-01 00:00:00')",
-                            "INSERT INTO images (id, sha256, path, width, height, n_bytes, regions_source, created_at) "
-                            f"VALUES (1, '{'0' * 64}', 'x.png', 4, 4, 1, 'file', '2024-01-01 00:00:00')",
-                            "INSERT INTO regions (id, image_id, \"index\", source, x0, y0, x1, y1) "
-                            "VALUES (1, 1, 0, 'file', 0, 0, 2, 2)",
-                            "INSERT INTO captions (id, dataset_id, external_id, image_id, text, \"references\", "
-                            "content_hash, annotators_needed, created_at) VALUES (1, 1, 'a', 1, 'a dog', '[]', 'h', 3, "
-                            "'2024-01-01 00:00:00')",
-                            "INSERT INTO tokens (id, caption_id, \"index\", text, start, \"end\", semantic) "
-                            "VALUES (1, 1, 0, 'a', 0, 1, FALSE), (2, 1, 1, 'dog', 2, 5, TRUE)",
-                            "INSERT INTO users (id, name, role, password_hash, active, created_at) "
-                            "VALUES (1, 'ann', 'annotator', 'x', TRUE, '2024-01-01 00:00:00')",
-                            "INSERT INTO assignments (id, caption_id, user_id, status, lease_expires_at, revision, "
-                            "time_spent_ms, created_at, updated_at, submitted_at) VALUES (1, 1, 1, 'submitted', "
-                            "'2024-01-01 00:00:00', 1, 0, '2024-01-01 00:00:00', '2024-01-01 00:00:00', "
-                            "'2024-01-01 00:00:00')",
-                            "INSERT INTO labels (assignment_id, caption_id, kind, \"index\", created_at) "
-                            "VALUES (1, 1, 'token', 1, '2024-01-01 00:00:00'), (1, 1, 'region', 0, "
-                            "'2024-01-01 00:00:00')",
+                for sql in (*ONE_JUDGEMENT,
                             "INSERT INTO links (assignment_id, caption_id, token_index, region_index, created_at) "
                             "VALUES (1, 1, 1, 0, '2024-01-01 00:00:00')",
                             "INSERT INTO label_revisions (assignment_id, revision, action, status, incorrect_tokens, "
