@@ -35,6 +35,7 @@ from datetime import datetime
 from sqlalchemy import Float, and_, bindparam, case, cast, distinct, exists, func, literal, or_, select, update
 from sqlalchemy.orm import aliased
 
+from capscope.annotation import audit
 from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.annotation.users import UserInfo
@@ -130,6 +131,7 @@ def set_queue_order(store: Store, dataset: str, order: str, seed: int = 0,
     def work(session):
         row = _locked_dataset(session, dataset)
         row.queue_order, row.queue_seed = order, seed
+        audit.record_in(session, "queue order set", target=dataset, details={"order": order, "seed": seed})
 
     store.run_write(work)
     _write_ranks(store, dataset, model_version, token_rule)

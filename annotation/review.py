@@ -64,6 +64,7 @@ def set_review(store: Store, user: UserInfo, dataset: str, on: bool) -> dict:
         if row is None:
             raise NotFound(f"no dataset {dataset!r}")
         row.review = on
+        audit.record_in(session, "review set", actor=user.name, target=dataset, details={"review": on})
         return {"dataset": row.name, "review": bool(row.review)}
 
     return store.run_write(work)
