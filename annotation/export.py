@@ -129,11 +129,16 @@ def export_benchmark_zip(store: Store, folder: Path, stem: str, dataset: str | N
     return archive
 
 
-def _copy_by_content(source: Path, folder: Path) -> str:
+def read_image_bytes(source: Path) -> bytes:
+    """An imported image's bytes, or one line on why it cannot be read."""
     try:
-        data = source.read_bytes()
+        return source.read_bytes()
     except OSError as err:
         raise Invalid(f"image {source.name} of the dataset cannot be read ({err.strerror}); was it moved?") from None
+
+
+def _copy_by_content(source: Path, folder: Path) -> str:
+    data = read_image_bytes(source)
     name = hashlib.sha256(data).hexdigest()[:16] + source.suffix.lower()
     target = folder / name
     if not target.exists():

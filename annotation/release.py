@@ -28,10 +28,12 @@ from sqlalchemy.exc import IntegrityError
 
 from capscope import __version__
 from capscope.annotation import audit
-from capscope.annotation.export import captokeneval_row
+from capscope.annotation.export import captokeneval_row, read_image_bytes
 from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.votes import ItemData, iter_items
-from capscope.db import Dataset, GoldRevision, Image, Release, Store, utcnow
+from capscope.common.checksums import file_sha256
+from capscope.common.paths import safe_name
+from capscope.db import Dataset, GoldRevision, Image, Release, Store, data_dir, utcnow
 
 VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_TEXT_CHARS = 100_000  # licence, citation and guidelines each
@@ -71,6 +73,20 @@ def make_release(store: Store, dataset: str, version: str, out: Path, *, licence
 
     return _write(out, jsonl, sources, metadata, options,
                   lambda final: _recorded(store, lambda session: record(session, final), dataset, version))
+
+
+def releases_folder() -> Path:
+    """Where the server writes releases (REST, the Admin tab) and the Benchmark tab finds them."""
+    return data_dir() / "releases"
+
+
+def make_server_release(store: Store, dataset: str, version: str, **options) -> tuple[dict, Path]:
+    """`make_release` into `releases_folder()/NAME-VERSION`: (its metadata, its folder)."""
+    check_version(version)
+    folder = releases_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{safe_name(dataset, max_chars=100)}-{version}"
+    return make_release(store, dataset, version, out, **options), out
 
 
 def remake_release(store: Store, dataset: str, version: str, out: Path) -> dict:
@@ -262,9 +278,9 @@ def _write(out: Path, jsonl: bytes, sources: dict[str, Path], metadata: dict, op
             _copy_checked(source, partial / name)
         (partial / JSONL).write_bytes(jsonl)
         write_parquet([json.loads(line) for line in jsonl.splitlines() if line.strip()], partial / PARQUET)
-        digests = {name: _sha256(partial / name) for name in (JSONL, PARQUET, *sorted(sources))}
+        digests = {name: file_sha256(partial / name) for name in (JSONL, PARQUET, *sorted(sources))}
         (partial / DATASHEET).write_text(datasheet(metadata, options, digests), encoding="utf-8")
-        digests[DATASHEET] = _sha256(partial / DATASHEET)
+        digests[DATASHEET] = file_sha256(partial / DATASHEET)
         metadata = {**metadata, "files": dict(sorted(digests.items()))}
         (partial / METADATA).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         commit(metadata)
@@ -276,21 +292,10 @@ def _write(out: Path, jsonl: bytes, sources: dict[str, Path], metadata: dict, op
 
 
 def _copy_checked(source: Path, target: Path) -> None:
-    try:
-        data = source.read_bytes()
-    except OSError as err:
-        raise Invalid(f"image {source.name} cannot be read ({err.strerror}); was it moved?") from None
+    data = read_image_bytes(source)
     if hashlib.sha256(data).hexdigest() != target.stem:
         raise Invalid(f"image {source.name} changed since it was imported (its sha256 is not {target.stem[:16]}...)")
     target.write_bytes(data)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def parquet_schema():

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pathlib import Path as FilePath
-
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from capscope.annotation import agreement, controls, release
-from capscope.common.paths import safe_name
-from capscope.db import data_dir
 
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
 DatasetName = Annotated[str, Path(max_length=200)]
@@ -94,19 +90,12 @@ def quality_router(admin_user) -> APIRouter:
     def post_release(name: DatasetName, body: ReleaseRequest, request: Request, user=Depends(admin_user)) -> dict:
         """Freeze the dataset as release `version` in the server's data folder (releases/NAME-VERSION):
         its metadata.json; a version that exists: 422, nothing written."""
-        release.check_version(body.version)
-        folder = releases_folder()
-        folder.mkdir(parents=True, exist_ok=True)
-        out = folder / f"{safe_name(name, max_chars=100)}-{body.version}"
-        return release.make_release(_store(request), name, body.version, out, licence=body.licence,
-                                    citation=body.citation, guidelines=body.guidelines, actor=user.name)
+        metadata, _ = release.make_server_release(_store(request), name, body.version, licence=body.licence,
+                                                  citation=body.citation, guidelines=body.guidelines,
+                                                  actor=user.name)
+        return metadata
 
     return router
-
-
-def releases_folder() -> FilePath:
-    """Where the server writes releases: `releases/` in the data folder."""
-    return data_dir() / "releases"
 
 
 def _store(request: Request):

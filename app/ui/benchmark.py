@@ -19,6 +19,7 @@ import gradio as gr
 import pandas as pd
 
 from capscope.annotation import agreement
+from capscope.annotation.release import releases_folder
 from capscope.bench import human_correlation as C, correlation_report as R
 from capscope.bench.human import BENCHMARKS, Loaded, load
 from capscope.db import Store, data_dir
@@ -292,7 +293,7 @@ class LeaderboardView:
 
 def release_folders() -> list[str]:
     """The release folders in the data folder's `releases/` (where the Admin tab writes them), by name."""
-    folder = data_dir() / "releases"
+    folder = releases_folder()
     if not folder.is_dir():
         return []
     return sorted(str(p) for p in folder.iterdir() if p.is_dir() and (p / "metadata.json").is_file())

@@ -10,8 +10,7 @@ import gradio as gr
 
 from capscope.annotation import browse, release
 from capscope.annotation.refusals import AnnotationError
-from capscope.common.paths import safe_name
-from capscope.db import Store, data_dir
+from capscope.db import Store
 from capscope.ui.shared import admin_only, scratch_folder
 
 RELEASE_HEADERS = ["dataset", "version", "items", "gold by", "made (UTC)", "by"]
@@ -28,17 +27,14 @@ def make_release_action(store: Store, dataset: str, version: str, licence: str, 
     if not dataset:
         return "**No release made:** choose a dataset.", release_rows(store), None
     version = (version or "").strip()
-    folder = data_dir() / "releases"
     try:
-        release.check_version(version)
-        folder.mkdir(parents=True, exist_ok=True)
-        out = folder / f"{safe_name(dataset, max_chars=100)}-{version}"
-        metadata = release.make_release(store, dataset, version, out, licence=(licence or "").strip() or None,
-                                        citation=(citation or "").strip() or None,
-                                        guidelines=(guidelines or "").strip() or None)
+        metadata, out = release.make_server_release(store, dataset, version,
+                                                    licence=(licence or "").strip() or None,
+                                                    citation=(citation or "").strip() or None,
+                                                    guidelines=(guidelines or "").strip() or None)
     except AnnotationError as err:
         return f"**No release made:** {html.escape(str(err))}", release_rows(store), None
-    archive = shutil.make_archive(str(scratch_folder("release-") / out.name), "zip", folder, out.name)
+    archive = shutil.make_archive(str(scratch_folder("release-") / out.name), "zip", out.parent, out.name)
     return (f"Release **{html.escape(version)}** of **{html.escape(dataset)}**: {metadata['items']} items, "
             f"{metadata['images']} images, gold by {html.escape(str(metadata['method']))}; kept in the data folder "
             f"as `releases/{html.escape(out.name)}`.", release_rows(store), archive)
