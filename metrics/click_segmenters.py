@@ -2,7 +2,9 @@
 
 Every segmenter splits its work the way segment-anything's `SamPredictor`
 does: `embed(image)` runs once per image and returns an `Embedding` kept for
-all of that image's clicks; `predict(embedding, points, box)` answers a click.
+all of that image's clicks; `candidates(embedding, points, box)` answers a
+click with its masks, best first (SAM's three for an ambiguous first click,
+one otherwise), and `predict` with the best of them.
 Points are `(x, y, 1)` for a positive click and `(x, y, 0)` for a negative one,
 in image pixels.
 
@@ -52,6 +54,12 @@ class ClickSegmenter(Protocol):
     def embed(self, image: Image.Image) -> Embedding: ...
 
     def predict(self, embedding: Embedding, points: Sequence[Point], box=None) -> tuple[np.ndarray, float | None]: ...
+
+    def candidates(self, embedding: Embedding, points: Sequence[Point], box=None) -> list[tuple[np.ndarray, float | None]]:
+        ...
+
+
+MAX_CANDIDATES = 3  # masks one click can answer with (SAM's multimask output)
 
 
 # ---------------------------------------------------------------- the fallback
@@ -140,6 +148,10 @@ class ClassicClickSegmenter:
                                                                wx0 + xs.max() + 1, wy0 + ys.max() + 1)}
         return full, None
 
+    def candidates(self, embedding: Embedding, points: Sequence[Point], box=None) -> list[tuple[np.ndarray, None]]:
+        """One mask: the walk has no second guess to offer."""
+        return [self.predict(embedding, points, box)]
+
     def _walk(self, lab: np.ndarray, window, points: Sequence[Point], box):
         """(foreground probability over `lab`, the positive clicks in image pixels), or (None, [])."""
         from skimage.segmentation import random_walker
@@ -212,7 +224,13 @@ class _PromptablePredictor:
             setattr(self.predictor, name, value)
         setattr(self.predictor, self.set_flag, True)
 
-    def predict(self, embedding: Embedding, points: Sequence[Point], box=None) -> tuple[np.ndarray, float | None]:
+    def predict(self, embedding: Embedding, points: Sequence[Point], box=None) -> tuple[np.ndarray, float]:
+        return self.candidates(embedding, points, box)[0]
+
+    def candidates(self, embedding: Embedding, points: Sequence[Point], box=None) -> list[tuple[np.ndarray, float]]:
+        """The predictor's masks, best (highest predicted IoU) first: three for a first click
+        alone (multimask output, the click being ambiguous), one once earlier logits or
+        several clicks pin the object down."""
         coords = np.array([[x, y] for x, y, _ in points], dtype=np.float32) if points else None
         labels = np.array([int(p) for _, _, p in points], dtype=np.int32) if points else None
         prompts = (tuple(map(tuple, points)), None if box is None else tuple(box))
@@ -222,9 +240,10 @@ class _PromptablePredictor:
             masks, scores, logits = self.predictor.predict(
                 point_coords=coords, point_labels=labels, box=None if box is None else np.asarray(box, np.float32),
                 mask_input=earlier, multimask_output=earlier is None and len(points) <= 1)
-        best = int(np.argmax(scores))
+        order = [int(i) for i in np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")][:MAX_CANDIDATES]
+        best = order[0]
         embedding.previous = {prompts: logits[best:best + 1]}
-        return np.asarray(masks[best], dtype=bool), float(scores[best])
+        return [(np.asarray(masks[i], dtype=bool), float(scores[i])) for i in order]
 
 
 class SamClickSegmenter(_PromptablePredictor):

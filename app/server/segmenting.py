@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 from capscope.annotation.added_regions import MAX_POINTS, checked_prompts  # noqa: F401  (MAX_POINTS: the API's)
-from capscope.metrics.click_segmenters import ClickSegmenter, Embedding, make_click_segmenter
+from capscope.metrics.click_segmenters import MAX_CANDIDATES, ClickSegmenter, Embedding, make_click_segmenter
 from capscope.metrics.images import read_image
 from capscope.metrics.regions import mask_to_box, mask_to_rle
 
@@ -52,12 +52,22 @@ def warm_up_picture() -> Image.Image:
     return picture
 
 
+def mask_answer(mask, score) -> dict:
+    """A mask as the segment answer gives it: its box (null when empty), COCO RLE and score."""
+    mask = np.asarray(mask, dtype=bool)
+    box = [round(v, 2) for v in mask_to_box(mask)] if mask.any() else None
+    return {"box": box, "mask": mask_to_rle(mask), "score": None if score is None else float(score)}
+
+
 class SegmentingBusy(Exception):
     """This user already has PER_USER segment calls running."""
 
 
 class ClickService:
-    """`segment(image_id, path, points, box)` -> the answer of POST /api/items/{id}/segment."""
+    """`segment(image_id, path, points, box)` -> the answer of POST /api/items/{id}/segment:
+    the best mask's `box`, `mask` (COCO RLE) and `score`, and `candidates`, every mask the
+    segmenter offers for these prompts (the best first, at most 3, each with the same
+    `box`, `mask` and `score`) for the annotator to cycle through."""
 
     def __init__(self, name: str = "auto", device: str = "cpu", segmenter: ClickSegmenter | None = None):
         self.requested, self.device = name, device
@@ -195,13 +205,11 @@ class ClickService:
         embedding = future.result()
         checked_points, checked_box = checked_prompts(points, box, embedding.width, embedding.height)
         started = time.perf_counter()
-        mask, score = self.segmenter.predict(embedding, checked_points, checked_box)
+        found = self.segmenter.candidates(embedding, checked_points, checked_box)
         ms = (time.perf_counter() - started) * 1000
-        mask = np.asarray(mask, dtype=bool)
-        box_out = [round(v, 2) for v in mask_to_box(mask)] if mask.any() else None
-        return {"box": box_out, "mask": mask_to_rle(mask), "score": score, "segmenter": self.segmenter.name,
-                "fallback": bool(self.segmenter.fallback), "ms": round(ms, 2),
-                "embedding_ms": round(embedding.ms, 2)}
+        candidates = [mask_answer(mask, score) for mask, score in found[:MAX_CANDIDATES]]
+        return {**candidates[0], "segmenter": self.segmenter.name, "fallback": bool(self.segmenter.fallback),
+                "ms": round(ms, 2), "embedding_ms": round(embedding.ms, 2), "candidates": candidates}
 
     def close(self) -> None:
         self._embedder.close()
