@@ -11,7 +11,10 @@ in image pixels.
 - `sam`: segment-anything ViT-B's promptable predictor (real weights: the file
   `--regions sam` uses).
 - `sam2`: Meta's SAM 2.1 small image model through its `SAM2ImagePredictor`
-  (the `sam2` extra).
+  (the `sam2` extra); `sam2-tiny` the same with SAM 2.1 hiera-tiny, the light one.
+- `mobilesam`: MobileSAM (a TinyViT image encoder distilled from SAM's, SAM's
+  prompt encoder and mask decoder), built by ultralytics (the AGPL `yolo` extra)
+  and driven through its three modules here.
 - `classic`: the fallback when no SAM weights are here, labelled as such in
   every answer: scikit-image's random walker on a reduced copy of the image,
   seeded with the clicks (positive clicks inside, negative clicks and the
@@ -19,6 +22,7 @@ in image pixels.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import warnings
@@ -31,8 +35,65 @@ from PIL import Image
 
 from .constants import CLICK_SEGMENTERS
 from .loading import ModelUnavailable, cache_dir, read_checkpoint
-SAM2_CONFIG = "configs/sam2.1/sam2.1_hiera_s.yaml"
-SAM2_URL = "https://dl.fbaipublicfiles.com/segment_anything_2/092824/sam2.1_hiera_small.pt"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A click segmenter's weights file: named by the user (`variable`), else kept in
+    capscope's cache at `relative`, fetched from `url` on first use. The download's
+    sha256 is checked against `sha256` when the authors publish one, and recorded
+    beside the file in any case; every later load checks the file against it
+    (`loading.read_checkpoint`), so a file changed on disk is refused."""
+    component: str
+    url: str
+    variable: str
+    relative: str
+    sha256: str | None = None
+
+    def cached(self) -> Path:
+        return cache_dir() / self.relative
+
+    def given(self, checkpoint=None) -> Path | None:
+        value = checkpoint or os.environ.get(self.variable)
+        return Path(value) if value else None
+
+    def here(self) -> bool:
+        """Whether the file is here already (nothing is fetched)."""
+        given = self.given()
+        return (given or self.cached()).is_file()
+
+    def path(self, checkpoint=None) -> Path:
+        """The file, downloaded first when neither named nor cached."""
+        from .downloads import fetch_http
+
+        hint = f"set {self.variable} to a local {self.url.rsplit('/', 1)[-1]}"
+        given = self.given(checkpoint)
+        if given is not None:
+            if not given.is_file():
+                raise ModelUnavailable(f"{self.component}: checkpoint {given} not found ({hint})")
+            return given
+        target = self.cached()
+        if not target.is_file():
+            try:
+                fetch_http(self.url, target, self.sha256, self.component, log=log.info)
+            except ModelUnavailable as err:
+                raise ModelUnavailable(f"{err}; {hint}") from None
+        return target
+
+
+SAM2_CONFIGS = {"small": "configs/sam2.1/sam2.1_hiera_s.yaml", "tiny": "configs/sam2.1/sam2.1_hiera_t.yaml"}
+SAM2_WEIGHTS = {
+    "small": Weights("SAM 2", "https://dl.fbaipublicfiles.com/segment_anything_2/092824/sam2.1_hiera_small.pt",
+                     "CAPSCOPE_SAM2_CHECKPOINT", "sam2/sam2.1_hiera_small.pt"),
+    "tiny": Weights("SAM 2 tiny", "https://dl.fbaipublicfiles.com/segment_anything_2/092824/sam2.1_hiera_tiny.pt",
+                    "CAPSCOPE_SAM2_TINY_CHECKPOINT", "sam2/sam2.1_hiera_tiny.pt"),
+}
+SAM2_CONFIG, SAM2_URL = SAM2_CONFIGS["small"], SAM2_WEIGHTS["small"].url
+# the release ultralytics itself fetches its assets from; the same file and place as `--regions mobilesam`'s
+MOBILESAM_WEIGHTS = Weights("MobileSAM", "https://github.com/ultralytics/assets/releases/download/v8.4.0/mobile_sam.pt",
+                            "CAPSCOPE_MOBILESAM_WEIGHTS", "ultralytics/mobile_sam.pt")
 
 Point = tuple[float, float, int]
 
@@ -270,38 +331,121 @@ class SamClickSegmenter(_PromptablePredictor):
 
 
 class Sam2ClickSegmenter(_PromptablePredictor):
-    # SAM 2's predictor keeps them in private fields and has no public way to set an embedding back
+    # SAM 2's predictor keeps an image's features in private fields and has no public way to
+    # set them back: its public get_image_embedding() gives the lowest level only, and the
+    # mask decoder also needs the high-resolution levels (`_features["high_res_feats"]`),
+    # which only the model's private `_prepare_backbone_features` makes
     state_fields, set_flag = ("_features", "_orig_hw", "_is_batch"), "_is_image_set"
-    def __init__(self, checkpoint=None, device: str = "cpu", random_weights: bool = False):
+    def __init__(self, checkpoint=None, device: str = "cpu", random_weights: bool = False, size: str = "small"):
         try:
             from sam2.build_sam import build_sam2
             from sam2.sam2_image_predictor import SAM2ImagePredictor
         except ImportError:
             raise ModelUnavailable("SAM 2: the sam2 package is not installed (pip install 'capscope[sam2]')") from None
-        model = build_sam2(SAM2_CONFIG, None, device=device, mode="eval")
+        if size not in SAM2_CONFIGS:
+            raise ValueError(f"SAM 2 size {size!r}: choose from {', '.join(SAM2_CONFIGS)}")
+        config, weights = SAM2_CONFIGS[size], SAM2_WEIGHTS[size]
+        model = build_sam2(config, None, device=device, mode="eval")
         if not random_weights:
-            path = sam2_checkpoint(checkpoint)
-            state = read_checkpoint(path, "SAM 2", "CAPSCOPE_SAM2_CHECKPOINT", weights_only=True)
+            path = sam2_checkpoint(checkpoint, size)
+            state = read_checkpoint(path, weights.component, weights.variable, weights_only=True)
             try:
                 model.load_state_dict(state.get("model", state), strict=True)
             except RuntimeError as err:
-                raise ModelUnavailable(f"SAM 2: {path} does not fit {SAM2_CONFIG}: {str(err).splitlines()[0]}") from None
-        self.name = "SAM 2.1 hiera-small" + (" (random weights)" if random_weights else "")
+                raise ModelUnavailable(f"{weights.component}: {path} does not fit {config}: "
+                                       f"{str(err).splitlines()[0]}") from None
+        self.name = f"SAM 2.1 hiera-{size}" + (" (random weights)" if random_weights else "")
         super().__init__(SAM2ImagePredictor(model))
 
 
+def sam2_checkpoint(checkpoint=None, size: str = "small") -> Path:
+    return SAM2_WEIGHTS[size].path(checkpoint)
 
-def sam2_checkpoint(checkpoint=None) -> Path:
-    from .segmenters import download
 
-    hint = "set CAPSCOPE_SAM2_CHECKPOINT to a local sam2.1_hiera_small.pt"
-    value = checkpoint or os.environ.get("CAPSCOPE_SAM2_CHECKPOINT")
-    if value:
-        if not Path(value).is_file():
-            raise ModelUnavailable(f"SAM 2: checkpoint {value} not found ({hint})")
-        return Path(value)
-    target = cache_dir() / "sam2" / SAM2_URL.rsplit("/", 1)[-1]
-    return target if target.is_file() else download(SAM2_URL, target, "SAM 2", hint)
+class MobileSamClickSegmenter:
+    """MobileSAM as ultralytics builds it (`build_mobile_sam`), driven through its three
+    public modules the way segment-anything's predictor drives SAM: the image's longest
+    side scaled to 1024 and padded, the encoder run once per image; a click is the prompt
+    encoder and the mask decoder on the kept features (a few milliseconds), the previous
+    click's low-res logits fed back, the 256 x 256 logits scaled up to the image. The
+    image's state is the Embedding itself: nothing is swapped in and out of a predictor,
+    so clicks on several images need no lock."""
+
+    fallback = False
+    side = 1024
+
+    def __init__(self, model=None, checkpoint=None, device: str = "cpu", random_weights: bool = False):
+        from .segmenters import import_ultralytics
+
+        import_ultralytics()
+        from ultralytics.models.sam.build import build_mobile_sam
+
+        if model is None:
+            model = build_mobile_sam(None)
+            if not random_weights:
+                path = MOBILESAM_WEIGHTS.path(checkpoint)
+                state = read_checkpoint(path, "MobileSAM", MOBILESAM_WEIGHTS.variable, weights_only=True)
+                try:
+                    model.load_state_dict(state.get("model", state), strict=True)
+                except (RuntimeError, AttributeError) as err:
+                    raise ModelUnavailable(f"MobileSAM: {path} does not fit MobileSAM: "
+                                           f"{str(err).splitlines()[0]}") from None
+        self.model = model.to(device).eval()
+        self.device = device
+        self.name = "MobileSAM" + (" (random weights)" if random_weights else "")
+
+    @classmethod
+    def with_random_weights(cls, device: str = "cpu") -> "MobileSamClickSegmenter":
+        """The real architecture with untrained weights: for timing only (its masks mean nothing)."""
+        return cls(device=device, random_weights=True)
+
+    def embed(self, image: Image.Image) -> Embedding:
+        import torch
+
+        rgb = image.convert("RGB")
+        scale = self.side / max(rgb.size)
+        resized = (int(rgb.width * scale + 0.5), int(rgb.height * scale + 0.5))  # as SAM's ResizeLongestSide
+        pixels = torch.from_numpy(np.asarray(rgb.resize(resized, Image.BILINEAR), dtype=np.float32)).permute(2, 0, 1)
+        pixels = (pixels - self.model.pixel_mean.cpu().view(3, 1, 1)) / self.model.pixel_std.cpu().view(3, 1, 1)
+        padded = torch.zeros(1, 3, self.side, self.side)
+        padded[0, :, :resized[1], :resized[0]] = pixels
+        with torch.inference_mode():
+            features = self.model.image_encoder(padded.to(self.device))
+        return Embedding(rgb.width, rgb.height, {"features": features, "resized": resized})
+
+    def predict(self, embedding: Embedding, points: Sequence[Point], box=None) -> tuple[np.ndarray, float]:
+        return self.candidates(embedding, points, box)[0]
+
+    def candidates(self, embedding: Embedding, points: Sequence[Point], box=None) -> list[tuple[np.ndarray, float]]:
+        """Three masks for a lone first click (multimask output), one once earlier logits
+        or several clicks pin the object down; best (predicted IoU) first."""
+        import torch
+        import torch.nn.functional as F
+
+        rw, rh = embedding.state["resized"]
+        sx, sy = rw / embedding.width, rh / embedding.height
+        prompts = (tuple(map(tuple, points)), None if box is None else tuple(box))
+        earlier = embedding.previous.get((prompts[0][:-1], prompts[1])) if points else None
+        with torch.inference_mode():
+            point_input = None
+            if points:
+                coords = torch.tensor([[[x * sx, y * sy] for x, y, _ in points]], dtype=torch.float32, device=self.device)
+                labels = torch.tensor([[int(p) for _, _, p in points]], dtype=torch.int32, device=self.device)
+                point_input = (coords, labels)
+            box_input = None if box is None else torch.tensor(
+                [[box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy]], dtype=torch.float32, device=self.device)
+            sparse, dense = self.model.prompt_encoder(points=point_input, boxes=box_input, masks=earlier)
+            low, iou = self.model.mask_decoder(
+                image_embeddings=embedding.state["features"], image_pe=self.model.prompt_encoder.get_dense_pe(),
+                sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense,
+                multimask_output=earlier is None and len(points) <= 1)
+            logits = F.interpolate(low, (self.side, self.side), mode="bilinear", align_corners=False)[..., :rh, :rw]
+            logits = F.interpolate(logits, (embedding.height, embedding.width), mode="bilinear", align_corners=False)
+            masks = (logits[0] > self.model.mask_threshold).cpu().numpy()
+        scores = iou[0].float().cpu().numpy()
+        order = [int(i) for i in np.argsort(-scores.astype(np.float64), kind="stable")][:MAX_CANDIDATES]
+        embedding.previous = {prompts: low[:, order[0]:order[0] + 1]}
+        return [(masks[i], float(scores[i])) for i in order]
 
 
 # ---------------------------------------------------------------- choosing one
@@ -315,36 +459,88 @@ def sam_weights_here() -> bool:
     return (cache_dir() / "sam" / SAM_URLS["vit_b"].rsplit("/", 1)[-1]).is_file()
 
 
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# auto's order, the best first: SAM 2.1 small and tiny (better masks per click than SAM
+# ViT-B in Meta's SAM 2 paper, and lighter), SAM ViT-B, MobileSAM (SAM distilled), the fallback
+AUTO_ORDER = ("sam2", "sam2-tiny", "sam", "mobilesam")
+
+
+def weights_here(name: str) -> bool:
+    """Whether segmenter `name` can load without a download (its package installed, its weights here)."""
+    if name == "classic":
+        return True
+    if name == "sam":
+        return sam_weights_here()
+    if name in ("sam2", "sam2-tiny"):
+        return _installed("sam2") and SAM2_WEIGHTS["small" if name == "sam2" else "tiny"].here()
+    if name == "mobilesam":
+        return _installed("ultralytics") and MOBILESAM_WEIGHTS.here()
+    raise ValueError(f"unknown segmenter {name!r}")
+
+
+def auto_choice() -> str:
+    """The segmenter `auto` means here and now: the best one whose weights are here (never a download)."""
+    return next((name for name in AUTO_ORDER if weights_here(name)), "classic")
+
+
 def make_click_segmenter(name: str = "auto", device: str = "cpu") -> ClickSegmenter:
-    """`auto`: SAM when its weights are already here, else the labelled fallback
-    (auto never downloads); `sam` and `sam2` fetch their weights when missing."""
+    """`auto`: the best segmenter whose weights are already here (`AUTO_ORDER`), else the
+    labelled fallback (auto never downloads); the others fetch their weights when missing."""
     if name not in CLICK_SEGMENTERS:
         raise ValueError(f"unknown segmenter {name!r}; choose from {', '.join(CLICK_SEGMENTERS)}")
     if name == "auto":
-        name = "sam" if sam_weights_here() else "classic"
+        name = auto_choice()
+        log.info("segmenter auto: %s (the best whose weights are here)", name)
     if name == "sam":
         return SamClickSegmenter(device=device)
     if name == "sam2":
         return Sam2ClickSegmenter(device=device)
+    if name == "sam2-tiny":
+        return Sam2ClickSegmenter(device=device, size="tiny")
+    if name == "mobilesam":
+        return MobileSamClickSegmenter(device=device)
     return ClassicClickSegmenter()
 
 
 def component_rows() -> list[dict]:
-    """SAM 2 and the fallback behind `capscope serve --segmenter`, as rows of `capscope models`
-    (SAM's row is the region proposers')."""
-    sam2_file = os.environ.get("CAPSCOPE_SAM2_CHECKPOINT") or cache_dir() / "sam2" / SAM2_URL.rsplit("/", 1)[-1]
-    try:
-        import sam2  # noqa: F401
-        installed = True
-    except ImportError:
-        installed = False
-    return [{
-        "component": "SAM 2", "loads": "SAM 2.1 hiera-small, click to segment (serve --segmenter sam2)"
-                                        + ("" if installed else "; needs pip install 'capscope[sam2]'"),
-        "from": f"{sam2_file} ($CAPSCOPE_SAM2_CHECKPOINT)", "present": installed and Path(sam2_file).is_file(),
-        "get": f"downloaded on first use from {SAM2_URL}",
-    }, {
+    """The click segmenters behind `capscope serve --segmenter`, as rows of `capscope models`
+    (SAM's row is the region proposers'; MobileSAM's weights file is theirs too)."""
+    sam2_installed, ultralytics_installed = _installed("sam2"), _installed("ultralytics")
+    rows = []
+    for flag, size in (("sam2", "small"), ("sam2-tiny", "tiny")):
+        weights = SAM2_WEIGHTS[size]
+        where = weights.given() or weights.cached()
+        rows.append({
+            "component": weights.component,
+            "loads": f"SAM 2.1 hiera-{size}, click to segment (serve --segmenter {flag})"
+                     + ("" if sam2_installed else "; needs pip install 'capscope[sam2]'"),
+            "from": f"{where} (${weights.variable})", "present": sam2_installed and where.is_file(),
+            "get": f"downloaded on first use from {weights.url} (sha256 recorded, checked on every load)",
+        })
+    where = MOBILESAM_WEIGHTS.given() or MOBILESAM_WEIGHTS.cached()
+    rows.append({
+        "component": "MobileSAM clicks",
+        "loads": "MobileSAM through ultralytics, click to segment (serve --segmenter mobilesam)"
+                 + ("" if ultralytics_installed else "; needs pip install 'capscope[yolo]' (AGPL-3.0)"),
+        "from": f"{where} (${MOBILESAM_WEIGHTS.variable})", "present": ultralytics_installed and where.is_file(),
+        "get": f"downloaded on first use from {MOBILESAM_WEIGHTS.url} (sha256 recorded, checked on every load)",
+    })
+    rows.append({
         "component": "click fallback", "loads": "random walker (scikit-image), click to segment without SAM "
                                                 "weights (serve --segmenter classic; auto's fallback)",
         "from": "scikit-image, no weights", "present": True, "get": "installed with capscope",
-    }]
+    })
+    rows.append({
+        "component": "click auto", "loads": f"serve --segmenter auto picks, in order: {', '.join(AUTO_ORDER)}, classic",
+        "from": "the first whose weights are here (auto never downloads)", "present": True,
+        "get": f"now: {auto_choice()}",
+    })
+    return rows

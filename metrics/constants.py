@@ -24,7 +24,7 @@ DEFAULT_LONG_CAPTIONS = "windows"
 RUNTIMES = ("auto", "eager", "onnx")
 
 # capscope serve --segmenter: what turns an annotator's clicks into a mask (click_segmenters.py)
-CLICK_SEGMENTERS = ("auto", "classic", "sam", "sam2")
+CLICK_SEGMENTERS = ("auto", "classic", "sam", "sam2", "sam2-tiny", "mobilesam")
 
 # --precision: the CLIP towers in float32, or under bfloat16 / float16 autocast (encoder.AUTOCAST_DTYPES)
 PRECISIONS = ("fp32", "bf16", "fp16")

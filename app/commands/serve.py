@@ -39,8 +39,10 @@ def register(sub) -> None:
                        help="a scoring that waits this long for the scorer is refused (REST: 503) (default 60)")
     serve.add_argument("--segmenter", choices=CLICK_SEGMENTERS, default="auto",
                        help="click to segment in Annotate and POST /api/items/{id}/segment: SAM ViT-B, SAM 2.1 "
-                            "small (the sam2 extra), or the classic random walker (a labelled fallback); auto: SAM "
-                            "when its weights are here, else the fallback (default auto)")
+                            "small or hiera-tiny (sam2-tiny; the sam2 extra), MobileSAM (the yolo extra, AGPL), or "
+                            "the classic random walker (a labelled fallback); weights are fetched on first use; auto: "
+                            "the best of sam2, sam2-tiny, sam, mobilesam whose weights are here, else the fallback, "
+                            "never a download (default auto)")
     add_db_option(serve)
     serve.set_defaults(func=run_serve)
 
