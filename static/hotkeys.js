@@ -39,6 +39,81 @@
     const clickable = button.matches("button, input") ? button : button.querySelector("button, input");
     (clickable || button).click();
   });
+  // A box by drag (Annotate's picture, Inspect's two overlays): press, drag, release draws a box prompt
+  // for the segmenter. The box is drawn while dragging; on release it is written, in the served picture's
+  // pixels (Gradio's own click mapping: the picture fitted, never enlarged, centred), into the tab's hidden
+  // box field, whose change hands it to Python (Gradio 6 fires a Textbox's "input" on keys only). The click
+  // that ends a drag is not a click on the picture.
+  const boxFields = {"cs-annotate-image": "cs-annotate-box", "cs-overlay-a": "cs-inspect-box",
+                     "cs-overlay-b": "cs-inspect-box"};
+  const DRAG_MIN = 6;  // screen pixels before a press becomes a drag (a click wobbles less)
+  let drag = null, dragEnded = 0, drags = 0;
+  const dragPicture = (target) => {
+    const holder = target.closest && target.closest(Object.keys(boxFields).map((id) => "#" + id).join(", "));
+    const img = holder && target.closest("img");
+    return img && img.naturalWidth ? {holder, img} : null;
+  };
+  const fitted = (img) => {  // where the picture's pixels are on screen
+    const r = img.getBoundingClientRect();
+    const scale = Math.min(r.width / img.naturalWidth, r.height / img.naturalHeight, 1);
+    const w = img.naturalWidth * scale, h = img.naturalHeight * scale;
+    return {left: r.left + (r.width - w) / 2, top: r.top + (r.height - h) / 2, w, h, scale};
+  };
+  const clamp = (v, lo, hi) => Math.min(Math.max(v, lo), hi);
+  const dragRect = (drag) => {
+    const f = fitted(drag.img);
+    const xs = [drag.x0, drag.x1].map((x) => clamp(x, f.left, f.left + f.w)).sort((a, b) => a - b);
+    const ys = [drag.y0, drag.y1].map((y) => clamp(y, f.top, f.top + f.h)).sort((a, b) => a - b);
+    return {f, xs, ys};
+  };
+  document.addEventListener("pointerdown", (event) => {
+    if (event.button !== 0 || !event.isPrimary) return;
+    const found = dragPicture(event.target);
+    if (!found) return;
+    event.preventDefault();  // no native image drag, no text selection
+    drag = {...found, x0: event.clientX, y0: event.clientY, x1: event.clientX, y1: event.clientY, shown: null};
+  }, true);
+  document.addEventListener("pointermove", (event) => {
+    if (!drag) return;
+    drag.x1 = event.clientX; drag.y1 = event.clientY;
+    if (!drag.shown && Math.hypot(drag.x1 - drag.x0, drag.y1 - drag.y0) < DRAG_MIN) return;
+    if (!drag.shown) {
+      drag.shown = document.createElement("div");
+      drag.shown.id = "cs-drag-box";
+      document.body.appendChild(drag.shown);
+    }
+    const {xs, ys} = dragRect(drag);
+    Object.assign(drag.shown.style, {left: xs[0] + "px", top: ys[0] + "px", width: (xs[1] - xs[0]) + "px",
+                                     height: (ys[1] - ys[0]) + "px"});
+  }, true);
+  const endDrag = (event) => {
+    if (!drag) return;
+    const ended = drag;
+    drag = null;
+    if (!ended.shown) return;  // a click: Gradio's own select takes it
+    ended.shown.remove();
+    dragEnded = Date.now();
+    ended.x1 = event.clientX; ended.y1 = event.clientY;
+    const {f, xs, ys} = dragRect(ended);
+    const box = [(xs[0] - f.left) / f.scale, (ys[0] - f.top) / f.scale, (xs[1] - f.left) / f.scale,
+                 (ys[1] - f.top) / f.scale].map((v) => Math.round(v * 10) / 10);
+    if (event.type === "pointercancel" || box[2] - box[0] < 1 || box[3] - box[1] < 1) return;
+    const field = document.querySelector("#" + boxFields[ended.holder.id] + " textarea, #" +
+                                          boxFields[ended.holder.id] + " input");
+    if (!field) return;
+    drags += 1;  // the same box twice is still a new drag
+    field.value = JSON.stringify({box, drag: drags});
+    field.dispatchEvent(new Event("input", {bubbles: true}));
+  };
+  document.addEventListener("pointerup", endDrag, true);
+  document.addEventListener("pointercancel", endDrag, true);
+  document.addEventListener("click", (event) => {  // the click a drag ends with selects nothing
+    if (Date.now() - dragEnded < 400 && dragPicture(event.target)) {
+      event.stopImmediatePropagation();
+      event.preventDefault();
+    }
+  }, true);
+  document.addEventListener("dragstart", (event) => { if (dragPicture(event.target)) event.preventDefault(); }, true);
   // Inspect: once a caption's text stops changing for 250 ms, the rest of its row is scored (its hidden
   // button is clicked). Typing, pasting, dropping and tools that insert text all fire "input". Here, not
   // in an event's js=, so that the page's Content-Security-Policy needs no eval.

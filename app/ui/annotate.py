@@ -42,6 +42,7 @@ SUGGESTIONS_KEPT = 2048  # items whose pre-labels are kept in memory
 MAX_REGION_KEYS = 10
 ALL_DATASETS = "every dataset (demo last)"  # the picker's choice for no dataset
 KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
+             "drag on the picture: a box for the segmenter · "
              "<kbd>a</kbd> add the region being made · <kbd>Esc</kbd> drop it · "
              "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · "
              "<kbd>u</kbd>/<kbd>z</kbd> undo · "
@@ -192,12 +193,14 @@ class Annotator:
     def toggle_link(self, user: UserInfo, item_id: int, token: int, region: int) -> dict:
         return workflow.toggle_link(self.store, user, item_id, token, region, lease_seconds=self.lease)
 
-    def segment(self, user: UserInfo, item_id: int, points: list) -> dict:
+    def segment(self, user: UserInfo, item_id: int, points: list, box: list | None = None) -> dict:
         image = added_regions.item_image_file(self.store, user, item_id)
-        return self.clicks.segment(image.id, image.path, points, user=user.name, size=image.size)
+        return self.clicks.segment(image.id, image.path, points, box, user=user.name, size=image.size)
 
-    def add_region(self, user: UserInfo, item_id: int, mask: dict, points: list) -> tuple[dict, bool]:
-        prompts = {"points": [list(p) for p in points], "segmenter": self.clicks.name}
+    def add_region(self, user: UserInfo, item_id: int, mask: dict, points: list,
+                   box: list | None = None) -> tuple[dict, bool]:
+        prompts = {"points": [list(p) for p in points], "box": None if box is None else list(box),
+                   "segmenter": self.clicks.name}
         return added_regions.add_region(self.store, user, item_id, mask=mask, prompts=prompts)
 
     def region_at_click(self, user: UserInfo, item_id: int, point) -> int | None:
@@ -324,6 +327,7 @@ def build_annotate(annotator: Annotator) -> dict:
                     gr.Markdown(guidelines_text())
         with gr.Row(elem_classes="cs-hidden"):
             c["region_keys"] = [gr.Button(str(i), elem_id=f"cs-region-{i}") for i in range(1, MAX_REGION_KEYS + 1)]
+            c["box"] = gr.Textbox("", max_length=MAX_BOX_TEXT, elem_id="cs-annotate-box")  # a drag's box (hotkeys.js)
     c["item_id"] = gr.State(None)  # which item is on screen; its labels always come from the store
     c["draft"] = gr.State(empty_draft())  # the region being made and the word picked for ties
     _wire_annotate(annotator, c)
@@ -381,12 +385,14 @@ MODES = [("Mark mentioned", "mark"), ("Segment +", "segment+"), ("Segment −", 
 
 
 def empty_draft(item_id: int | None = None) -> dict:
-    return {"item": item_id, "points": [], "mask": None, "word": None}
+    return {"item": item_id, "points": [], "box": None, "mask": None, "word": None}
 
 
 def draft_of(draft: dict | None, item_id: int | None) -> dict:
     """The draft when it belongs to this item, else an empty one for it."""
-    return dict(draft) if isinstance(draft, dict) and draft.get("item") == item_id else empty_draft(item_id)
+    if isinstance(draft, dict) and draft.get("item") == item_id:
+        return {**empty_draft(item_id), **draft}
+    return empty_draft(item_id)
 
 
 def with_draft(item: dict | None, draft: dict) -> dict | None:
@@ -430,20 +436,70 @@ def picture_point(item: dict, point) -> tuple[float, float]:
     return round(x, 1), round(y, 1)
 
 
+MAX_BOX_TEXT = 400  # characters of a dragged box's JSON; the page sends fewer than 100
+
+
+def dragged_box(value, size: tuple[int, int]) -> list[float]:
+    """The box a drag on the displayed picture drew (static/hotkeys.js writes
+    `{"box": [x0, y0, x1, y1], ...}` in the displayed picture's pixels), in the
+    image's pixels: finite numbers only, corners in either order, kept inside
+    the image (a drag may end past its edge); AnnotationError for anything else,
+    or for a box under one image pixel a side."""
+    import json
+    import math
+
+    if not isinstance(value, str) or not value or len(value) > MAX_BOX_TEXT:
+        raise AnnotationError("that drag has no box")
+    try:
+        box = json.loads(value, parse_constant=lambda name: float("nan")).get("box")
+    except (ValueError, AttributeError, RecursionError):
+        raise AnnotationError("that drag has no box") from None
+    if not isinstance(box, list) or len(box) != 4 or \
+            not all(type(v) in (int, float) and math.isfinite(v) for v in box):
+        raise AnnotationError("a dragged box is four finite numbers")
+    scale = ui_draw.display_scale(size)
+    xs = sorted(min(max(float(v) / scale, 0.0), float(size[0])) for v in box[0::2])
+    ys = sorted(min(max(float(v) / scale, 0.0), float(size[1])) for v in box[1::2])
+    if xs[1] - xs[0] < 1 or ys[1] - ys[0] < 1:
+        raise AnnotationError("that box is under one pixel a side: drag a larger one")
+    return [round(xs[0], 1), round(ys[0], 1), round(xs[1], 1), round(ys[1], 1)]
+
+
+def prompt_note(draft: dict) -> str:
+    """What the region being made was prompted with: "box + 2 clicks"."""
+    clicks = len(draft["points"])
+    parts = (["box"] if draft.get("box") else []) + ([f"{clicks} click{'s' * (clicks != 1)}"] if clicks else [])
+    return " + ".join(parts)
+
+
+def segment_draft(annotator: Annotator, user: UserInfo, item: dict, draft: dict, points: list, box):
+    """The draft segmented again with these prompts (the old draft kept when the segmenter is busy)."""
+    try:
+        answer = annotator.segment(user, item["item_id"], points, box)
+    except SegmentingBusy as err:
+        return with_draft(item, draft), f"⚠ {html.escape(str(err))}"
+    draft = {**draft, "points": points, "box": box, "mask": answer["mask"] if answer["box"] else None}
+    fallback = " (fallback: no SAM weights on this server)" if answer["fallback"] else ""
+    return with_draft(item, draft), (f"{prompt_note(draft)} · {html.escape(answer['segmenter'])}"
+                                     f"{fallback} · {answer['ms']:.0f} ms · <kbd>a</kbd> add region, "
+                                     f"<kbd>Esc</kbd> drop")
+
+
 def segment_click(annotator: Annotator, user: UserInfo, item_id: int, point, positive: bool, draft: dict):
     item = annotator.item(user, item_id)
     x, y = picture_point(item, point)
-    points = draft["points"] + [[x, y, int(positive)]]
-    try:
-        answer = annotator.segment(user, item_id, points)
-    except SegmentingBusy as err:
-        return with_draft(item, draft), f"⚠ {html.escape(str(err))}"
-    draft = {**draft, "points": points, "mask": answer["mask"] if answer["box"] else None}
-    fallback = " (fallback: no SAM weights on this server)" if answer["fallback"] else ""
-    clicks = len(points)
-    return with_draft(item, draft), (f"{clicks} click{'s' * (clicks != 1)} · {html.escape(answer['segmenter'])}"
-                                     f"{fallback} · {answer['ms']:.0f} ms · <kbd>a</kbd> add region, "
-                                     f"<kbd>Esc</kbd> drop")
+    return segment_draft(annotator, user, item, draft, draft["points"] + [[x, y, int(positive)]], draft["box"])
+
+
+def drag_on_picture(annotator: Annotator, user: UserInfo, item_id: int | None, value, draft: dict | None):
+    """A box dragged on the picture: a new region being made, prompted by the box
+    (later clicks in Segment +/− refine it with the box)."""
+    if item_id is None:
+        return annotator.next(user), ""
+    item = annotator.item(user, item_id)
+    kept = {**empty_draft(item_id), "word": draft_of(draft, item_id)["word"]}
+    box = dragged_box(value, (item["width"], item["height"]))
+    return segment_draft(annotator, user, item, kept, [], box)
 
 
 def add_draft(annotator: Annotator, user: UserInfo, item_id: int | None, draft: dict | None):
@@ -452,7 +508,7 @@ def add_draft(annotator: Annotator, user: UserInfo, item_id: int | None, draft: 
     draft = draft_of(draft, item_id)
     if draft["mask"] is None:
         return with_draft(annotator.item(user, item_id), draft), "nothing to add: click the object in Segment + first"
-    region, added = annotator.add_region(user, item_id, draft["mask"], draft["points"])
+    region, added = annotator.add_region(user, item_id, draft["mask"], draft["points"], draft.get("box"))
     item = with_draft(annotator.item(user, item_id), {**empty_draft(item_id), "word": draft["word"]})
     number = region["index"] + 1
     return item, (f"region {number} added" if added else f"that is region {number} already (IoU ≥ 0.9): nothing added")
@@ -528,12 +584,27 @@ def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
     picture = ui_draw.labels_overlay(image, boxes, chosen, suggested_regions, junk,
                                      masks=[r.get("mask") for r in item["regions"]])  # a saved mask shows as drawn
     draft = item.get("_draft") or {}
-    if draft.get("points"):
-        from capscope.metrics.regions import rle_to_mask
-
-        mask = rle_to_mask(draft["mask"]) if draft.get("mask") else None
-        picture = ui_draw.with_draft(picture, image.size, mask, draft["points"])
+    if draft.get("points") or draft.get("box"):
+        picture = drawn_draft(picture, image.size, draft)
     return item_header(item), picture, ui_draw.thumbnails(image, boxes, chosen)
+
+
+def drawn_draft(picture: Image.Image, size: tuple[int, int], draft: dict) -> Image.Image:
+    """The region being made on a picture drawn by capscope.pictures.draw: its mask,
+    its clicks and its box (dashed-looking blue outline)."""
+    from PIL import ImageDraw
+
+    from capscope.metrics.regions import rle_to_mask
+
+    mask = rle_to_mask(draft["mask"]) if draft.get("mask") else None
+    picture = ui_draw.with_draft(picture, size, mask, draft.get("points") or [])
+    if draft.get("box"):
+        scale = picture.width // max(1, size[0])
+        x0, y0, x1, y1 = (v * scale for v in draft["box"])
+        draw = ImageDraw.Draw(picture)
+        draw.rectangle([x0, y0, x1, y1], outline=(255, 255, 255), width=4)
+        draw.rectangle([x0, y0, x1, y1], outline=(29, 111, 216), width=2)
+    return picture
 
 
 def suggestion_source(version: str | None) -> str:
@@ -600,6 +671,12 @@ class AnnotateHandlers:
 
     def on_image(self, item_id, show, mode, draft, evt: gr.SelectData, request: gr.Request):
         return self._run(request, item_id, show, click_picture, evt.index, mode, draft)
+
+    def on_drag(self, item_id, show, mode, draft, value, request: gr.Request):
+        """A box dragged on the picture; the mode turns to Segment + so that the next clicks refine it."""
+        shown = self._run(request, item_id, show, drag_on_picture, value, draft)
+        made = isinstance(shown[-1], dict) and shown[-1].get("box")
+        return *shown, ("segment+" if made and mode not in ("segment+", "segment-") else gr.skip())
 
     def on_thumbnail(self, item_id, show, mode, draft, evt: gr.SelectData, request: gr.Request):
         def act(annotator, user, item_id, index):
@@ -680,6 +757,8 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     clicked = [*state, c["mode"], c["draft"]]
     c["tokens"].select(handlers.on_word, clicked, outputs, **CLICKS)
     c["image"].select(handlers.on_image, clicked, outputs, **CLICKS)
+    # static/hotkeys.js writes a drag's box (with a count, so each drag is a change) into the hidden field
+    c["box"].change(handlers.on_drag, [*clicked, c["box"]], [*outputs, c["mode"]], **CLICKS)
     c["gallery"].select(handlers.on_thumbnail, clicked, outputs, **CLICKS)
     c["add_region"].click(handlers.add_region, [*state, c["draft"]], outputs, api_name="add_region", **DB_QUEUE)
     c["drop_region"].click(handlers.drop_region, [*state, c["draft"]], outputs, api_visibility="private",

@@ -125,6 +125,7 @@ PLACES = {
     "Annotate · html · cs-progress-box": (FIXED,),
     "Annotate · markdown · #2": (FIXED,),  # the guidelines: static/guidelines.md, the package's
     "Annotate · number · #1": (FIXED,),
+    "Annotate · textbox · cs-annotate-box": (OWN,),  # a box the user dragged (static/hotkeys.js), never shown
     "Explore · dropdown · Dataset": ("dataset",),
     "Explore · dropdown · Status": (FIXED,),
     "Explore · dropdown · Sort by": (FIXED,),

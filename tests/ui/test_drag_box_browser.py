@@ -1,0 +1,137 @@
+"""A box by drag, in a real browser (issue 69): on Annotate's picture, press, drag
+and release draws a box (shown while dragging) that prompts the segmenter; a later
+click refines the same region (box + click); "a" adds it with its box kept among
+its prompts. A press that hardly moves stays a click."""
+import json
+import time
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from capscope.annotation import workflow
+from capscope.annotation.importer import ImportOptions, import_captokeneval
+from capscope.annotation.users import add_user, get_user
+from capscope.db import Store
+from capscope.db.models import Region
+from capscope.metrics.regions import rle_to_mask
+from capscope.server.api import create_app
+from capscope.studies import click_noc
+from capscope.ui.page import mount_ui
+from ui_support import ARTIFACTS, Served, launched_chromium, logged_in_page, shot
+
+ANN = ("ann", "ann-password-1")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("drag-ui")
+    patch = pytest.MonkeyPatch()
+    for name, value in {"CAPSCOPE_DATA_DIR": root / "data", "CAPSCOPE_CACHE": root / "cache",
+                        "HF_HUB_OFFLINE": "1", "CAPSCOPE_NO_SEED": "1"}.items():
+        patch.setenv(name, str(value))
+    path, targets = click_noc.write_scenes(root, n=2, seed=5)
+    store = Store(f"sqlite:///{root / 'ui.db'}")
+    import_captokeneval(store, path, ImportOptions(dataset="drag", annotators_per_item=1, progress=False))
+    add_user(store, *ANN)
+    app = mount_ui(create_app(store=store, segmenter="classic"))
+    with Served(app) as server:
+        server.store, server.targets, server.root = store, targets, root
+        yield server
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    yield from launched_chromium()
+
+
+def screen_point(page, selector: str, image_size, x: float, y: float) -> tuple[float, float]:
+    """Where image pixel (x, y) is on screen, on a picture Gradio shows fitted (never enlarged) and centred."""
+    image = page.locator(f"{selector} img")
+    shown = image.bounding_box()
+    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    scale = natural[0] / image_size[0]
+    fit = min(shown["width"] / natural[0], shown["height"] / natural[1], 1)
+    left = shown["x"] + (shown["width"] - natural[0] * fit) / 2
+    top = shown["y"] + (shown["height"] - natural[1] * fit) / 2
+    return left + x * scale * fit, top + y * scale * fit
+
+
+def drag(page, selector, image_size, start, end, steps=8, seen=None):
+    """Press at image pixel `start`, move to `end` in `steps`, release; `seen` gets the drawn box's
+    on-screen size half way through."""
+    page.mouse.move(*screen_point(page, selector, image_size, *start))
+    page.mouse.down()
+    goal = screen_point(page, selector, image_size, *end)
+    here = screen_point(page, selector, image_size, *start)
+    for step in range(1, steps + 1):
+        page.mouse.move(here[0] + (goal[0] - here[0]) * step / steps, here[1] + (goal[1] - here[1]) * step / steps)
+        if seen is not None and step == steps // 2:
+            seen.append(page.evaluate("() => { const b = document.getElementById('cs-drag-box');"
+                                      " return b && [b.offsetWidth, b.offsetHeight]; }"))
+    page.mouse.up()
+
+
+def wait_saved(page, text, timeout=30_000):
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    try:
+        page.wait_for_function(f"document.querySelector('#cs-saved').innerText.includes({json.dumps(text)})",
+                               timeout=timeout)
+    except PageTimeout:
+        shot(page, "drag_box_failed.png")
+        raise AssertionError(f"{text!r} never showed; the page says: {page.inner_text('#cs-saved')}") from None
+
+
+def bounds(mask: np.ndarray) -> tuple[int, int, int, int]:
+    ys, xs = np.nonzero(mask)
+    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_dragged_box_segments_a_click_refines_it_and_a_adds_it_with_its_box(chromium, served):
+    ann = get_user(served.store, ANN[0])
+    item = workflow.next_item(served.store, ann)  # the page resumes this one
+    target, _noun = served.targets[item["id"]][0]
+    size = (item["width"], item["height"])
+    n = len(item["regions"])
+    x0, y0, x1, y1 = bounds(target)
+
+    page = logged_in_page(chromium, served, *ANN)
+    page.get_by_role("tab", name="Annotate").click()
+    page.locator("#cs-annotate-tokens .token").first.wait_for(timeout=30_000)
+    assert page.get_by_label("Mark mentioned").is_checked()  # a drag works whatever the click mode
+
+    # a press that hardly moves (under a few screen pixels) is a click, not a box
+    drag(page, "#cs-annotate-image", size, (2, 2), (2.4, 2.4), steps=2)
+    wait_saved(page, "no region under that point")
+
+    seen: list = []
+    drag(page, "#cs-annotate-image", size, (x0 - 2, y0 - 2), (x1 + 2, y1 + 2), seen=seen)
+    released = time.perf_counter()
+    wait_saved(page, "box · classic")
+    latency_ms = (time.perf_counter() - released) * 1000
+    assert seen and seen[0] and min(seen[0]) > 10  # the box was drawn while dragging
+    assert page.locator("#cs-drag-box").count() == 0  # and is gone once released
+    assert page.get_by_label("Segment +").is_checked()  # the next clicks refine it
+    shot(page, "annotate_drag_box.png")
+
+    # a click inside refines the same region: box and click together
+    x, y, _ = click_noc.innermost(target)
+    page.mouse.click(*screen_point(page, "#cs-annotate-image", size, x + 0.5, y + 0.5))
+    wait_saved(page, "box + 1 click")
+    page.locator("body").press("a")
+    wait_saved(page, f"region {n + 1} added")
+    with served.store.read() as session:
+        region = session.scalars(select(Region).where(Region.image_id == item["image_id"])
+                                 .order_by(Region.index.desc())).first()
+        prompts, mask = region.prompts, region.mask_rle
+    assert prompts["box"] is not None and len(prompts["points"]) == 1
+    bx0, by0, bx1, by1 = prompts["box"]
+    assert abs(bx0 - (x0 - 2)) <= 1.5 and abs(by1 - (y1 + 2)) <= 1.5  # the dragged corners, in image pixels
+    assert click_noc.iou(rle_to_mask(mask), target) >= 0.7
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "drag_box_latency.json").write_text(json.dumps({"release_to_mask_ms": round(latency_ms)}))
+    page.close()
