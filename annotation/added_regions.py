@@ -18,7 +18,7 @@ from sqlalchemy import exists, select
 
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.users import UserInfo
-from capscope.annotation.workflow import region_view
+from capscope.annotation.workflow import record_region_added, region_view
 from capscope.common.limits import MAX_ADDED_REGIONS, MAX_REGIONS, finite_number
 from capscope.db import Assignment, Caption, Image, Region, Store, utcnow
 from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_box, mask_to_rle
@@ -64,19 +64,25 @@ def add_region(store: Store, user: UserInfo, item_id: int, *, mask=None, box=Non
         new_mask, new_box = checked_shape(mask, box, image.width, image.height)
         kept_prompts = stored_prompts(prompts, image.width, image.height)
         regions = session.scalars(select(Region).where(Region.image_id == image.id).order_by(Region.index)).all()
-        same = duplicate_of(regions, new_mask, new_box, image.width, image.height)
+        live = [r for r in regions if r.removed_at is None]
+        same = duplicate_of(live, new_mask, new_box, image.width, image.height)
         if same is not None:
             return region_view(same), False
         if len(regions) >= MAX_REGIONS:
             raise Invalid(f"this image has {len(regions)} regions, the most an image may have")
-        if sum(r.added_by == user.name for r in regions) >= MAX_ADDED_REGIONS:
+        if sum(r.added_by == user.name for r in live) >= MAX_ADDED_REGIONS:
             raise Invalid(f"you have added {MAX_ADDED_REGIONS} regions to this image, the most one person may")
+        # regions taken back keep their index: adding and undoing cannot use up the image's room
+        if sum(r.added_by == user.name for r in regions) >= 2 * MAX_ADDED_REGIONS:
+            raise Invalid(f"you have added and taken back {2 * MAX_ADDED_REGIONS} regions on this image, "
+                          "the most one person may")
         region = Region(image_id=image.id, index=(regions[-1].index + 1) if regions else 0, source=source,
                         x0=new_box[0], y0=new_box[1], x1=new_box[2], y1=new_box[3],
                         mask_rle=None if new_mask is None else mask_to_rle(new_mask), confidence=None,
                         added_by=user.name, created_at=now or utcnow(), prompts=kept_prompts)
         session.add(region)
         session.flush()
+        record_region_added(session, user, item_id, region.index, region.created_at)
         return region_view(region), True
 
     return store.run_write(work)

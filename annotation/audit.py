@@ -30,7 +30,7 @@ from capscope.db import AuditEvent, Store
 ACTIONS = ("sign-in", "sign-in failed", "sign-out", "user added", "user replaced", "user disabled", "user enabled",
            "role changed", "import", "export", "gold written", "adjudication", "training started", "model activated",
            "control marked", "control unmarked", "controls set", "queue order set", "review set", "release made",
-           "review decision")
+           "review decision", "region removed")
 MAX_PAGE_SIZE = 500
 MAX_DETAILS_CHARS = 2000
 FIELDS = ("id", "at", "actor", "action", "address", "target", "details")

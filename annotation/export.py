@@ -19,7 +19,7 @@ from typing import Iterator, TextIO
 from capscope.common.spreadsheet import FORMULA_STARTS, csv_cells  # noqa: F401  (csv_cells: its old home)
 from capscope.annotation import audit
 from capscope.annotation.refusals import Invalid
-from capscope.annotation.votes import ItemData, iter_items
+from capscope.annotation.votes import ItemData, iter_exported_items
 from capscope.db import Store
 from capscope.common.paths import safe_name
 
@@ -88,11 +88,11 @@ def captokeneval_row(item: ItemData) -> dict:
 
 def captokeneval_items(store: Store, dataset: str | None = None) -> list[dict]:
     """The export's CapTokenEval items in memory (what fine-tuning learns from)."""
-    return [captokeneval_row(item) for item in iter_items(store, dataset)]
+    return [captokeneval_row(item) for item in iter_exported_items(store, dataset)]
 
 
 def _iter_captokeneval(store: Store, dataset: str | None) -> Iterator[str]:
-    for item in iter_items(store, dataset):
+    for item in iter_exported_items(store, dataset):
         yield json.dumps(captokeneval_row(item), ensure_ascii=False) + "\n"
 
 
@@ -108,7 +108,7 @@ def export_benchmark(store: Store, out: Path, dataset: str | None = None) -> tup
     partial = out.with_name(out.name + ".partial")
     items = 0
     with partial.open("w", encoding="utf-8") as handle:
-        for item in iter_items(store, dataset):
+        for item in iter_exported_items(store, dataset):
             row = captokeneval_row(item)
             if item.image_path not in copied:
                 copied[item.image_path] = _copy_by_content(Path(item.image_path), folder)
@@ -152,7 +152,7 @@ def _iter_csv(store: Store, dataset: str | None) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
-    for item in iter_items(store, dataset):
+    for item in iter_exported_items(store, dataset):
         for judgement in item.judgements:
             common = [item.dataset, item.caption_id, item.external_id, item.image_path, judgement.user,
                       judgement.submitted_at.isoformat() + "Z" if judgement.submitted_at else "",
@@ -206,7 +206,7 @@ def _iter_coco(store: Store, dataset: str | None) -> Iterator[str]:
     yield '{"info": {"description": "capscope region annotations"}, "categories": '
     yield json.dumps(COCO_CATEGORIES) + ', "images": ['
     first = True
-    for item in iter_items(store, dataset):
+    for item in iter_exported_items(store, dataset):
         image = {"id": item.caption_id, "file_name": item.image_path, "width": item.width,
                  "height": item.height, "caption": item.text, "item_id": item.external_id,
                  "dataset": item.dataset}
@@ -214,7 +214,7 @@ def _iter_coco(store: Store, dataset: str | None) -> Iterator[str]:
         first = False
     yield '], "annotations": ['
     first, next_id = True, 1
-    for item in iter_items(store, dataset):
+    for item in iter_exported_items(store, dataset):
         for i, region in enumerate(item.regions):
             yield ("" if first else ", ") + json.dumps(_coco_annotation(item, i, region, next_id))
             first, next_id = False, next_id + 1

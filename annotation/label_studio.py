@@ -30,7 +30,7 @@ from capscope.annotation import added_regions, workflow
 from capscope.annotation.captioners import newest_predictions, stored_verdicts
 from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.users import UserInfo, add_user, get_user
-from capscope.annotation.votes import ItemData, iter_items, load_item
+from capscope.annotation.votes import ItemData, iter_exported_items, load_item
 from capscope.db import Caption, Dataset, Store
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.jsonl import JsonTextError, loads_limited, shown
@@ -93,7 +93,7 @@ def tasks(store: Store, dataset: str | None = None, *, with_labels: bool = False
     (Label Studio's RLE is most of an export's size)."""
     audit.record(store, "export", target=dataset, details={"format": "label studio", "with_labels": with_labels})
     chunk: list[ItemData] = []
-    for item in iter_items(store, dataset):
+    for item in iter_exported_items(store, dataset):
         chunk.append(item)
         if len(chunk) == CHUNK:
             yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule, masks)
@@ -531,7 +531,7 @@ def _matching_region(item: ItemData, entry: dict) -> int | None:
     if not all(finite_number(v) and v > 0 for v in size) or not _box_numbers(entry["value"]):
         return None
     box = _pixel_box(entry)
-    return _best_match([_iou(box, r["box"]) for r in item.regions])
+    return _best_match([0.0 if r.get("removed") else _iou(box, r["box"]) for r in item.regions])
 
 
 def _stroke(item: ItemData, entry: dict) -> np.ndarray | None:
@@ -555,7 +555,8 @@ def _matching_stroke(item: ItemData, entry: dict) -> int | None:
     if stroke is None:
         return None
     size = (item.height, item.width)
-    return _best_match([_mask_iou(stroke, _region_mask(region, size)) for region in item.regions])
+    return _best_match([0.0 if region.get("removed") else _mask_iou(stroke, _region_mask(region, size))
+                        for region in item.regions])
 
 
 def _best_match(ious: list[float]) -> int | None:

@@ -30,7 +30,7 @@ from capscope import __version__
 from capscope.annotation import audit
 from capscope.annotation.export import captokeneval_row, read_image_bytes
 from capscope.annotation.refusals import Invalid, NotFound
-from capscope.annotation.votes import ItemData, iter_items
+from capscope.annotation.votes import ItemData, iter_exported_items
 from capscope.common.checksums import file_sha256
 from capscope.common.paths import safe_name
 from capscope.db import Dataset, GoldRevision, Image, Release, Store, data_dir, utcnow
@@ -53,7 +53,7 @@ def make_release(store: Store, dataset: str, version: str, out: Path, *, licence
                "guidelines": _text(guidelines, "guidelines")}
     out = _check_out(Path(out))
     _check_new(store, dataset, version)
-    items = list(iter_items(store, dataset))
+    items = list(iter_exported_items(store, dataset))
     if not items:
         raise Invalid(f"dataset {dataset!r} has no items to release")
     names = _image_names(store, items)

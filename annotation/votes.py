@@ -3,7 +3,8 @@ walk over items that export and agreement share (never the whole table in memory
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Iterator
 
 from sqlalchemy import func, or_, select
@@ -66,7 +67,10 @@ class ItemData:
         return positive, total
 
     def region_seers(self, index: int) -> list[Judgement]:
-        """The judgements made while region `index` existed (a proposal: all of them)."""
+        """The judgements made while region `index` existed (a proposal: all of them; a region
+        taken away: none, its votes went with it)."""
+        if self.regions[index].get("removed"):
+            return []
         added = self.regions[index].get("created_at")
         return [j for j in self.judgements if added is None or j.updated_at is None or j.updated_at >= added]
 
@@ -148,6 +152,40 @@ class ItemData:
         return len(self.region_seers(index)) < min(2, len(self.judgements))
 
 
+def without_removed(item: ItemData) -> ItemData:
+    """The item as exports give it: the regions taken away left out and the later ones numbered
+    on from there, in the labels, ties and gold that name them (annotation/removed_regions.py).
+    Labels are kept by stored index; only what leaves capscope is renumbered."""
+    kept = [i for i, region in enumerate(item.regions) if not region.get("removed")]
+    if len(kept) == len(item.regions):
+        return item
+    place = {index: position for position, index in enumerate(kept)}
+
+    def judgement(j: Judgement) -> Judgement:
+        return replace(j, mentioned_regions={place[i] for i in j.mentioned_regions if i in place},
+                       junk_regions={place[i] for i in j.junk_regions if i in place},
+                       links={(t, place[r]) for t, r in j.links if r in place})
+
+    def by_place(values: list | None) -> list | None:
+        return None if values is None else [values[i] if i < len(values) else None for i in kept]
+
+    gold = item.gold
+    if gold is not None:
+        gold = SimpleNamespace(
+            token_labels=gold.token_labels, token_votes=gold.token_votes, token_confidence=gold.token_confidence,
+            region_labels=by_place(gold.region_labels), region_votes=by_place(gold.region_votes),
+            region_confidence=by_place(gold.region_confidence), source=gold.source,
+            link_votes=None if gold.link_votes is None else [
+                {**entry, "region": place[entry["region"]]} for entry in gold.link_votes if entry["region"] in place])
+    return replace(item, regions=[item.regions[i] for i in kept], judgements=[judgement(j) for j in item.judgements],
+                   gold=gold)
+
+
+def iter_exported_items(store: Store, dataset: str | None = None) -> Iterator[ItemData]:
+    """`iter_items` as exports give them (`without_removed`)."""
+    return (without_removed(item) for item in iter_items(store, dataset))
+
+
 def caption_query(dataset: str | None = None):
     query = (select(Caption.id, Caption.external_id, Dataset.name, Caption.text, Caption.references,
                     Image.id, Image.path, Image.width, Image.height, Caption.control)
@@ -185,7 +223,8 @@ def _load_chunk(session, rows) -> list[ItemData]:
     for r in session.scalars(select(Region).where(Region.image_id.in_(image_ids))
                              .order_by(Region.image_id, Region.index)):
         regions[r.image_id].append({"box": r.box, "mask": r.mask_rle, "confidence": r.confidence,
-                                    "source": r.source, "added_by": r.added_by, "created_at": r.created_at})
+                                    "source": r.source, "added_by": r.added_by, "created_at": r.created_at,
+                                    "removed": r.removed_at is not None})
     judgements = _judgements(session, caption_ids)
     golds = {g.caption_id: g for g in session.scalars(select(GoldLabel).where(GoldLabel.caption_id.in_(caption_ids)))}
     session.expunge_all()  # keep the identity map from growing over a long walk

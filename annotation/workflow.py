@@ -179,9 +179,14 @@ def review_state(assignment: Assignment | None) -> dict | None:
 
 
 def region_view(region: Region) -> dict:
+    """A region as clients get it; `removed` (None, or when, by whom and how it was taken
+    away: annotation/removed_regions.py) says it is no longer to be drawn or labelled."""
+    removed = None if region.removed_at is None else {
+        "at": region.removed_at.isoformat() + "Z", "by": region.removed_by, "how": region.removed_how}
     return {"index": region.index, "box": region.box, "confidence": region.confidence, "source": region.source,
             "added_by": region.added_by, "mask": region.mask_rle,
-            "created_at": None if region.created_at is None else region.created_at.isoformat() + "Z"}
+            "created_at": None if region.created_at is None else region.created_at.isoformat() + "Z",
+            "removed": removed}
 
 
 def labels_view(session, assignment: Assignment, known: tuple[LabelState, bool] | None = None) -> dict:
@@ -334,7 +339,7 @@ def _write_links(session, assignment: Assignment, old: frozenset, new: frozenset
 
 
 def _record_revision(session, assignment: Assignment, state: LabelState, action: str, undo_to: int | None,
-                     now: datetime, lease_seconds: int) -> None:
+                     now: datetime, lease_seconds: int) -> LabelRevision:
     status = state.status
     elapsed = max(timedelta(0), min(now - assignment.updated_at, IDLE_CAP))
     assignment.time_spent_ms += int(elapsed.total_seconds() * 1000)
@@ -347,7 +352,7 @@ def _record_revision(session, assignment: Assignment, state: LabelState, action:
     assignment.status = status
     assignment.updated_at = now
     assignment.lease_expires_at = now + timedelta(seconds=lease_seconds)
-    append_revision(session, assignment, state, action, undo_to, now)
+    return append_revision(session, assignment, state, action, undo_to, now)
 
 
 def _review_on(session, assignment: Assignment) -> bool:
@@ -435,6 +440,8 @@ def _edit(new_tokens: Iterable[int] | None, new_regions: Iterable[int] | None, r
         both = regions & junk
         if both:
             raise Invalid(f"region {min(both)} cannot be both mentioned and junk (no object)")
+        _refuse_removed(session, assignment.caption_id, (regions - state.regions) | (junk - state.junk)
+                        | {r for _, r in links - state.links})
         status = state.status if requested_status is None else _resolved_status(state.status, requested_status)
         head = _head_revision(session, assignment)
         edited = LabelState(tokens, regions, status, junk, links)
@@ -476,6 +483,17 @@ def edited_state(session, assignment: Assignment, state: LabelState, incorrect_t
                              for v, what in zip(given, ("token", "region", "region")))
     pairs = None if links is None else _unique_pairs(links)
     return _edit(tokens, regions, None, junk, pairs, sent=sent)(session, assignment, state)[0]
+
+
+def _refuse_removed(session, caption_id: int, named: set[int]) -> None:
+    """A new label or tie may not name a region that was taken away."""
+    if not named:
+        return
+    from capscope.annotation.removed_regions import removed_indices
+
+    gone = named & removed_indices(session, caption_id)
+    if gone:
+        raise Invalid(f"region {min(gone)} was taken away; reload the item")
 
 
 def head_undo_to(session, assignment: Assignment) -> int | None:
@@ -585,18 +603,53 @@ def _revision_state(revision: LabelRevision, status: str) -> LabelState:
                       frozenset(revision.junk_regions or ()), frozenset(tuple(p) for p in revision.links or ()))
 
 
-def undo(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
-    """Restore the labels before the last label change (the status stays)."""
-    def change(session, assignment, state):
+def undo(store: Store, user: UserInfo, item_id: int, *, lease_seconds: int = LEASE_SECONDS,
+         now: datetime | None = None) -> dict:
+    """Restore the labels before the last label change (the status stays); when the last
+    step added a region, take that region back (annotation/removed_regions.py), unless
+    someone else has voted on it since: then it stays and the undo steps over it."""
+    from capscope.annotation.removed_regions import removed_indices, take_away, voted_by_others
+
+    def work(session):
+        current_time = now or utcnow()
+        assignment = _locked_assignment(session, user, item_id)
+        state = current_state(session, assignment)
         head = _head_revision(session, assignment)
         if head is None or head.undo_to is None:
-            return None
+            return labels_view(session, assignment)
         target = session.scalar(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id,
                                                             LabelRevision.revision == head.undo_to))
-        # every label change differs from the state it undoes to, so this always writes
-        return _revision_state(target, state.status), "undo", target.undo_to
+        if head.region is not None:  # the last step added a region (or an undo came back to one that did)
+            added = session.scalar(select(Region).join(Caption, Caption.image_id == Region.image_id)
+                                   .where(Caption.id == item_id, Region.index == head.region).with_for_update())
+            if added is not None and added.removed_at is None and not voted_by_others(session, added, user.id):
+                take_away(session, added, user.name, "undone", current_time)
+                state = current_state(session, assignment)
+        gone = removed_indices(session, item_id)
+        old = _revision_state(target, state.status)
+        new = old._replace(regions=old.regions - gone, junk=old.junk - gone,
+                           links=frozenset(p for p in old.links if p[1] not in gone))
+        write_labels(session, assignment, state, new)
+        step = _record_revision(session, assignment, new, "undo", target.undo_to, current_time, lease_seconds)
+        step.region = target.region
+        return labels_view(session, assignment, (new, target.undo_to is not None))
 
-    return _apply(store, user, item_id, change, **kw)
+    return store.run_write(work)
+
+
+ADD_REGION = "add region"  # the revision action of a region added, so that undo takes it back
+
+
+def record_region_added(session, user: UserInfo, item_id: int, index: int, now: datetime) -> None:
+    """Region `index`, just added by this user, as a step of their undo history on the item
+    (nothing when the item is not given to them: an admin's add is removed, not undone)."""
+    assignment = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
+                                                         Assignment.user_id == user.id).with_for_update())
+    if assignment is None:
+        return
+    state = current_state(session, assignment)
+    revision = append_revision(session, assignment, state, ADD_REGION, assignment.revision, now)
+    revision.region = index
 
 
 def submit(store: Store, user: UserInfo, item_id: int, **kw) -> dict:

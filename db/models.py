@@ -108,6 +108,11 @@ class Region(Base):
     added_by: Mapped[str | None] = mapped_column(String(100), default=None)
     created_at: Mapped[datetime | None] = mapped_column(default=None)
     prompts: Mapped[dict | None] = mapped_column(JSON, default=None)
+    # a region taken away keeps its row and index (labels name regions by index): when, by whom,
+    # and how (REMOVED_HOW: undone or withdrawn by the one who added it, removed by an admin)
+    removed_at: Mapped[datetime | None] = mapped_column(default=None)
+    removed_by: Mapped[str | None] = mapped_column(String(100), default=None)
+    removed_how: Mapped[str | None] = mapped_column(String(20), default=None)
 
     image: Mapped[Image] = relationship(back_populates="regions")
 
@@ -276,6 +281,8 @@ class LabelRevision(Base):
     # a step taken by someone other than the annotator (a reviewer), and what they wrote
     actor: Mapped[str | None] = mapped_column(String(100), default=None)  # a user's name
     comment: Mapped[str | None] = mapped_column(Text, default=None)
+    # the region an "add region" step added (an undo back to that step names it too): undo takes it back
+    region: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class Flag(Base):

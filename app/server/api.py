@@ -32,7 +32,8 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, conint
 from starlette.background import BackgroundTask
 
 from capscope import __version__
-from capscope.annotation import added_regions, agreement, audit, browse, export, gold, model_versions, queue, users, workflow
+from capscope.annotation import (added_regions, agreement, audit, browse, export, gold, model_versions, queue,
+                                 removed_regions, users, workflow)
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.db import Store
@@ -64,6 +65,7 @@ MAX_UPLOAD_REQUEST_BYTES = 256 * 2**20    # one upload request of the web UI (Ad
 SCORE_FORMATS = {"PNG", "JPEG", "WEBP"}
 ItemId = Annotated[int, Path(ge=1, le=2**62)]
 ItemQuery = Annotated[int | None, Query(ge=1, le=2**62)]
+RegionIndex = Annotated[int, Path(ge=0, le=limits.MAX_REGIONS)]
 MAX_INDICES = 10_000
 GIL_SWITCH_INTERVAL_S = 0.001
 WORKER_THREADS = 100  # synchronous handlers at once: room for the scorings waiting their turn and everything else
@@ -407,7 +409,8 @@ def _add_routes(app: FastAPI) -> None:
             return Response(status_code=204)
         if predictions:
             item = workflow.get_item(store, user, item["item_id"], include_predictions=True)
-        app.state.clicks.prefetch(user.name, item["image_id"], workflow.image_path(store, user, item["image_id"]))
+        app.state.clicks.prefetch(user.name, item["image_id"], workflow.image_path(store, user, item["image_id"]),
+                                  dataset=item.get("dataset"))
         return item
 
     @app.get("/api/items/previous", responses={204: {"description": "no earlier submitted item"}})
@@ -460,6 +463,14 @@ def _add_routes(app: FastAPI) -> None:
         if not added:
             response.status_code = 200
         return region
+
+    @app.delete("/api/items/{item_id}/regions/{index}",
+                responses={403: {"description": "an annotator may withdraw only a region they added"},
+                           422: {"description": "others have labelled it, or it was taken away already"}})
+    def remove_region(item_id: ItemId, index: RegionIndex, user: User) -> dict:
+        """Take a region away (it keeps its index; votes on it go): an admin removes any, the one
+        who added a region withdraws it while no one else has labelled it."""
+        return removed_regions.remove_region(store, user, item_id, index)
 
     @app.post("/api/items/{item_id}/undo")
     def undo(item_id: ItemId, user: User) -> dict:

@@ -20,7 +20,7 @@ from capscope.annotation import browse, export
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.importer.predictions import import_prediction_rows
 from capscope.annotation.users import get_user
-from capscope.annotation.votes import iter_items
+from capscope.annotation.votes import iter_exported_items
 from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.server.scoring import Models
@@ -89,7 +89,7 @@ class DatasetScores:
     def score_dataset(self, dataset: str | None, limit: int, progress=None) -> list[tuple[dict, dict]]:
         """[(CapTokenEval item, model row)] for up to `limit` items; predictions stored."""
         pairs = []
-        for item in iter_items(self.store, dataset):
+        for item in iter_exported_items(self.store, dataset):
             if len(pairs) >= limit:
                 break
             try:

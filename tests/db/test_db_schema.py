@@ -44,7 +44,7 @@ def test_sqlite_pragmas_and_reopen(tmp_path):
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
-        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0010"
+        assert session.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
 
 
 def test_downgrade_and_upgrade_again(tmp_path):

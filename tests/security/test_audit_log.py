@@ -149,7 +149,7 @@ def test_every_workflow_action_is_logged_on_sqlite_and_postgresql(backend, tmp_p
 
     from fastapi.testclient import TestClient
 
-    from capscope.annotation import agreement, controls, export, label_studio, queue, release, review
+    from capscope.annotation import agreement, controls, export, label_studio, queue, release, removed_regions, review
     from capscope.annotation.importer import ImportOptions, import_captions, import_captokeneval, import_predictions
     from capscope.annotation.users import add_user, set_active
     from capscope.server.api import create_app
@@ -182,6 +182,7 @@ def test_every_workflow_action_is_logged_on_sqlite_and_postgresql(backend, tmp_p
                 release.make_release(store, "d", "v1", tmp_path / "release")
                 review.set_review(store, boss, "d", True)
                 queue.set_queue_order(store, "d", "random", 3)
+                removed_regions.remove_region(store, boss, 2, 0)  # the gold item's one region
                 audit.record(store, "review decision", target="item 1", details={"decision": "accepted"})
             with TestClient(create_app(store=store)) as client:
                 assert client.get("/api/me", auth=("ann", "ann-password-2")).status_code == 200

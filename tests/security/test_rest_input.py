@@ -35,14 +35,14 @@ def operations(http) -> list[tuple[str, str, dict]]:
 
 
 def concrete(path: str, value: str = "1") -> str:
-    for name in ("item_id", "image_id", "version_id", "job_id", "name"):
+    for name in ("item_id", "image_id", "version_id", "job_id", "name", "index"):
         path = path.replace("{" + name + "}", value)
     return path
 
 
-def test_the_roles_hold_for_all_46_operations(http):
+def test_the_roles_hold_for_all_47_operations(http):
     ops = operations(http)
-    assert len(ops) == 46  # a new operation: say here who may call it
+    assert len(ops) == 47  # a new operation: say here who may call it
     for method, path, _ in ops:
         key, url = f"{method} {path}", concrete(path)
         anonymous = http.request(method, url, headers={"X-Requested-With": "t"})
