@@ -617,6 +617,7 @@ def undo(store: Store, user: UserInfo, item_id: int, *, lease_seconds: int = LEA
         head = _head_revision(session, assignment)
         if head is None or head.undo_to is None:
             return labels_view(session, assignment)
+        taken_back = None
         target = session.scalar(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id,
                                                             LabelRevision.revision == head.undo_to))
         if head.region is not None:  # the last step added a region (or an undo came back to one that did)
@@ -624,7 +625,7 @@ def undo(store: Store, user: UserInfo, item_id: int, *, lease_seconds: int = LEA
                                    .where(Caption.id == item_id, Region.index == head.region).with_for_update())
             if added is not None and added.removed_at is None and not voted_by_others(session, added, user.id):
                 take_away(session, added, user.name, "undone", current_time)
-                state = current_state(session, assignment)
+                state, taken_back = current_state(session, assignment), added.index
         gone = removed_indices(session, item_id)
         old = _revision_state(target, state.status)
         new = old._replace(regions=old.regions - gone, junk=old.junk - gone,
@@ -632,7 +633,8 @@ def undo(store: Store, user: UserInfo, item_id: int, *, lease_seconds: int = LEA
         write_labels(session, assignment, state, new)
         step = _record_revision(session, assignment, new, "undo", target.undo_to, current_time, lease_seconds)
         step.region = target.region
-        return labels_view(session, assignment, (new, target.undo_to is not None))
+        view = labels_view(session, assignment, (new, target.undo_to is not None))
+        return view if taken_back is None else {**view, "region_taken_back": taken_back}
 
     return store.run_write(work)
 

@@ -162,6 +162,8 @@ def score_overlay(image: Image.Image, boxes: list, scores: list[float] | None, m
                                      for i in range(min(len(boxes), len(shapes))) if shapes[i] is not None])
     draw = ImageDraw.Draw(canvas)
     for i, box in enumerate(boxes):
+        if box is None:  # a region taken away (shown_boxes)
+            continue
         rect = outside(box, scale, width, canvas.size)
         is_unmentioned, colour = colours[i]
         if i < len(shapes) and shapes[i] is not None:
@@ -184,6 +186,16 @@ def outside(box, scale: int, width: int, size: tuple[int, int]) -> list[float]:
     return [max(0, x0 - width), max(0, y0 - width), min(size[0] - 1, x1 + width), min(size[1] - 1, y1 + width)]
 
 
+def shown_boxes(regions: list[dict]) -> list:
+    """Each region's box, None for a region taken away (it keeps its place: regions go by index)."""
+    return [None if r.get("removed") else r["box"] for r in regions]
+
+
+def shown_masks(regions: list[dict]) -> list:
+    """Each region's mask (COCO RLE or None), None for a region taken away."""
+    return [None if r.get("removed") else r.get("mask") for r in regions]
+
+
 def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested: set[int] | None = None,
                    junk: set[int] | None = None, masks: list | None = None) -> Image.Image:
     """Annotate view: every region outlined thinly and numbered; the ones the
@@ -196,7 +208,7 @@ def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested:
     tint = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
     tint_draw = ImageDraw.Draw(tint)
     for i in chosen:
-        if 0 <= i < len(boxes):
+        if 0 <= i < len(boxes) and boxes[i] is not None:
             if shape(i) is not None:
                 shown = Image.fromarray(shape(i).astype("uint8") * 255).resize(canvas.size, Image.Resampling.NEAREST)
                 tint.paste(CHOSEN + (60,), (0, 0, *canvas.size), shown)
@@ -208,6 +220,8 @@ def labels_overlay(image: Image.Image, boxes: list, chosen: set[int], suggested:
                                      for i in range(len(boxes)) if shape(i) is not None])
     draw = ImageDraw.Draw(canvas)
     for i, box in enumerate(boxes):
+        if box is None:  # a region taken away (shown_boxes)
+            continue
         rect = [v * scale for v in box]
         if shape(i) is not None:
             pass  # outlined by its mask above
@@ -246,7 +260,7 @@ def with_draft(canvas: Image.Image, image_size: tuple[int, int], mask, points) -
 def region_at(boxes: list, x: float, y: float) -> int | None:
     """The smallest region containing the point (original pixels), or None."""
     inside = [(abs((b[2] - b[0]) * (b[3] - b[1])), i) for i, b in enumerate(boxes)
-              if b[0] <= x <= b[2] and b[1] <= y <= b[3]]
+              if b is not None and b[0] <= x <= b[2] and b[1] <= y <= b[3]]
     return min(inside)[1] if inside else None
 
 
@@ -263,7 +277,11 @@ def thumbnails(image: Image.Image, boxes: list, chosen: set[int] | None = None,
                margin: float = 0.2, side: int = 96) -> list[tuple[Image.Image, str]]:
     """A square crop of each region (with some context) and its caption for a Gallery."""
     out = []
-    for i, (x0, y0, x1, y1) in enumerate(boxes):
+    for i, box in enumerate(boxes):
+        if box is None:  # a region taken away keeps its place in the gallery
+            out.append((Image.new("RGB", (side, side), (245, 245, 245)), f"{i + 1} removed"))
+            continue
+        x0, y0, x1, y1 = box
         pad_x, pad_y = (x1 - x0) * margin, (y1 - y0) * margin
         crop = image.crop((max(0, x0 - pad_x), max(0, y0 - pad_y),
                            min(image.width, x1 + pad_x), min(image.height, y1 + pad_y))).convert("RGB")

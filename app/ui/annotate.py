@@ -205,7 +205,7 @@ class Annotator:
 
     def region_at_click(self, user: UserInfo, item_id: int, point) -> int | None:
         item = self.item(user, item_id)
-        return ui_draw.clicked_region([r["box"] for r in item["regions"]], (item["width"], item["height"]), point)
+        return ui_draw.clicked_region(ui_draw.shown_boxes(item["regions"]), (item["width"], item["height"]), point)
 
     def undo(self, user: UserInfo, item_id: int) -> dict:
         return workflow.undo(self.store, user, item_id, lease_seconds=self.lease)
@@ -270,7 +270,8 @@ def progress_html(progress: dict) -> str:
 
 def item_header(item: dict) -> str:
     text = (f"**Item {item['item_id']}** · `{html.escape(item['id'])}` · dataset {html.escape(item['dataset'])} · "
-            f"{len(item['regions'])} regions. Click wrong words; click the regions the caption mentions.")
+            f"{sum(not r.get('removed') for r in item['regions'])} regions. "
+            "Click wrong words; click the regions the caption mentions.")
     review = item.get("review") or {}
     if review.get("status") == "returned":  # a reviewer sent it back: their comment, then submit again
         text += (f"\n\n<div id='cs-returned'>↩ <b>Sent back by {html.escape(review.get('reviewer') or '')}</b>: "
@@ -364,7 +365,8 @@ def change_labels(annotator: Annotator, user: UserInfo, item_id: int | None, cha
     labels = change(user, item_id, *args)
     item = annotator.item(user, item_id)
     item["labels"] = labels
-    return item, ""
+    taken_back = labels.get("region_taken_back")  # an undo right after "Add region"
+    return item, "" if taken_back is None else f"region {taken_back + 1} taken back"
 
 
 def finish_item(annotator: Annotator, user: UserInfo, item_id: int | None, step: Callable, word: str):
@@ -578,11 +580,11 @@ def render(annotator: Annotator, user: UserInfo, item: dict | None, note: str = 
 def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
     """(header, image with the chosen and suggested regions, thumbnails)."""
     image = _image(item["_path"])
-    boxes = [r["box"] for r in item["regions"]]
+    boxes = ui_draw.shown_boxes(item["regions"])  # None for a region taken away
     labels = item.get("labels") or {}
     chosen, junk = set(labels.get("mentioned_regions", ())), set(labels.get("junk_regions", ()))
     picture = ui_draw.labels_overlay(image, boxes, chosen, suggested_regions, junk,
-                                     masks=[r.get("mask") for r in item["regions"]])  # a saved mask shows as drawn
+                                     masks=ui_draw.shown_masks(item["regions"]))  # a saved mask shows as drawn
     draft = item.get("_draft") or {}
     if draft.get("points") or draft.get("box"):
         picture = drawn_draft(picture, image.size, draft)

@@ -80,10 +80,10 @@ def gold_and_model(store: Store, scores: DatasetScores, item_id: int, metric: st
     row = scores.score_item(item)
     metric = metric if metric in row["metrics"] else next((m for m in token_metrics() if m in row["metrics"]),
                                                           next(iter(row["metrics"]), None))
-    boxes = [r["box"] for r in item.regions]
+    boxes = ui_draw.shown_boxes(item.regions)
     model_overlay = ui_draw.score_overlay(image, boxes, (row["metrics"].get(metric) or {}).get("region_scores"),
                                           (row["metrics"].get(metric) or {}).get("region_mentioned"),
-                                          masks=[r.get("mask") for r in item.regions])
+                                          masks=ui_draw.shown_masks(item.regions))
     note = f"{_gold_note(store, item)} · model: {metric_title(metric)}"
     return gold_overlay, model_overlay, gold_tokens, shaded_tokens(row, metric), note
 
@@ -96,8 +96,8 @@ def _gold_views(item) -> tuple:
     segments = token_segments(item.text, item.tokens)
     tokens = [(text, 1.0 if t["label"] == "incorrect" else -0.4 if t["label"] == "correct" else None)
               for text, t in zip(segments, labels["tokens"])]
-    return ui_draw.labels_overlay(image, [r["box"] for r in item.regions], mentioned,
-                                  masks=[r.get("mask") for r in item.regions]), tokens, image
+    return ui_draw.labels_overlay(image, ui_draw.shown_boxes(item.regions), mentioned,
+                                  masks=ui_draw.shown_masks(item.regions)), tokens, image
 
 
 def _gold_note(store: Store, item) -> str:
@@ -121,7 +121,7 @@ def adjudicate_click(store: Store, admin_name: str, item_id: int, token: int | N
     if token is not None:
         tokens[token] = "correct" if tokens[token] == "incorrect" else "incorrect"
     else:
-        index = ui_draw.clicked_region([r["box"] for r in item.regions], (item.width, item.height), point)
+        index = ui_draw.clicked_region(ui_draw.shown_boxes(item.regions), (item.width, item.height), point)
         if index is None:
             overlay, words, _ = _gold_views(item)
             return overlay, words, _gold_note(store, item) + " · no region under that point"

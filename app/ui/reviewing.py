@@ -147,10 +147,10 @@ def history_html(view: dict) -> str:
 
 def picture(view: dict, work: dict) -> tuple:
     image = _image(view["_path"])
-    boxes = [r["box"] for r in view["regions"]]
+    boxes = ui_draw.shown_boxes(view["regions"])
     removed = set(view["labels"]["mentioned_regions"]) - set(work["regions"])
     overlay = ui_draw.labels_overlay(image, boxes, set(work["regions"]), removed, set(work["junk"]),
-                                     masks=[r.get("mask") for r in view["regions"]])
+                                     masks=ui_draw.shown_masks(view["regions"]))
     return overlay, ui_draw.thumbnails(image, boxes, set(work["regions"]))
 
 
