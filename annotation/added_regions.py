@@ -14,28 +14,18 @@ from datetime import datetime
 from typing import NamedTuple
 
 import numpy as np
-from sqlalchemy import exists, select
+from sqlalchemy import select
 
-from capscope.annotation.refusals import Forbidden, Invalid, NotFound
+from capscope.annotation.access import item_image
+from capscope.annotation.refusals import Invalid
 from capscope.annotation.users import UserInfo
 from capscope.annotation.workflow import record_region_added, region_view
 from capscope.common.limits import MAX_ADDED_REGIONS, MAX_REGIONS, finite_number
-from capscope.db import Assignment, Caption, Image, Region, Store, utcnow
+from capscope.db import Image, Region, Store, utcnow
 from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_box, mask_to_rle
 
 DUPLICATE_IOU = 0.9
 ADDED_SOURCE = "annotator"
-
-
-def item_image(session, user: UserInfo, item_id: int) -> Image:
-    """The image of an item given to this user (admins: any item's)."""
-    caption = session.get(Caption, item_id)
-    if caption is None:
-        raise NotFound(f"no item {item_id}")
-    if not user.is_admin and not session.scalar(select(exists().where(
-            Assignment.caption_id == item_id, Assignment.user_id == user.id))):
-        raise Forbidden(f"item {item_id} was not given to you")
-    return caption.image
 
 
 def checked_shape(mask_rle, box, width: int, height: int) -> tuple[np.ndarray | None, tuple]:

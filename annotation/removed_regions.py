@@ -20,7 +20,9 @@ from datetime import datetime
 from sqlalchemy import delete, exists, or_, select
 
 from capscope.annotation import audit
+from capscope.annotation.access import item_image
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
+from capscope.annotation.revisions import append_revision, current_state, head_undo_to
 from capscope.annotation.users import UserInfo
 from capscope.db import Assignment, Caption, GoldLabel, Label, Link, Region, Store, utcnow
 
@@ -52,8 +54,6 @@ def voted_by_others(session, region: Region, user_id: int) -> bool:
 
 def take_away(session, region: Region, actor: str, how: str, now: datetime) -> int:
     """Mark the region taken away and drop every vote on it; the number of judgements changed."""
-    from capscope.annotation.workflow import append_revision, current_state, head_undo_to
-
     if how not in REMOVED_HOW:
         raise ValueError(f"how must be one of {REMOVED_HOW}")
     region.removed_at, region.removed_by, region.removed_how = now, actor, how
@@ -68,8 +68,7 @@ def take_away(session, region: Region, actor: str, how: str, now: datetime) -> i
                         .execution_options(synchronize_session=False))
         session.execute(delete(Link).where(Link.assignment_id == assignment.id, link)
                         .execution_options(synchronize_session=False))
-        kept = state._replace(regions=state.regions - {region.index}, junk=state.junk - {region.index},
-                              links=frozenset(p for p in state.links if p[1] != region.index))
+        kept = state.without_regions({region.index})
         # not an undo step of the annotator's: their undo goes on from where it was
         append_revision(session, assignment, kept, "region removed", head_undo_to(session, assignment), now,
                         actor=None if assignment.user.name == actor else actor,
@@ -106,8 +105,6 @@ def remove_region(store: Store, user: UserInfo, item_id: int, index: int, *, now
     """Take region `index` of the item's image away (REST DELETE .../regions/{index}): an admin
     removes any region, votes and all; the one who added a region withdraws it while no one
     else has voted on it. Returns {"index", "how", "judgements_changed"}."""
-    from capscope.annotation.added_regions import item_image
-
     if isinstance(index, bool) or not isinstance(index, int):
         raise Invalid("a region index is an integer")
 

@@ -28,10 +28,10 @@ from typing import Iterable
 
 from sqlalchemy import and_, func, or_, select
 
-from capscope.annotation import audit, workflow
+from capscope.annotation import audit, revisions, workflow
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
+from capscope.annotation.revisions import LabelState
 from capscope.annotation.users import UserInfo
-from capscope.annotation.workflow import LabelState
 from capscope.db import Assignment, Caption, Dataset, Store, utcnow
 
 REVIEW_ROLES = ("reviewer", "admin")
@@ -137,7 +137,7 @@ def review_view(session, assignment: Assignment) -> dict:
     returned = next((h for h in reversed(history) if h["action"] == "returned"), None)
     since = None
     if returned is not None and assignment.status == "submitted":
-        since = label_diff(_history_state(returned), workflow.current_state(session, assignment))
+        since = label_diff(_history_state(returned), revisions.current_state(session, assignment))
     return {**view, "assignment_id": assignment.id, "annotator": assignment.user.name,
             "submitted_at": None if assignment.submitted_at is None else assignment.submitted_at.isoformat() + "Z",
             "history": history, "since_returned": since}
@@ -214,28 +214,28 @@ def decide(store: Store, user: UserInfo, assignment_id: int, decision: str, comm
         if assignment.status != "submitted" or assignment.review_status != "pending":
             where = assignment.review_status or assignment.status
             raise Invalid(f"judgement {assignment_id} is not waiting for review (it is {where})")
-        state = workflow.current_state(session, assignment)
+        state = revisions.current_state(session, assignment)
         diff = None
         if decision == "correct":
             new = workflow.edited_state(session, assignment, state, *corrected)
             if new == state:
                 raise Invalid("the correction changes nothing: accept the judgement instead")
             diff = label_diff(state, new)
-            workflow.write_labels(session, assignment, state, new)
+            revisions.write_labels(session, assignment, state, new)
             assignment.updated_at = current  # the labels changed now: regions added later were not seen
             undo_to = None  # the annotator's undo does not take back a reviewer's correction
         elif decision == "return":
             new = LabelState(state.tokens, state.regions, "draft", state.junk, state.links)
             assignment.updated_at = current
             assignment.lease_expires_at = current + timedelta(seconds=lease_seconds)
-            undo_to = workflow.head_undo_to(session, assignment)
+            undo_to = revisions.head_undo_to(session, assignment)
         else:
             new = state
-            undo_to = workflow.head_undo_to(session, assignment)
+            undo_to = revisions.head_undo_to(session, assignment)
         outcome = OUTCOMES[decision]
         assignment.review_status, assignment.review_comment = outcome, text
         assignment.reviewer, assignment.reviewed_at = user.name, current
-        workflow.append_revision(session, assignment, new, outcome, undo_to, current, actor=user.name, comment=text)
+        revisions.append_revision(session, assignment, new, outcome, undo_to, current, actor=user.name, comment=text)
         details = {"decision": outcome, "judgement": assignment.id, "annotator": assignment.user.name,
                    "dataset": assignment.caption.dataset.name}
         if text:

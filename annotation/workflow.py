@@ -23,12 +23,15 @@ JSON-ready dicts.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable
 
-from sqlalchemy import and_, delete, exists, func, or_, select, tuple_
+from sqlalchemy import and_, exists, func, or_, select
 
+from capscope.annotation.access import item_caption
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.queue import candidate_captions, control_for, holds_slot, queue_order_of
+from capscope.annotation.removed_regions import removed_indices, take_away, voted_by_others
+from capscope.annotation.revisions import LabelState, append_revision, current_state, head_revision, write_labels
 from capscope.annotation.users import UserInfo
 from capscope.db import (
     Assignment,
@@ -37,9 +40,7 @@ from capscope.db import (
     Flag,
     GoldLabel,
     Image,
-    Label,
     LabelRevision,
-    Link,
     Prediction,
     Region,
     Store,
@@ -193,7 +194,7 @@ def labels_view(session, assignment: Assignment, known: tuple[LabelState, bool] 
     """The assignment's label state; `known` = (state, can_undo) when the caller has them."""
     if known is None:
         state = current_state(session, assignment)
-        head = _head_revision(session, assignment)
+        head = head_revision(session, assignment)
         can_undo = head is not None and head.undo_to is not None
     else:
         state, can_undo = known
@@ -221,41 +222,13 @@ def predictions_of(session, caption_id: int) -> list[dict]:
             for p in rows]
 
 
-class LabelState(NamedTuple):
-    """One annotator's labels of one item: incorrect tokens, mentioned regions,
-    the status, junk regions and (token, region) ties."""
-    tokens: frozenset[int]
-    regions: frozenset[int]
-    status: str
-    junk: frozenset[int] = frozenset()
-    links: frozenset[tuple[int, int]] = frozenset()
-
-
-def current_state(session, assignment: Assignment) -> LabelState:
-    rows = session.execute(select(Label.kind, Label.index).where(Label.assignment_id == assignment.id)).all()
-    links = session.execute(select(Link.token_index, Link.region_index)
-                            .where(Link.assignment_id == assignment.id)).all()
-    return LabelState(frozenset(i for k, i in rows if k == "token"), frozenset(i for k, i in rows if k == "region"),
-                      assignment.status, frozenset(i for k, i in rows if k == "junk"),
-                      frozenset((t, r) for t, r in links))
-
-
-def _head_revision(session, assignment: Assignment) -> LabelRevision | None:
-    return session.scalar(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id,
-                                                      LabelRevision.revision == assignment.revision))
-
-
 def get_item(store: Store, user: UserInfo, item_id: int, *, include_predictions: bool = False) -> dict:
     """An item with this user's labels on it. Annotators see only items given
     to them; admins see any (with `labels` None when it is not theirs)."""
     with store.read() as session:
-        caption = session.get(Caption, item_id)
-        if caption is None:
-            raise NotFound(f"no item {item_id}")
+        caption = item_caption(session, user, item_id)
         assignment = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
                                                              Assignment.user_id == user.id))
-        if assignment is None and not user.is_admin:
-            raise Forbidden(f"item {item_id} was not given to you")
         return item_view(session, assignment, caption, include_predictions)
 
 
@@ -311,33 +284,6 @@ def _apply(store: Store, user: UserInfo, item_id: int, change: Change, *,
     return store.run_write(work)
 
 
-def write_labels(session, assignment: Assignment, old: LabelState, new: LabelState) -> None:
-    """Make the assignment's label and tie rows `new` (they are `old` now)."""
-    _write_label_rows(session, assignment, "token", old.tokens, new.tokens)
-    _write_label_rows(session, assignment, "region", old.regions, new.regions)
-    _write_label_rows(session, assignment, "junk", old.junk, new.junk)
-    _write_links(session, assignment, old.links, new.links)
-
-
-def _write_label_rows(session, assignment: Assignment, kind: str, old: set[int], new: set[int]) -> None:
-    gone = old - new
-    if gone:
-        session.execute(delete(Label).where(Label.assignment_id == assignment.id, Label.kind == kind,
-                                            Label.index.in_(gone)))
-    session.add_all(Label(assignment_id=assignment.id, caption_id=assignment.caption_id, kind=kind, index=i)
-                    for i in sorted(new - old))
-
-
-def _write_links(session, assignment: Assignment, old: frozenset, new: frozenset) -> None:
-    gone = old - new
-    if gone:  # one statement, however many ties go: the write lock is held for one
-        session.execute(delete(Link).where(Link.assignment_id == assignment.id,
-                                           tuple_(Link.token_index, Link.region_index).in_(sorted(gone)))
-                        .execution_options(synchronize_session=False))
-    session.add_all(Link(assignment_id=assignment.id, caption_id=assignment.caption_id, token_index=t,
-                         region_index=r) for t, r in sorted(new - old))
-
-
 def _record_revision(session, assignment: Assignment, state: LabelState, action: str, undo_to: int | None,
                      now: datetime, lease_seconds: int) -> LabelRevision:
     status = state.status
@@ -369,22 +315,6 @@ def _into_review(session, assignment: Assignment, action: str) -> str:
         return action
     assignment.review_status = "pending"
     return "resubmitted" if returned else "submitted"
-
-
-def append_revision(session, assignment: Assignment, state: LabelState, action: str, undo_to: int | None,
-                    now: datetime, *, actor: str | None = None, comment: str | None = None) -> LabelRevision:
-    """The assignment's next revision: `state` after `action`, by `actor` when it is not the
-    annotator (a reviewer), with their `comment`. The assignment's status is `state.status`."""
-    assignment.status = state.status
-    assignment.revision += 1
-    revision = LabelRevision(assignment_id=assignment.id, revision=assignment.revision, action=action,
-                             status=state.status, incorrect_tokens=sorted(state.tokens),
-                             mentioned_regions=sorted(state.regions), junk_regions=sorted(state.junk),
-                             links=[list(pair) for pair in sorted(state.links)], undo_to=undo_to, created_at=now,
-                             actor=actor, comment=comment)
-    session.add(revision)
-    session.flush()
-    return revision
 
 
 def _item_size(session, caption_id: int) -> tuple[int, int]:
@@ -443,7 +373,7 @@ def _edit(new_tokens: Iterable[int] | None, new_regions: Iterable[int] | None, r
         _refuse_removed(session, assignment.caption_id, (regions - state.regions) | (junk - state.junk)
                         | {r for _, r in links - state.links})
         status = state.status if requested_status is None else _resolved_status(state.status, requested_status)
-        head = _head_revision(session, assignment)
+        head = head_revision(session, assignment)
         edited = LabelState(tokens, regions, status, junk, links)
         labels_changed = (tokens, regions, junk, links) != (state.tokens, state.regions, state.junk, state.links)
         # a change of status alone is not an undo step: undo skips over it
@@ -489,17 +419,9 @@ def _refuse_removed(session, caption_id: int, named: set[int]) -> None:
     """A new label or tie may not name a region that was taken away."""
     if not named:
         return
-    from capscope.annotation.removed_regions import removed_indices
-
     gone = named & removed_indices(session, caption_id)
     if gone:
         raise Invalid(f"region {min(gone)} was taken away; reload the item")
-
-
-def head_undo_to(session, assignment: Assignment) -> int | None:
-    """Where an undo from the assignment's current revision goes (None: nothing to undo)."""
-    head = _head_revision(session, assignment)
-    return None if head is None else head.undo_to
 
 
 def _listed(values: Iterable | None) -> list | None:
@@ -608,13 +530,11 @@ def undo(store: Store, user: UserInfo, item_id: int, *, lease_seconds: int = LEA
     """Restore the labels before the last label change (the status stays); when the last
     step added a region, take that region back (annotation/removed_regions.py), unless
     someone else has voted on it since: then it stays and the undo steps over it."""
-    from capscope.annotation.removed_regions import removed_indices, take_away, voted_by_others
-
     def work(session):
         current_time = now or utcnow()
         assignment = _locked_assignment(session, user, item_id)
         state = current_state(session, assignment)
-        head = _head_revision(session, assignment)
+        head = head_revision(session, assignment)
         if head is None or head.undo_to is None:
             return labels_view(session, assignment)
         taken_back = None
@@ -627,9 +547,7 @@ def undo(store: Store, user: UserInfo, item_id: int, *, lease_seconds: int = LEA
                 take_away(session, added, user.name, "undone", current_time)
                 state, taken_back = current_state(session, assignment), added.index
         gone = removed_indices(session, item_id)
-        old = _revision_state(target, state.status)
-        new = old._replace(regions=old.regions - gone, junk=old.junk - gone,
-                           links=frozenset(p for p in old.links if p[1] not in gone))
+        new = _revision_state(target, state.status).without_regions(gone)
         write_labels(session, assignment, state, new)
         step = _record_revision(session, assignment, new, "undo", target.undo_to, current_time, lease_seconds)
         step.region = target.region

@@ -48,6 +48,7 @@ from capscope.server.review_routes import review_router
 from capscope.server.quality_routes import quality_router
 from capscope.server.callers import SIGNIN_KEY, CallerIdentity, basic_credentials
 from capscope.server.content_policy import ContentPolicy
+from capscope.server.first_run import first_run as make_first_run, private_files
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
                                     quiet_cut_short_answers, script_or_json)
@@ -271,7 +272,8 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
                token_rule: str | None = None, precision: str | None = None, data_roots: DataRoots | None = None, models_dir: str | FilePath | None = None,
                rescore_limit: int | None = RESCORE_LIMIT, cors_origins: tuple[str, ...] = (),
                score_gate: ScoreGate | None = None, segmenter: str = "auto",
-               click_service: ClickService | None = None, warm_segmenter: bool | None = None) -> FastAPI:
+               click_service: ClickService | None = None, warm_segmenter: bool | None = None,
+               first_run: bool = False) -> FastAPI:
     """The API app over the database at `db_url` (default `CAPSCOPE_DB_URL` or
     the data folder's SQLite file). `app.state.models` is the process's one
     scorer, which the UI mounted on this app shares: capscope's Scorer as
@@ -288,7 +290,8 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     to segment with `segmenter` (app/server/segmenting.py), loaded and run once on
     a small picture in the background as the app is made (`warm_segmenter`; default:
     when the service is made here, not for a `click_service` given), so that the first
-    click after a start is as quick as the later ones."""
+    click after a start is as quick as the later ones. `first_run`: make the first admin and the demo
+    dataset where there are none (app/server/first_run.py; `capscope serve` asks for it)."""
     app = FastAPI(title="capscope", version=__version__, openapi_url="/openapi.json", docs_url="/api/docs",
                   redoc_url=None)
     # a thread that waits on the database gets the interpreter back within 1 ms of a scoring thread's
@@ -298,7 +301,9 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     given = {name: value for name, value in (("token_rule", token_rule), ("precision", precision)) if value is not None}
     app.state.models = Models(scorer_factory, config=scorer_config, gate=score_gate, **given)
     app.state.data_roots = data_roots or DataRoots()
-    app.state.data_roots.protect(app.state.store.private_files())
+    app.state.data_roots.protect(private_files(app.state.store))
+    if first_run:
+        make_first_run(app.state.store)
     app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))
     app.state.activations = Activations(app.state.store, app.state.models, rescore_limit=rescore_limit)
     app.state.activations.load_active()

@@ -9,16 +9,13 @@ checked against the store's users. Database handlers run in Gradio's "db"
 queue; scoring skips Gradio's queue and takes the scorer's turns by user
 (`shared.SCORING_EVENTS`), so a label save never waits behind scoring.
 
-On first run (a database without datasets) the demo dataset is generated into
-the data folder and imported, and an `admin` user is created when there is
-none (password from CAPSCOPE_ADMIN_PASSWORD, else a random one written to
-`admin-password.txt` in the data folder, readable by its owner only).
+On first run the server (app/server/first_run.py) makes the first admin and the
+demo dataset; `mount_ui` does the same for an app made without it.
 """
 from __future__ import annotations
 
 import logging
 import os
-import secrets
 from importlib import resources
 from pathlib import Path
 
@@ -26,15 +23,14 @@ import gradio as gr
 from PIL import Image
 
 from capscope.common.heap import freeze_long_lived
-from capscope.annotation import browse, importer, queue
-from capscope.annotation.refusals import Invalid
-from capscope.annotation.users import add_user, get_user, list_users
+from capscope.annotation import queue
+from capscope.annotation.users import get_user
 from capscope.db import Store, data_dir
 from capscope.common import limits
-from capscope.common.errors import CapscopeError
 from capscope.common.jsonl import read_json_lines
 from capscope.server.api import MAX_UPLOAD_FILE_BYTES
 from capscope.server.data_roots import DataRoots
+from capscope.server.first_run import DEMO_SCENES, first_run, private_files
 from capscope.server.signin import ClientAddress, ui_auth
 from capscope.server.scoring import TOKEN_RULE_NOTES, Models
 from capscope.server.training import Activations, TrainingJobs, models_folder
@@ -53,61 +49,11 @@ log = logging.getLogger(__name__)
 
 DEMO_DATASET = queue.DEMO_DATASET  # one name for the demo world's dataset (annotation/queue.py)
 QUEUE_MAX_SIZE = 64  # events waiting in Gradio's queue, all users together; more are refused with "queue full"
-DEMO_SCENES = 24
 MAX_EXAMPLES = 12
-ADMIN_PASSWORD_FILE = "admin-password.txt"
 
 
 def static_text(name: str) -> str:
     return resources.files("capscope.static").joinpath(name).read_text(encoding="utf-8")
-
-
-# ---------------------------------------------------------------- first run
-
-def seed_demo(store: Store, folder: Path | None = None, scenes: int = DEMO_SCENES) -> Path | None:
-    """Generate and import the demo dataset when the store has no dataset yet."""
-    if browse.dataset_names(store):
-        return None
-    from capscope.demo.dataset import write_demo_data
-
-    folder = folder or data_dir() / "demo-data"
-    if not (folder / "captokeneval.jsonl").is_file():
-        log.info("first run: writing %d demo scenes to %s", scenes, folder)
-        write_demo_data(folder, scenes, seed=0, progress=False)
-    options = importer.ImportOptions(dataset=DEMO_DATASET, annotators_per_item=3, regions="none", progress=False)
-    report = importer.import_captokeneval(store, folder / "captokeneval.jsonl", options)
-    log.info("first run: demo dataset imported: %s", report.summary())
-    return folder
-
-
-def ensure_admin(store: Store) -> str | None:
-    """Create `admin` when there is no user at all; returns the password it set. A random
-    password goes to a file only the server's owner can read, never to the log (logs are
-    kept, shipped and shared)."""
-    if list_users(store, include_disabled=True):
-        return None
-    chosen = os.environ.get("CAPSCOPE_ADMIN_PASSWORD")
-    password = chosen or secrets.token_urlsafe(18)
-    try:
-        add_user(store, "admin", password, "admin")
-    except Invalid as err:
-        raise CapscopeError(f"CAPSCOPE_ADMIN_PASSWORD: {err}") from None
-    if not chosen:
-        path = write_admin_password(data_dir() / ADMIN_PASSWORD_FILE, password)
-        log.warning("first run: created user 'admin'; its password is in %s (read it, delete the file, and "
-                    "change the password: capscope users add admin --role admin --replace)", path)
-    return password
-
-
-def write_admin_password(path: Path, password: str) -> Path:
-    """Write the password to a new file with mode 0600. O_EXCL: never through a link someone
-    planted; a stale file from an earlier first run is removed first (the link, not its target)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-        out.write(password + "\n")
-    return path
 
 
 def demo_examples(folder: Path | None, limit: int = MAX_EXAMPLES) -> list[dict]:
@@ -160,7 +106,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
         with gr.Tabs() as tabs:
             with gr.Tab("Inspect", id="inspect"):
                 gr.Markdown(token_rule_note(models.token_rule), elem_id="cs-token-rule")
-                inspect = build_inspect(models, examples or [])
+                inspect = build_inspect(models, examples or [], annotator.clicks, store)  # one click service
             with gr.Tab("Annotate", id="annotate"):
                 annotate = build_annotate(annotator)
             with gr.Tab("Review", id="review", visible=False) as review_tab:
@@ -200,17 +146,6 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
     return demo
 
 
-def protect_private_files(app, store: Store) -> list[Path]:
-    """What no user may read through the server, the database's files and the
-    first admin's password file: refused by the app's data roots from now on,
-    and returned for Gradio's blocked paths."""
-    files = [*store.private_files(), (data_dir() / ADMIN_PASSWORD_FILE).resolve()]
-    roots = getattr(app.state, "data_roots", None)
-    if roots is not None:
-        roots.protect(files)
-    return files
-
-
 def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_scenes: int = DEMO_SCENES,
              path: str = "/", session_hours: float | None = None):
     """Mount the UI on the API app (one port). Uses the app's store and its one
@@ -222,12 +157,8 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
     if seed is None:
         seed = not os.environ.get("CAPSCOPE_NO_SEED")
     folder = data_dir() / "demo-data"
-    if seed:
-        ensure_admin(store)
-        try:
-            seed_demo(store, folder, demo_scenes)
-        except Exception as err:  # the UI still works on an empty store
-            log.warning("demo dataset not seeded: %s", err)
+    if seed:  # `capscope serve` has done it already (create_app's first_run): then nothing is left to do
+        first_run(store, folder, demo_scenes)
     demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None),
                     getattr(app.state, "data_roots", None), getattr(app.state, "training", None),
                     getattr(app.state, "activations", None), getattr(app.state, "clicks", None))
@@ -238,7 +169,7 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
     app = gr.mount_gradio_app(app, demo, path=path, auth=ui_auth(app, store), auth_message="capscope: sign in "
                               "with your annotator or admin account", ssr_mode=False, css=static_text("ui.css"),
                               head=static_text("hotkeys.js"), max_file_size=MAX_UPLOAD_FILE_BYTES,
-                              blocked_paths=[str(f) for f in protect_private_files(app, store)])
+                              blocked_paths=[str(f) for f in private_files(store)])
     # Gradio checks that a file an event names was uploaded only once its Blocks "has launched", which
     # mount_gradio_app never marks: without this, any signed-in user could have a server file copied out
     demo.has_launched = True

@@ -338,7 +338,7 @@ def test_users_disable_an_unknown_name_is_an_error(team, capsys):
 # ---------------------------------------------------------------- first run
 
 def test_the_first_admin_password_goes_to_a_private_file_not_the_log(tmp_path, monkeypatch, caplog):
-    from capscope.ui.page import ADMIN_PASSWORD_FILE, ensure_admin
+    from capscope.server.first_run import ADMIN_PASSWORD_FILE, ensure_admin
 
     monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("CAPSCOPE_ADMIN_PASSWORD", raising=False)
@@ -360,7 +360,7 @@ def test_the_first_admin_password_goes_to_a_private_file_not_the_log(tmp_path, m
 
 
 def test_a_chosen_admin_password_writes_no_file(tmp_path, monkeypatch, caplog):
-    from capscope.ui.page import ADMIN_PASSWORD_FILE, ensure_admin
+    from capscope.server.first_run import ADMIN_PASSWORD_FILE, ensure_admin
 
     monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("CAPSCOPE_ADMIN_PASSWORD", "chosen-password-1")
@@ -368,6 +368,28 @@ def test_a_chosen_admin_password_writes_no_file(tmp_path, monkeypatch, caplog):
     with caplog.at_level(logging.WARNING):
         assert ensure_admin(store) == "chosen-password-1"
     assert not (tmp_path / "data" / ADMIN_PASSWORD_FILE).exists() and "chosen-password-1" not in caplog.text
+    store.dispose()
+
+
+def test_a_server_without_the_ui_makes_its_first_admin_and_demo_and_guards_the_password_file(
+        tmp_path, monkeypatch):
+    """On b3a8fe2 the first admin, the demo seed and the password file's protection were made by
+    the web UI's mount_ui: a server started without the UI had no user to sign in with."""
+    from capscope.server import first_run
+    from capscope.server.api import create_app
+    from capscope.server.data_roots import OutsideDataRoots
+
+    monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CAPSCOPE_ADMIN_PASSWORD", "chosen-password-1")
+    monkeypatch.setattr(first_run, "DEMO_SCENES", 2)
+    store = Store(f"sqlite:///{tmp_path / 'served.db'}")
+    app = create_app(store=store, scorer_factory=lambda: None, first_run=True)
+    assert authenticate(store, "admin", "chosen-password-1").is_admin
+    from capscope.annotation.browse import dataset_names
+    from capscope.annotation.queue import DEMO_DATASET
+    assert dataset_names(store) == [DEMO_DATASET]
+    with pytest.raises(OutsideDataRoots):
+        app.state.data_roots.check(tmp_path / "data" / first_run.ADMIN_PASSWORD_FILE)
     store.dispose()
 
 

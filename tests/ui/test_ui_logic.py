@@ -25,7 +25,8 @@ from capscope.annotation import agreement, browse, importer, workflow
 from capscope.annotation.users import add_user
 from capscope.annotation.votes import load_item
 from capscope.db import Store
-from capscope.ui.page import demo_examples, ensure_admin
+from capscope.server.first_run import ensure_admin
+from capscope.ui.page import demo_examples
 from capscope.ui.annotate import Annotator, progress_html, saved_text, token_values
 from capscope.server.scoring import Models
 
