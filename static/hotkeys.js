@@ -47,7 +47,7 @@
   const boxFields = {"cs-annotate-image": "cs-annotate-box", "cs-overlay-a": "cs-inspect-box",
                      "cs-overlay-b": "cs-inspect-box"};
   const DRAG_MIN = 6;  // screen pixels before a press becomes a drag (a click wobbles less)
-  let drag = null, dragEnded = 0, drags = 0;
+  let drag = null, swallowClick = false, drags = 0;
   const dragPicture = (target) => {
     const holder = target.closest && target.closest(Object.keys(boxFields).map((id) => "#" + id).join(", "));
     const img = holder && target.closest("img");
@@ -92,7 +92,8 @@
     drag = null;
     if (!ended.shown) return;  // a click: Gradio's own select takes it
     ended.shown.remove();
-    dragEnded = Date.now();
+    swallowClick = true;  // the click this release fires next (at once, or not at all when it ended elsewhere)
+    setTimeout(() => { swallowClick = false; }, 50);
     ended.x1 = event.clientX; ended.y1 = event.clientY;
     const {f, xs, ys} = dragRect(ended);
     const box = [(xs[0] - f.left) / f.scale, (ys[0] - f.top) / f.scale, (xs[1] - f.left) / f.scale,
@@ -108,7 +109,8 @@
   document.addEventListener("pointerup", endDrag, true);
   document.addEventListener("pointercancel", endDrag, true);
   document.addEventListener("click", (event) => {  // the click a drag ends with selects nothing
-    if (Date.now() - dragEnded < 400 && dragPicture(event.target)) {
+    if (swallowClick && dragPicture(event.target)) {
+      swallowClick = false;
       event.stopImmediatePropagation();
       event.preventDefault();
     }

@@ -1,6 +1,7 @@
 """`capscope serve`: the REST API and the web UI on one port."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from capscope.commands.options import add_db_option, open_store
@@ -59,6 +60,11 @@ def run_serve(args) -> int:
     from capscope.server.training import RESCORE_LIMIT
 
     roots = check_folders(args.data_roots)
+    if args.segmenter == "auto":
+        from capscope.metrics.click_segmenters import auto_choice
+
+        print(f"click segmenter: auto picks {auto_choice()} (the best whose weights are here; auto never downloads)",
+              file=sys.stderr)
     if args.rescore_limit is not None and args.rescore_limit < 0:
         raise CapscopeError(f"--rescore-limit must be 0 (every queued item) or more, not {args.rescore_limit}")
     if args.session_hours is not None and not args.session_hours > 0:

@@ -5,8 +5,13 @@ the item is handed out) and kept for its clicks in a small cache. Embeddings
 are computed one at a time in one background thread. What one user can make
 the server do is bounded:
 - prompts are checked against the image's stored size before any embedding;
-- each user has at most one look-ahead waiting (a newer one replaces it), and
-  the clicks of anyone go before every look-ahead;
+- an item's embedding is made ahead (a look-ahead) when the item is handed to
+  anyone who has clicked to segment, or to any user of a dataset in which
+  someone has; each user has at most one look-ahead waiting (a newer one
+  replaces it), the clicks of anyone go before every look-ahead, and
+  look-aheads take at most LOOK_AHEAD_SHARE of the embedding thread's time
+  (after one that took t seconds the next waits t * (1 / share - 1)), so that
+  scoring and saves keep the cores most of the time;
 - the cache evicts from whoever holds the most of it, so one user's
   look-aheads cannot push out another's embeddings;
 - at most `PER_USER` segment calls of a user and `AT_ONCE` of all users run
@@ -39,6 +44,8 @@ PER_USER = 2  # a user's segment calls running at once; more are refused (429)
 AT_ONCE = 2   # segment calls of all users computing at once (the CPU's cores)
 WAIT_S = 30.0  # the longest a segment call waits for its turn
 CLICK, LOOK_AHEAD = 0, 1  # embedding priorities: clicks first
+LOOK_AHEAD_SHARE = 0.5  # the most of the embedding thread's time look-aheads take
+KNOWN_IMAGES = 100_000  # image -> dataset entries remembered from hand-outs (oldest forgotten)
 
 
 WARM_UP_USER = "\0warm-up"  # no user's name: its look-ahead replaces nobody's
@@ -78,6 +85,8 @@ class ClickService:
         self._embedder = _Embedder(self._embed)
         self._running: dict[str, int] = {}
         self._segmenting: set[str] = set()  # users who have clicked to segment
+        self._segmenting_datasets: set[str] = set()  # datasets in which someone has
+        self._image_datasets: OrderedDict[int, str] = OrderedDict()  # image id -> dataset, from hand-outs
         self._running_lock = threading.Lock()
         self._turns = threading.BoundedSemaphore(AT_ONCE)
         self.warmed = threading.Event()  # set once `warm_up` has run (loaded and tried, or failed)
@@ -88,7 +97,7 @@ class ClickService:
         with self._load_lock:
             if self._segmenter is None:
                 self._segmenter = make_click_segmenter(self.requested, self.device)
-                log.info("click segmenter: %s", self._segmenter.name)
+                log.info("click segmenter: %s (asked for: %s)", self._segmenter.name, self.requested)
             return self._segmenter
 
     def warm_up(self) -> threading.Thread:
@@ -133,7 +142,7 @@ class ClickService:
 
     def describe(self) -> dict:
         segmenter = self.segmenter
-        return {"segmenter": segmenter.name, "fallback": bool(segmenter.fallback)}
+        return {"segmenter": segmenter.name, "fallback": bool(segmenter.fallback), "requested": self.requested}
 
     def embedding(self, image_id: int, path: str, user: str = "", priority: int = CLICK) -> Future:
         """The image's embedding (a Future), computed at most once while kept."""
@@ -159,15 +168,31 @@ class ClickService:
             image_id = next(i for i, (_f, whose) in self._kept.items() if held[whose] == most)
             self._kept.pop(image_id)  # a click waiting on it still gets it
 
-    def prefetch(self, user: str, image_id: int, path: str) -> None:
+    def prefetch(self, user: str, image_id: int, path: str, dataset: str | None = None) -> None:
         """Compute an item's image embedding ahead when it is handed to a user who has
-        clicked to segment before (others may never click: no work spent on them)."""
-        if user not in self._segmenting:
+        clicked to segment before, or to anyone in a `dataset` where someone has (a
+        dataset nobody segments costs no work)."""
+        with self._running_lock:
+            if dataset is not None:
+                self._image_datasets[image_id] = dataset
+                self._image_datasets.move_to_end(image_id)
+                while len(self._image_datasets) > KNOWN_IMAGES:
+                    self._image_datasets.popitem(last=False)
+            wanted = user in self._segmenting or (dataset is not None and dataset in self._segmenting_datasets)
+        if not wanted:
             return
         try:
             self.embedding(image_id, path, user, LOOK_AHEAD)
         except RuntimeError:  # shutting down
             pass
+
+    def segmenting(self, user: str, image_id: int | None = None) -> None:
+        """Note that `user` clicks to segment (on `image_id`, whose dataset, if handed out here, then segments)."""
+        with self._running_lock:
+            self._segmenting.add(user)
+            dataset = self._image_datasets.get(image_id) if image_id is not None else None
+            if dataset is not None:
+                self._segmenting_datasets.add(dataset)
 
     def _embed(self, path: str) -> Embedding:
         started = time.perf_counter()
@@ -186,7 +211,7 @@ class ClickService:
             if self._running.get(user, 0) >= PER_USER:
                 raise SegmentingBusy(f"you have {PER_USER} segment calls running; wait for them")
             self._running[user] = self._running.get(user, 0) + 1
-            self._segmenting.add(user)
+        self.segmenting(user, image_id)
         try:
             if not self._turns.acquire(timeout=WAIT_S):
                 raise SegmentingBusy(f"the segmenter stayed busy for {WAIT_S:g} s; try again")
@@ -219,8 +244,10 @@ class _Embedder:
     """One background thread that computes embeddings, clicks before look-aheads,
     each user's newest look-ahead only (an older one waiting is dropped)."""
 
-    def __init__(self, embed):
+    def __init__(self, embed, share: float | None = None):
         self.embed = embed
+        self.share = LOOK_AHEAD_SHARE if share is None else share
+        self._rest_until = 0.0  # no look-ahead starts before this (time.monotonic)
         self._queue: list[tuple[int, int, Future, str]] = []  # (priority, order, future, path)
         self._order = itertools.count()
         self._look_ahead: dict[str, Future] = {}
@@ -250,22 +277,31 @@ class _Embedder:
                 if queued is future and priority != CLICK:
                     self._queue[i] = (CLICK, order, queued, path)
                     heapq.heapify(self._queue)
+                    self._wake.notify()  # a resting thread takes it now
                     break
 
     def _work(self) -> None:
         while True:
             with self._wake:
-                while not self._queue and not self._closed:
-                    self._wake.wait()
+                while not self._closed:
+                    if self._queue and (self._queue[0][0] == CLICK or time.monotonic() >= self._rest_until):
+                        break
+                    # nothing, or only look-aheads while resting: a click's embedding wakes us
+                    self._wake.wait(None if not self._queue else max(0.0, self._rest_until - time.monotonic()))
                 if self._closed:
                     return
-                _priority, _order, future, path = heapq.heappop(self._queue)
+                priority, _order, future, path = heapq.heappop(self._queue)
             if not future.set_running_or_notify_cancel():
                 continue
+            started = time.monotonic()
             try:
                 future.set_result(self.embed(path))
             except BaseException as err:  # the click that waits on it gets the error
                 future.set_exception(err)
+            if priority == LOOK_AHEAD and self.share < 1:
+                took = time.monotonic() - started
+                with self._wake:
+                    self._rest_until = time.monotonic() + took * (1 / max(self.share, 1e-3) - 1)
 
     def close(self) -> None:
         with self._wake:

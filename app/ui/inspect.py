@@ -21,10 +21,12 @@ from typing import Callable
 import gradio as gr
 from PIL import Image
 
+from capscope.annotation.refusals import AnnotationError, Invalid
 from capscope.common.errors import CapscopeError
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, key_note, metric_names, metric_title
 from capscope.server.scoring import Models, ScoringBusy
+from capscope.server.segmenting import ClickService, SegmentingBusy
 from capscope.pictures import draw as ui_draw
 from capscope.ui.caption_shading import SHADE_LEGEND, shaded_tokens, token_metrics, wrong_words
 from capscope.ui.shared import SCORING_EVENTS, scratch_copy
@@ -289,6 +291,137 @@ def click_report(models: Models, image, row: dict | None, metric: str, point, us
     return overlay(image, row, metric, region), region_report(row, metric, region, matches)
 
 
+# ---------------------------------------------------------------- regions made on the picture being inspected
+# A click (Segment +/−) or a dragged box segments the inspected picture through the
+# server's ClickService, in this process, with the REST route's prompt checks and
+# per-user limits; "Add region" appends the mask to the inspection's regions (the
+# proposals or given boxes first, as scored) and both captions are scored again with
+# them. Nothing is stored: the regions live in the page's state.
+
+INSPECT_MODES = [("See what matches", "match"), ("Segment +", "segment+"), ("Segment −", "segment-")]
+MAX_INSPECT_REGIONS = 100  # the pipeline's most proposals: an inspection never scores more regions
+
+
+def empty_segment_draft(image: str | None = None) -> dict:
+    return {"image": image, "points": [], "box": None, "mask": None}
+
+
+def segment_draft_of(draft: dict | None, image) -> dict:
+    """The draft when it was made on this picture (the same file), else an empty one for it."""
+    key = None if image is None else str(image)
+    if isinstance(draft, dict) and draft.get("image") == key:
+        return {**empty_segment_draft(key), **draft}
+    return empty_segment_draft(key)
+
+
+@functools.lru_cache(maxsize=64)
+def _picture_key(path: str, _mtime_ns: int, _size: int) -> int:
+    """The click service's key for an inspected file: a negative number from its bytes' hash
+    (items' images have positive ids), so the same picture shares one embedding."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return -1 - int(digest.hexdigest()[:15], 16)
+
+
+def segment_inspected(clicks: ClickService, image, points: list, box, user: str | None) -> dict:
+    """The segment answer (as POST /api/items/{id}/segment's) for the inspected file:
+    prompts checked against its size before any work, the user's limits as on REST."""
+    picture = inspect_image(image)
+    if picture is None or not isinstance(image, (str, os.PathLike)):
+        raise Invalid("open a picture first")
+    stat = os.stat(image)
+    key = _picture_key(str(image), stat.st_mtime_ns, stat.st_size)
+    return clicks.segment(key, str(image), points, box, user=user or "", size=picture.size)
+
+
+def drafted_overlay(image, row: dict | None, metric: str, draft: dict, selected: int | None = None):
+    """`overlay` with the region being made (its mask, clicks and box) over it."""
+    from capscope.ui.annotate import drawn_draft
+
+    picture = readable_image(image)
+    shown = overlay(picture, row, shown_metric(row, metric), selected)
+    if shown is None or not (draft.get("points") or draft.get("box")):
+        return shown
+    return drawn_draft(shown, picture.size, draft)
+
+
+def segment_on_inspected(clicks: ClickService, image, draft: dict | None, user: str | None, *,
+                         point=None, positive: bool = True, drag: str | None = None) -> tuple[dict, str]:
+    """(new draft, note) for a click (`point`: Gradio's [x, y] on an overlay) or a dragged box (`drag`:
+    static/hotkeys.js's JSON) on the inspected picture; the old draft is kept when refused."""
+    from capscope.ui.annotate import dragged_box, prompt_note
+
+    draft = segment_draft_of(draft, image)
+    try:
+        picture = inspect_image(image)
+        if picture is None:
+            return draft, "Open a picture first."
+        if drag is not None:
+            box, points = dragged_box(drag, picture.size), []
+            made = {**empty_segment_draft(draft["image"]), "box": box}
+        else:
+            if not isinstance(point, (list, tuple)) or len(point) != 2:
+                return draft, "That click has no position."
+            scale = ui_draw.display_scale(picture.size)
+            x = min(max(float(point[0]) / scale, 0.0), picture.width - 0.5)
+            y = min(max(float(point[1]) / scale, 0.0), picture.height - 0.5)
+            box, points, made = draft["box"], draft["points"] + [[round(x, 1), round(y, 1), int(positive)]], draft
+        answer = segment_inspected(clicks, image, points, box, user)
+    except (AnnotationError, Invalid, SegmentingBusy, CapscopeError, OSError, ValueError) as err:
+        return draft, f"⚠ {html.escape(first_line(err))}"
+    made = {**made, "points": points, "box": box, "mask": answer["mask"] if answer["box"] else None}
+    fallback = " (fallback: no SAM weights on this server)" if answer["fallback"] else ""
+    return made, (f"{prompt_note(made)} · {html.escape(answer['segmenter'])}{fallback} · {answer['ms']:.0f} ms · "
+                  "**Add region** to score it")
+
+
+def regions_with(row: dict | None, regions: list | None, mask: dict) -> list[dict]:
+    """The inspection's regions (as scored: the row's, with their masks) and one more, a mask (COCO RLE)."""
+    from capscope.metrics.regions import mask_to_box, rle_to_mask
+
+    kept = [{"box": r["box"], **({"mask": r["mask"]} if r.get("mask") else {})}
+            for r in ((row or {}).get("regions") or regions or [])]
+    if len(kept) >= MAX_INSPECT_REGIONS:
+        raise Invalid(f"an inspection scores at most {MAX_INSPECT_REGIONS} regions")
+    box = [round(float(v), 2) for v in mask_to_box(rle_to_mask(mask))]
+    return [*kept, {"box": box, "mask": mask}]
+
+
+def inspect_ties(store, example: dict | None) -> str:
+    """The words annotators tied to the regions of a demo scene that is an item of the store:
+    “word” → region numbers (votes of those who saw the region); "" when it has none."""
+    if store is None or not example:
+        return ""
+    from sqlalchemy import select
+
+    from capscope.annotation.queue import DEMO_DATASET
+    from capscope.annotation.votes import load_item, without_removed
+    from capscope.db import Caption, Dataset
+
+    try:
+        with store.read() as session:
+            caption_id = session.scalar(select(Caption.id).join(Dataset, Caption.dataset_id == Dataset.id).where(
+                Dataset.name == DEMO_DATASET, Caption.external_id == str(example.get("id"))).limit(1))
+        item = load_item(store, caption_id) if caption_id is not None else None
+        if item is None or item.text != example.get("caption"):
+            return ""
+        item = without_removed(item)
+        shown = len(example.get("regions") or [])
+        links = [link for link in item.link_votes() if link["region"] < shown and link["votes"]]
+    except Exception as err:  # noqa: BLE001 - ties are a help; Inspect works without them
+        log.warning("Inspect: ties not read: %s", first_line(err))
+        return ""
+    if not links:
+        return ""
+    words = " · ".join(f"“{html.escape(item.tokens[link['token']]['text'])}” → region {link['region'] + 1} "
+                       f"({link['votes']} of {link['total']})" for link in links if link["token"] < len(item.tokens))
+    return f"**Words tied to regions** by annotators (caption A): {words}"
+
+
 def banner(models: Models) -> tuple:
     """(banner update, metric radio update) once the models are loaded."""
     try:
@@ -328,9 +461,12 @@ def hands_over_the_file(image: gr.Image) -> gr.Image:
     return image
 
 
-def build_inspect(models: Models, examples: list[dict]) -> dict:
-    """The Inspect tab's components and listeners (inside an open Blocks)."""
-    c: dict = {}
+def build_inspect(models: Models, examples: list[dict], clicks: ClickService | None = None, store=None) -> dict:
+    """The Inspect tab's components and listeners (inside an open Blocks); `clicks`: the
+    server's click service (Annotate's and REST's), `store`: where a demo scene's ties are read."""
+    from capscope.ui.annotate import MAX_BOX_TEXT
+
+    c: dict = {"clicks": clicks or ClickService("auto"), "store": store}
     with gr.Row():
         with gr.Column(scale=2):
             c["image"] = hands_over_the_file(gr.Image(type="filepath", image_mode=None, label="Image", height=260,
@@ -355,6 +491,16 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
     for side in ("a", "b"):  # clicked by the page once typing pauses: score the rest
         c[f"rest_{side}"] = gr.Button(visible="hidden", elem_id=f"cs-rest-{side}")
     with gr.Row(equal_height=False):
+        c["segment_mode"] = gr.Radio(INSPECT_MODES, value="match", scale=3, elem_id="cs-inspect-mode",
+                                     label="A click on a picture below · a drag on it draws a box for the segmenter")
+        c["add_region"] = gr.Button("Add region", size="sm", scale=1, elem_id="cs-inspect-add")
+        c["drop_region"] = gr.Button("Drop", size="sm", scale=1, elem_id="cs-inspect-drop")
+        c["segment_note"] = gr.Markdown("", elem_id="cs-inspect-segment")
+    c["ties"] = gr.Markdown("", elem_id="cs-inspect-ties")
+    with gr.Row(elem_classes="cs-hidden"):
+        c["box"] = gr.Textbox("", max_length=MAX_BOX_TEXT, elem_id="cs-inspect-box")  # a drag's box (hotkeys.js)
+    c["segment_draft"] = gr.State(empty_segment_draft())  # the region being made; nothing of it is stored
+    with gr.Row(equal_height=False):
         for side in ("a", "b"):
             with gr.Column():
                 c[f"overlay_{side}"] = gr.Image(label=f"Regions · caption {side.upper()}", interactive=False,
@@ -374,6 +520,10 @@ def build_inspect(models: Models, examples: list[dict]) -> dict:
                               elem_classes="cs-scores")
     _wire_inspect(models, examples, c)
     return c
+
+
+def store_of(c: dict):
+    return c.get("store")
 
 
 class LatestShown:
@@ -473,6 +623,19 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         inputs = [c["image_now"], c[f"caption_{side}"], c["references"], c["metric"], c["regions"]]
         return first_side, inputs, [c[f"first_{side}"], c[f"tokens_{side}"]]
 
+    def make_click(side: str):
+        def on_click(image, row_a, row_b, metric, mode, draft, evt: gr.SelectData, request: gr.Request):
+            if mode not in ("segment+", "segment-"):  # what in the caption matches the region clicked
+                shown, report = click_report(models, image, row_a if side == "a" else row_b, metric, evt.index,
+                                             user=user_of(request))
+                overlays = (shown, gr.skip()) if side == "a" else (gr.skip(), shown)
+                return (*overlays, report, gr.skip(), gr.skip())
+            draft, note = segment_on_inspected(c["clicks"], image, draft, user_of(request), point=evt.index,
+                                               positive=mode == "segment+")
+            overlays = (drafted_overlay(image, row_a, metric, draft), drafted_overlay(image, row_b, metric, draft))
+            return (*overlays, gr.skip(), note, draft)
+        return on_click
+
     c["image"].change(take_image, c["image"], [c["image_now"], c["image_problem"]], queue=False,
                       api_visibility="private")
     for side in ("a", "b"):
@@ -490,12 +653,51 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         c["score"].click(fn, inputs, outputs, api_name=f"score_{side}", **model_queue)
         c["references"].submit(fn, inputs, outputs, api_visibility="private", **model_queue)
 
-        def on_click(image, row, metric, evt: gr.SelectData, request: gr.Request):
-            return click_report(models, image, row, metric, evt.index, user=user_of(request))
+        c[f"overlay_{side}"].select(
+            make_click(side), [c["image"], c["row_a"], c["row_b"], c["metric"], c["segment_mode"], c["segment_draft"]],
+            [c["overlay_a"], c["overlay_b"], c[f"region_{side}"], c["segment_note"], c["segment_draft"]],
+            trigger_mode="multiple", api_visibility="private", **model_queue)
 
-        c[f"overlay_{side}"].select(on_click, [c["image"], c[f"row_{side}"], c["metric"]],
-                                    [c[f"overlay_{side}"], c[f"region_{side}"]], trigger_mode="multiple",
-                                    api_visibility="private", **model_queue)
+    def on_drag(image, row_a, row_b, metric, mode, draft, value, request: gr.Request):
+        draft, note = segment_on_inspected(c["clicks"], image, draft, user_of(request), drag=value)
+        overlays = (drafted_overlay(image, row_a, metric, draft), drafted_overlay(image, row_b, metric, draft))
+        turned = "segment+" if draft.get("box") and mode not in ("segment+", "segment-") else gr.skip()
+        return (*overlays, note, draft, turned)
+
+    # static/hotkeys.js writes a drag's box (with a count, so each drag is a change) into the hidden field
+    c["box"].change(on_drag, [c["image"], c["row_a"], c["row_b"], c["metric"], c["segment_mode"],
+                              c["segment_draft"], c["box"]],
+                    [c["overlay_a"], c["overlay_b"], c["segment_note"], c["segment_draft"], c["segment_mode"]],
+                    trigger_mode="multiple", api_visibility="private", **model_queue)
+
+    def add_region(image, row_a, regions, draft):
+        draft = segment_draft_of(draft, image)
+        if draft["mask"] is None:
+            raise gr.Error("Nothing to add: click the object with Segment +, or drag a box around it.",
+                           print_exception=False)
+        try:
+            given = regions_with(row_a, regions, draft["mask"])
+        except Invalid as err:
+            raise gr.Error(str(err), print_exception=False) from None
+        return given, empty_segment_draft(draft["image"]), f"Region {len(given)} added: scoring both captions again…"
+
+    added = c["add_region"].click(add_region, [c["image"], c["row_a"], c["regions"], c["segment_draft"]],
+                                  [c["regions"], c["segment_draft"], c["segment_note"]], api_visibility="private",
+                                  **model_queue)
+    for side in ("a", "b"):
+        fn, inputs, outputs = make_scorer(side)
+        added = added.success(fn, inputs, outputs, api_visibility="private", **model_queue)
+    added.success(lambda regions: f"Region {len(regions or [])} added and scored (this inspection only: "
+                  "nothing is stored).", c["regions"], c["segment_note"], api_visibility="private", queue=False)
+
+    def drop_region(image, row_a, row_b, metric):
+        draft = empty_segment_draft(None if image is None else str(image))
+        return (drafted_overlay(image, row_a, metric, draft), drafted_overlay(image, row_b, metric, draft),
+                "The region being made was dropped.", draft)
+
+    c["drop_region"].click(drop_region, [c["image"], c["row_a"], c["row_b"], c["metric"]],
+                           [c["overlay_a"], c["overlay_b"], c["segment_note"], c["segment_draft"]],
+                           api_visibility="private", **model_queue)
 
     def redraw(image, metric, row_a, row_b):
         return (*caption_view(image, row_a, metric), *caption_view(image, row_b, metric))
@@ -515,7 +717,9 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
     for side in ("a", "b"):
         fn, inputs, outputs = make_scorer(side)
         picked = picked.then(fn, inputs, outputs, api_visibility="private", **model_queue)
-    uploaded = c["image"].upload(lambda: None, None, c["regions"], api_visibility="private")
+    c["example"].change(lambda index: inspect_ties(store_of(c), examples[index]) if index is not None
+                        and 0 <= index < len(examples) else "", c["example"], c["ties"], api_visibility="private")
+    uploaded = c["image"].upload(lambda: (None, ""), None, [c["regions"], c["ties"]], api_visibility="private")
     for side in ("a", "b"):
         fn, inputs, outputs = make_scorer(side)
         uploaded = uploaded.then(fn, inputs, outputs, api_visibility="private", **model_queue)

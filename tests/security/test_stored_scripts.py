@@ -109,6 +109,10 @@ PLACES = {
     "Inspect · markdown · cs-match-b": (OWN, "scored file"),
     "Inspect · markdown · #4": (OWN, "scored file"),
     "Inspect · dataframe · Global scores": (FIXED,),
+    "Inspect · radio · cs-inspect-mode": (FIXED,),
+    "Inspect · markdown · cs-inspect-segment": (OWN,),  # the segmenter's name, or why the user's prompt was refused
+    "Inspect · markdown · cs-inspect-ties": ("caption",),  # a demo scene's words tied to regions, from the store
+    "Inspect · textbox · cs-inspect-box": (OWN,),  # a box the user dragged (static/hotkeys.js), never shown
     "Annotate · dropdown · cs-annotate-dataset": ("dataset",),
     "Annotate · markdown · #1": ("item id", "dataset", "user", "review comment"),
     "Annotate · markdown · cs-saved": ("caption",),

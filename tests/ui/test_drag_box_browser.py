@@ -49,6 +49,7 @@ def chromium():
 def screen_point(page, selector: str, image_size, x: float, y: float) -> tuple[float, float]:
     """Where image pixel (x, y) is on screen, on a picture Gradio shows fitted (never enlarged) and centred."""
     image = page.locator(f"{selector} img")
+    image.scroll_into_view_if_needed()  # a point below the window is no click at all
     shown = image.bounding_box()
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
     scale = natural[0] / image_size[0]
