@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
 from capscope.db import Caption, Dataset, Image, Prediction, Store
-from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
+from capscope.metrics.constants import BETA
 from capscope.metrics.registry import SPECS
-from capscope.metrics.words import decide_regions, decide_words
+from capscope.metrics.verdict import Verdict
 
 CHUNK = 500  # captions read per query: memory stays flat however many there are
 
@@ -28,7 +28,7 @@ def captioners(store: Store) -> list[tuple[str, str, int]]:
     return [(dataset, model, n) for dataset, model, n in rows]
 
 
-def stored_rows(store: Store, dataset: str, model: str, token_rule: str = DEFAULT_TOKEN_RULE) -> Iterator[dict]:
+def stored_rows(store: Store, dataset: str, model: str, token_rule: str) -> Iterator[dict]:
     """The captioner's captions in `dataset` as score rows, in id order; a
     caption with no stored prediction is a row with an error."""
     last = 0
@@ -70,24 +70,25 @@ def score_row(caption: Caption, predictions: dict[str, Prediction], token_rule: 
 
 
 def stored_verdicts(metric: str, token_scores, region_scores, tokens: list[dict], token_rule: str,
-                    word_scale: float = 1.0) -> dict:
+                    word_scale: float) -> dict:
     """A stored prediction's scores with their verdicts, decided as the
-    server's scorer decides: by the token rule for the metrics that follow it
-    (at the version's word scale), else at the metric's own threshold; a
-    region is mentioned above the same rule's region threshold (the metric's
-    own threshold for metrics that do not follow the rule)."""
+    server's scorer decides: by the token rule's `Verdict` for the metrics that
+    follow it (at the version's word scale), else at the metric's own threshold
+    for words and regions alike."""
     spec = SPECS.get(metric)
     threshold = spec.threshold if spec is not None and spec.threshold is not None else BETA
+    follows = spec is not None and spec.follows_token_rule
+    verdict = Verdict(token_rule, threshold, word_scale)
     scores, regions = list(token_scores or []), list(region_scores or [])
     semantic = [t["semantic"] for t in tokens]
     if len(scores) != len(tokens):
         correct: list = [None] * len(tokens)
-    elif spec is not None and spec.follows_token_rule:
-        correct = decide_words(token_rule, threshold, semantic, scores, word_scale)
+    elif follows:
+        correct = verdict.decide(semantic, scores)
     else:
         correct = [(s > threshold) if (sem and s is not None) else None for sem, s in zip(semantic, scores)]
-    if spec is not None and spec.follows_token_rule and None not in regions:
-        mentioned: list = decide_regions(token_rule, threshold, regions)
+    if follows and None not in regions:
+        mentioned: list = verdict.decide_regions(regions)
     else:
         mentioned = [None if s is None else s > threshold for s in regions]
     return {"token_scores": scores, "token_correct": correct, "region_scores": regions,

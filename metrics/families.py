@@ -11,12 +11,12 @@ import torch
 from .clipscore import PROMPT, clip_s, ref_score
 from .encoder import TEXT_ROWS, ClipBackbone, ImageFeatures, filled_to, pass_rows
 from .infometic import InfoMetIC, infoclip
-from .constants import BETA, TOKEN_RULES
 from .pairs import PreparedPair
 from .result import MetricResult, PieceScore
 from .text import Piece, bpe_pieces, model_ids
 from capscope.common.threads import few_threads
-from .words import decide_regions, decide_words, word_scores
+from .verdict import Verdict
+from .words import word_scores
 
 
 class ClipScoreMetric:
@@ -61,12 +61,10 @@ class InfoFamilyMetric:
 
     max_len = 32
 
-    def __init__(self, name: str, backbone: ClipBackbone, beta: float = BETA, token_rule: str = "paper",
-                 word_scale: float = 1.0):
-        if token_rule not in TOKEN_RULES:
-            raise ValueError(f"unknown token rule {token_rule!r}; choose from {TOKEN_RULES}")
-        self.name, self.backbone, self.beta, self.token_rule = name, backbone, beta, token_rule
-        self.word_scale = word_scale  # a fine-tuned checkpoint's calibration of the word threshold
+    def __init__(self, name: str, backbone: ClipBackbone, verdict: Verdict | None):
+        """`verdict`: the rule its words and regions are decided by (None for
+        a metric that only prepares text, as training does)."""
+        self.name, self.backbone, self.verdict = name, backbone, verdict
         self._captions: ThreadPoolExecutor | None = None
 
     def fits(self, caption: str) -> bool:
@@ -78,6 +76,11 @@ class InfoFamilyMetric:
         """Settings of its own, recorded in every row's model block: a fitted
         word threshold scale decides the row's `token_correct`, so rows say it."""
         return {} if self.word_scale == 1.0 else {"word_threshold_scale": self.word_scale}
+
+    @property
+    def word_scale(self) -> float:
+        """A fine-tuned checkpoint's calibration of the word threshold (1 otherwise)."""
+        return self.verdict.word_scale if self.verdict is not None else 1.0
 
     def text_inputs(self, pairs: list[PreparedPair], overlap: bool = False):
         """Per pair: pieces, ids (32), mask; then t_g (B x D) and every position's
@@ -125,10 +128,9 @@ class InfoFamilyMetric:
         return MetricResult(
             scores=scores,
             token_scores=word,
-            token_correct=decide_words(self.token_rule, self.beta, [t.semantic for t in tokens], word,
-                                       self.word_scale),
+            token_correct=self.verdict.decide([t.semantic for t in tokens], word),
             region_scores=region_scores,
-            region_mentioned=decide_regions(self.token_rule, self.beta, region_scores),
+            region_mentioned=self.verdict.decide_regions(region_scores),
             null_score=null_score,
             pieces=[PieceScore(p.text, p.token, s) for p, s in zip(pieces, piece_scores)],
         )
@@ -189,8 +191,9 @@ IMAGE_SIDE = "infometic image side"  # ImageFeatures.extra key: (the model's id,
 
 
 class InfoMetICMetric(InfoFamilyMetric):
-    def __init__(self, model: InfoMetIC, backbone: ClipBackbone, **kwargs):
-        super().__init__("infometic", backbone, word_scale=getattr(model, "word_threshold_scale", 1.0), **kwargs)
+    def __init__(self, model: InfoMetIC, backbone: ClipBackbone, verdict: Verdict):
+        """`verdict`: the scorer's rule, at the checkpoint's fitted word scale."""
+        super().__init__("infometic", backbone, verdict.scaled(getattr(model, "word_threshold_scale", 1.0)))
         self.model = model
         self.max_len = model.config.text_len
 

@@ -55,7 +55,7 @@ from .loading import ModelUnavailable, load_state_file
 from capscope.common.lru import LRUCache
 from .phrases import phrases as caption_phrases
 from .regions import Region, box_mask
-from .constants import BETA, HICE_THRESHOLD as THRESHOLD
+from .constants import HICE_THRESHOLD as THRESHOLD
 from .result import MetricResult, PhraseScore
 from .text import Phrase, Token, load_spacy, tokenize
 from capscope.common.threads import few_threads
@@ -291,10 +291,10 @@ def match_threshold(backbone: ClipBackbone) -> float:
 class HiceMetric:
     name = "hice"
 
-    def __init__(self, backbone: ClipBackbone, beta: float = BETA, token_rule: str = "paper", *,
-                 alpha_clip_checkpoint=None, threshold: float | None = None, whole_image_region: bool = True,
+    def __init__(self, backbone: ClipBackbone, *, alpha_clip_checkpoint=None, threshold: float | None = None,
+                 whole_image_region: bool = True,
                  nlp=None):
-        # beta and token_rule are InfoMetIC's; HICE-S judges phrases with `threshold`.
+        # HICE-S judges phrases with `threshold`, not the token rule (metrics.verdict).
         path = alpha_clip_checkpoint or os.environ.get("CAPSCOPE_ALPHA_CLIP_CHECKPOINT")
         alpha = load_alpha_visual(path, backbone.model.visual) if path else None
         self.clip = backbone

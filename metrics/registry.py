@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from .constants import BETA, CLIP4DM_EPSILON, CLIP4DM_LAYERS, HICE_THRESHOLD
+from .verdict import Verdict
 
 if TYPE_CHECKING:
     from .encoder import ClipBackbone, ImageFeatures
@@ -87,18 +88,26 @@ class MetricParts:
     """What a factory builds a metric from: the scorer's shared models (each
     loaded on its first call, once per scorer) and the user's options.
     `record_file(role, path)` names a checkpoint file the metric loaded itself,
-    so that its sha256 lands in every row's `model` block."""
+    so that its sha256 lands in every row's `model` block. `beta` and
+    `token_rule` read the verdict's, for factories written before it."""
 
     main_clip: Callable[[], ClipBackbone]
     pacs_clip: Callable[[], ClipBackbone]
     infometic: Callable[[], tuple[InfoMetIC, ClipBackbone]]
-    beta: float = BETA
-    token_rule: str = "paper"
+    verdict: Verdict  # the scorer's one word and region rule (`Verdict.from_config`)
     alpha_clip_checkpoint: str | None = None
     clip4dm_epsilon: float = CLIP4DM_EPSILON
     clip4dm_layers: int = CLIP4DM_LAYERS
     record_file: Callable[[str, str | Path], None] = _ignore_file
     nlp: object | None = None  # the scorer's spaCy pipeline (HICE-S's phrases); None: the default
+
+    @property
+    def beta(self) -> float:
+        return self.verdict.beta
+
+    @property
+    def token_rule(self) -> str:
+        return self.verdict.token_rule
 
 
 @dataclass(frozen=True)
@@ -280,14 +289,14 @@ def _build_pac_s(parts: MetricParts) -> Metric:
 def _build_infoclip(parts: MetricParts) -> Metric:
     from .families import InfoClipMetric
 
-    return InfoClipMetric("infoclip", parts.main_clip(), beta=parts.beta, token_rule=parts.token_rule)
+    return InfoClipMetric("infoclip", parts.main_clip(), parts.verdict)
 
 
 def _build_infometic(parts: MetricParts) -> Metric:
     from .families import InfoMetICMetric
 
     model, backbone = parts.infometic()
-    return InfoMetICMetric(model, backbone, beta=parts.beta, token_rule=parts.token_rule)
+    return InfoMetICMetric(model, backbone, parts.verdict)
 
 
 def _build_hice(parts: MetricParts) -> Metric:

@@ -146,11 +146,13 @@ class ModelInfo:
     long_captions: str = ""  # how captions longer than a model reads were read (windows.LONG_CAPTIONS)
     checkpoints: dict[str, dict] = field(default_factory=dict)  # role -> {"file", "sha256"}
     metric_options: dict[str, dict] = field(default_factory=dict)  # metric -> its own settings (clip4dm's epsilon, layers)
+    verdict: dict[str, dict] = field(default_factory=dict)  # metric -> the rule it decided by (verdict.Verdict.record)
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in field_names(type(self))}
         out["checkpoints"] = {role: dict(entry) for role, entry in self.checkpoints.items()}  # rows share none
         out["metric_options"] = {name: dict(entry) for name, entry in self.metric_options.items()}
+        out["verdict"] = {name: dict(entry) for name, entry in self.verdict.items()}
         return out
 
 
@@ -258,7 +260,8 @@ def checkpoint_digest(path: str | Path) -> dict:
 
 def reproducibility(*, dtype: str, precision: str, device: str, prompt: str, beta: float, token_rule: str,
                     checkpoints: dict[str, dict], metric_options: dict[str, dict] | None = None,
-                    long_captions: str = "", runtime: str = "eager") -> dict:
+                    verdict: dict[str, dict], long_captions: str = "", runtime: str = "eager") -> dict:
     """The `ModelInfo` fields beyond the first four, as keyword arguments."""
     return {**library_versions(), "dtype": dtype, "precision": precision, "runtime": runtime, "device": device, "prompt": prompt, "beta": beta,
-            "token_rule": token_rule, "region_rule": token_rule, "long_captions": long_captions, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {})}
+            "token_rule": token_rule, "region_rule": token_rule, "long_captions": long_captions, "checkpoints": dict(checkpoints), "metric_options": dict(metric_options or {}),
+            "verdict": dict(verdict)}

@@ -39,6 +39,7 @@ from .registry import MetricParts, Needs, get_spec
 from .result import MetricResult, ModelInfo, ScoreRow, reproducibility
 from .row_errors import RowError
 from .text import Token, check_caption, check_references, checked_tokens, load_spacy, tokenize
+from .verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class Scorer:
             pretrained weights; every row says so in `model.demo`.
         precision, region_source, max_regions, beta, token_rule, long_captions:
             the options, as the config gives them.
+        verdict: the one rule words and regions are decided by
+            (`verdict.Verdict`, from the config's token rule and β); every
+            row writes it, per metric that follows it, in `model.verdict`.
         clip_name: the name of the first CLIP loaded ("none" when none was).
         text_model: the spaCy pipeline, or "spacy.blank('en') (fallback)".
         checkpoints: role -> {"file", "sha256"} of every checkpoint file loaded.
@@ -144,7 +148,8 @@ class Scorer:
         self.sources = ModelSources(self.device, self.precision, config.demo, self.runtime)
         self._proposer = None
         self._regions_cache = LRUCache(REGIONS_CACHE_SIZE)
-        self.beta, self.token_rule = config.beta, config.token_rule
+        self.verdict = Verdict.from_config(config)  # the one word and region rule, carried by every metric
+        self.beta, self.token_rule = self.verdict.beta, self.verdict.token_rule
         self.long_captions = config.long_captions
         self._provenance: dict | None = None
         self.metrics, self.unavailable = self._load_metrics(config)
@@ -161,7 +166,7 @@ class Scorer:
                                                                       config.clip_crop)),
             pacs_clip=sources.once("pac-s", lambda: sources.pacs_clip(config.pacs_checkpoint, config.pacs_model)),
             infometic=sources.once("infometic", lambda: sources.infometic(config.infometic_checkpoint)),
-            beta=config.beta, token_rule=config.token_rule, alpha_clip_checkpoint=config.alpha_clip_checkpoint,
+            verdict=self.verdict, alpha_clip_checkpoint=config.alpha_clip_checkpoint,
             clip4dm_epsilon=config.clip4dm_epsilon, clip4dm_layers=config.clip4dm_layers,
             record_file=sources.record_file, nlp=self.nlp,
         )
@@ -405,7 +410,9 @@ class Scorer:
                 runtime=self._runtime_label(),
                 beta=self.beta,
                 token_rule=self.token_rule, long_captions=self.long_captions, checkpoints=self.checkpoints,
-                metric_options={name: m.options for name, m in self.metrics.items() if getattr(m, "options", None)})
+                metric_options={name: m.options for name, m in self.metrics.items() if getattr(m, "options", None)},
+                verdict={name: m.verdict.record() for name, m in self.metrics.items()
+                         if getattr(m, "verdict", None) is not None})
         return self._provenance
 
     def _compute_dtype(self) -> str:

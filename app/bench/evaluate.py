@@ -4,13 +4,14 @@ labels (`bench.gold`), under both token rules, with FOIL pairing where the
 file has clean/polluted twins."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from capscope.bench.gold_figures import accuracy, collect_tokens, evaluate, f1, foil_accuracy
-from capscope.metrics.constants import BETA, TOKEN_RULES
+from capscope.metrics.constants import TOKEN_RULES
 from capscope.common.jsonl import read_json_lines
 from capscope.metrics.registry import SPECS
-from capscope.metrics.words import decide_words
+from capscope.metrics.verdict import Verdict
 
 CONTRACT_KEYS = ("metric", "n_items", "text_accuracy", "vision_accuracy",
                  "incorrect_token_f1", "incorrect_token_auroc", "region_auroc")
@@ -87,38 +88,34 @@ def overall_key(metric: str) -> str | None:
     return spec.primary_key if spec else None
 
 
-def decisions_under(rule: str, beta: float, item: dict, prediction: dict, metric: str = "infometic",
-                    word_scale: float = 1.0) -> list:
-    """token_correct recomputed from the reported word scores under a token rule
-    and the checkpoint's word threshold scale (metrics that follow the token
-    rule only; others keep their own decisions)."""
+def decisions_under(verdict: Verdict, item: dict, prediction: dict, metric: str) -> list:
+    """token_correct recomputed from the reported word scores under `verdict`
+    (metrics that follow the token rule only; others keep their own decisions)."""
     spec = SPECS.get(metric)
     if spec is None or not spec.follows_token_rule or prediction.get("token_scores") is None:
         return prediction.get("token_correct") or [None] * len(item["tokens"])
-    return decide_words(rule, beta, [bool(t.get("semantic")) for t in item["tokens"]], prediction["token_scores"],
-                        word_scale)
+    return verdict.decide([bool(t.get("semantic")) for t in item["tokens"]], prediction["token_scores"])
 
 
-def redecided(items: list[dict], predictions: list[dict], rule: str, beta: float, metric: str = "infometic",
-              word_scale: float = 1.0) -> list[dict]:
+def redecided(items: list[dict], predictions: list[dict], verdict: Verdict, metric: str) -> list[dict]:
     """The predictions with token_correct decided again (`decisions_under`); a
     failed row's empty prediction stays as it is."""
-    return [dict(p, token_correct=decisions_under(rule, beta, item, p, metric, word_scale)) if p else p
+    return [dict(p, token_correct=decisions_under(verdict, item, p, metric)) if p else p
             for item, p in zip(items, predictions)]
 
 
-def rule_figures(items: list[dict], predictions: list[dict], beta: float, metric: str = "infometic",
-                 word_scale: float = 1.0) -> dict:
+def rule_figures(items: list[dict], predictions: list[dict], verdict: Verdict, metric: str) -> dict:
+    """Text accuracy and wrong-word F1 under each token rule, at the verdict's β and word scale."""
     out = {}
     for rule in RULES:
-        judged = collect_tokens(items, redecided(items, predictions, rule, beta, metric, word_scale))
+        judged = collect_tokens(items, redecided(items, predictions, replace(verdict, token_rule=rule), metric))
         out[rule] = {"text_accuracy": accuracy(judged.gold, judged.decided),
                      "incorrect_token_f1": f1(judged.gold, judged.decided)}
     return out
 
 
-def evaluate_gold(scorer, metric: str, items: list[dict], base_dir: Path, *, token_rule: str = "paper",
-                  beta: float = BETA, batch_size: int = 32, progress: bool = False) -> dict:
+def evaluate_gold(scorer, metric: str, items: list[dict], base_dir: Path, *, token_rule: str,
+                  beta: float, batch_size: int = 32, progress: bool = False) -> dict:
     predictions, errors = predict(scorer, metric, items, base_dir, batch_size, progress)
     return figures_of(items, predictions, errors, metric, token_rule=token_rule, beta=beta,
                       word_scale=word_scale_of(scorer, metric))
@@ -133,7 +130,7 @@ def word_scale_of(scorer, metric: str) -> float:
 WORD_SCALES = tuple(round(0.3 + 0.05 * i, 2) for i in range(15))  # 0.3 ... 1.0
 
 
-def fit_word_scale(scorer, items: list[dict], base_dir: Path, *, token_rule: str, beta: float = BETA,
+def fit_word_scale(scorer, items: list[dict], base_dir: Path, *, token_rule: str, beta: float,
                    scales=WORD_SCALES) -> dict:
     """The word threshold scale with the best wrong-word F1 on `items` (scored
     once under the scorer's own scale, which should be 1; a tie goes to the
@@ -143,20 +140,21 @@ def fit_word_scale(scorer, items: list[dict], base_dir: Path, *, token_rule: str
     items, predictions = [item for item, _ in scored], [p for _, p in scored]
     found = {}
     for scale in scales:
-        judged = collect_tokens(items, redecided(items, predictions, token_rule, beta, "infometic", scale))
+        judged = collect_tokens(items, redecided(items, predictions, Verdict(token_rule, beta, scale), "infometic"))
         found[scale] = f1(judged.gold, judged.decided) or 0.0
     best = max(found, key=lambda scale: (round(found[scale], 6), scale))
     return {"scale": best, "f1": {f"{scale:g}": round(value, 4) for scale, value in found.items()}}
 
 
 def figures_of(items: list[dict], predictions: list[dict], errors: list[str], metric: str, *,
-               token_rule: str = "paper", beta: float = BETA, word_scale: float = 1.0) -> dict:
-    """`evaluate_gold`'s figures from predictions already made (see `predict`)."""
-    if token_rule in RULES:
-        predictions = redecided(items, predictions, token_rule, beta, metric, word_scale)
+               token_rule: str, beta: float, word_scale: float) -> dict:
+    """`evaluate_gold`'s figures from predictions already made (see `predict`),
+    the words decided again under `token_rule`, `beta` and `word_scale`."""
+    verdict = Verdict(token_rule, beta, word_scale)
+    predictions = redecided(items, predictions, verdict, metric)
     figures = evaluate(items, predictions, metric)
     figures["token_rule"], figures["beta"], figures["word_threshold_scale"] = token_rule, beta, word_scale
-    figures["token_rules"] = rule_figures(items, predictions, beta, metric, word_scale)
+    figures["token_rules"] = rule_figures(items, predictions, verdict, metric)
     key = overall_key(metric)
     overall = {item["id"]: p["scores"][key] for item, p in zip(items, predictions)
                if p and key in p.get("scores", {})}

@@ -45,7 +45,6 @@ from capscope.bench.dense import (
 from capscope.bench.evaluate import figures_of, predict_many, word_scale_of
 from capscope.bench.gold_figures import collect_tokens
 from capscope.common.stats import bootstrap_interval
-from capscope.metrics.constants import BETA
 
 CATEGORIES = ("HC", "HI", "HM", "MM")
 BASELINE_KEY = "baseline.words"  # rating benchmarks: caption length in words, a trivial rule
@@ -323,7 +322,7 @@ class Outcome:
 
 
 def correlate(loaded, scorer, metrics: list[str], *, batch_size: int = 32, bootstrap: int = 1000, seed: int = 0,
-              token_rule: str = "paper", beta: float = BETA, progress: bool = True) -> Outcome:
+              token_rule: str, beta: float, progress: bool = True) -> Outcome:
     problems = list(loaded.problems)
     scorer = ModelNoting(scorer)
     result = {"benchmark": loaded.benchmark, "kind": loaded.kind, "n": 0, "protocol": loaded.protocol,

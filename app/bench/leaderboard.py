@@ -243,6 +243,7 @@ def evaluate_release(release, scorer, metrics: list[str], typing: WordTyping, *,
     """Score a checked release (bench/release_check.py) with `scorer` for `metrics`
     in one pass and give its leaderboard, with what it was measured on."""
     from capscope.bench.evaluate import RULES, predict_many, redecided, word_scale_of
+    from capscope.metrics.verdict import Verdict
     from capscope.bench.release_check import metadata_summary
 
     items = release.items if controls else [item for item in release.items if not item.get("control")]
@@ -255,7 +256,7 @@ def evaluate_release(release, scorer, metrics: list[str], typing: WordTyping, *,
     for metric in metrics:
         rows = found[metric][0]
         if token_rule in RULES:
-            rows = redecided(items, rows, token_rule, beta, metric, word_scale_of(scorer, metric))
+            rows = redecided(items, rows, Verdict(token_rule, beta, word_scale_of(scorer, metric)), metric)
         predictions[metric] = rows
     types = [typing.of(item["caption"], item["tokens"]) for item in items]
     board = leaderboard(items, predictions, types=types, draws=draws, seed=seed, kinds=typing.kinds)

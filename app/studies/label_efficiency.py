@@ -72,7 +72,7 @@ def likely_wrong_order(items: list[dict], predictions: list[dict]) -> list[int]:
 
     def expected_wrong(item: dict, p: dict) -> float | None:
         words = scored_words(p.get("token_scores") or [], _semantic(item))
-        threshold = word_threshold(DEFAULT_TOKEN_RULE, BETA, len(words))
+        threshold = word_threshold(DEFAULT_TOKEN_RULE, BETA, len(words), 1.0)
         return float(np.mean([1.0 - verdict_probability(s, threshold) for s in words])) if words else None
 
     return _interleaved(items, [expected_wrong(item, p) for item, p in zip(items, predictions)])
@@ -220,12 +220,13 @@ def _held_out(checkpoint: Path, folder: Path, items: list[dict]) -> tuple[dict, 
     its predictions there, decided at its own word threshold."""
     from capscope.bench.evaluate import figures_of, predict, redecided, word_scale_of
     from capscope.metrics.constants import BETA
+    from capscope.metrics.verdict import Verdict
 
     scorer = _scorer(checkpoint)
     predictions, errors = predict(scorer, "infometic", items, folder)
     scale = word_scale_of(scorer, "infometic")
-    figures = figures_of(items, predictions, errors, "infometic", token_rule="relative", word_scale=scale)
-    return figures, redecided(items, predictions, "relative", BETA, "infometic", scale)
+    figures = figures_of(items, predictions, errors, "infometic", token_rule="relative", beta=BETA, word_scale=scale)
+    return figures, redecided(items, predictions, Verdict("relative", BETA, scale), "infometic")
 
 
 def _own_world_f1(checkpoint: Path, folder: Path) -> float | None:

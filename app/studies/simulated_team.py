@@ -267,7 +267,7 @@ def add_model(store, accuracy: float, seed: int = 0) -> int:
         truth = true_labels(view, seed)
         rng = random.Random(f"{seed}:model:{item.external_id}")
         n_words = sum(t["semantic"] for t in item.tokens)
-        cut = word_threshold(DEFAULT_TOKEN_RULE, BETA, n_words)
+        cut = word_threshold(DEFAULT_TOKEN_RULE, BETA, n_words, 1.0)
         region_cut = region_threshold(DEFAULT_TOKEN_RULE, BETA, len(item.regions))
         tokens = []
         for i, token in enumerate(item.tokens):

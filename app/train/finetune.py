@@ -117,7 +117,7 @@ def _train(config: FinetuneConfig, parent: Parent, split: Split, report: dict, d
     model = parent.model
     backbone = ClipBackbone.from_model(model.clip_backbone, parent.clip_name, parent.clip_name, device,
                                        CropStyle(**parent.crop))
-    metric = InfoFamilyMetric("infometic", backbone)
+    metric = InfoFamilyMetric("infometic", backbone, None)  # prepares text only: decides nothing
     config.report_progress({"stage": "encoding", "fraction": 0.0})
     swaps = swapped_items(split.train, np.random.default_rng(config.seed), config.swaps) if config.swaps else []
     report["labels"]["swapped_copies"] = len(swaps)

@@ -45,7 +45,7 @@ def share_loss(log_attention: torch.Tensor, labels: torch.Tensor, token_rule: st
     `balanced` weighs wrong and correct pieces as two equal halves instead,
     which moves it by those odds (about 1:10) and flags more words."""
     semantic = ((labels == 0) | (labels == 1) | (labels == UNKNOWN)).sum(-1)
-    thresholds = torch.tensor([word_threshold(token_rule, BETA, int(n)) for n in semantic],
+    thresholds = torch.tensor([word_threshold(token_rule, BETA, int(n), 1.0) for n in semantic],
                               device=log_attention.device, dtype=log_attention.dtype)
     margin = sharpness * (log_attention - thresholds.log()[:, None])
     labelled = (labels == 0) | (labels == 1)

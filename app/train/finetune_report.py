@@ -34,8 +34,8 @@ def check_figures(config: FinetuneConfig, checkpoint: Path, evaluate_gold) -> di
 
 
 def _figures(config: FinetuneConfig, checkpoint: Path, items: list[dict], base_dir: Path, evaluate_gold) -> dict:
-    figures = evaluate_gold(checkpoint_scorer(config, checkpoint), "infometic", items, base_dir,
-                            token_rule=config.token_rule)
+    scorer = checkpoint_scorer(config, checkpoint)
+    figures = evaluate_gold(scorer, "infometic", items, base_dir, token_rule=config.token_rule, beta=scorer.beta)
     out = {k: _round(figures.get(k)) for k in FIGURE_KEYS}
     out["trivial_text_accuracy"] = _round(figures["trivial"]["text_accuracy"])
     out["n_items"] = len(items)

@@ -12,8 +12,8 @@ from capscope.train.finetune_config import FinetuneConfig
 
 def fitted_threshold(config: FinetuneConfig, checkpoint: Path, items: list[dict]) -> dict:
     """{"scale": the best scale, "f1": the wrong-word F1 at each scale tried}."""
-    return fit_word_scale(checkpoint_scorer(config, checkpoint), items, config.base_dir,
-                          token_rule=config.token_rule)
+    scorer = checkpoint_scorer(config, checkpoint)
+    return fit_word_scale(scorer, items, config.base_dir, token_rule=config.token_rule, beta=scorer.beta)
 
 
 def threshold_lines(fit: dict | None, train: dict) -> list[str]:

@@ -300,7 +300,7 @@ class Texts:
     _tokens: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self.metric = InfoFamilyMetric("infometic", self.backbone)
+        self.metric = InfoFamilyMetric("infometic", self.backbone, None)  # prepares text only: decides nothing
         self.metric.max_len = self.max_len
 
     def tokens(self, text: str) -> list[Token]:

@@ -420,7 +420,8 @@ def probe(s: Session) -> dict:
     scorer = Scorer(["infometic"], device=str(s.device), regions="given",
                     infometic_checkpoint=str(s.config.out), token_rule="relative")
     items = read_json_lines(s.config.probe_gold)
-    figures = s.evaluate_gold(scorer, "infometic", items, Path(s.config.probe_gold).parent, token_rule="relative")
+    figures = s.evaluate_gold(scorer, "infometic", items, Path(s.config.probe_gold).parent, token_rule="relative",
+                              beta=scorer.beta)
     s.model.train(was_training)
     keep = ("text_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "vision_accuracy", "region_auroc")
     out = {k: _round(figures[k]) for k in keep}

@@ -152,7 +152,7 @@ def test_the_trainer_probe_scores_with_the_evaluator_it_is_given(tmp_path):
                              probe_gold=tmp_path / "gold.jsonl")
     calls = []
 
-    def evaluate_gold(scorer, metric, items, base_dir, token_rule):
+    def evaluate_gold(scorer, metric, items, base_dir, token_rule, beta):
         calls.append((type(scorer).__name__, metric, items, base_dir, token_rule))
         figures = dict.fromkeys(("text_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "vision_accuracy",
                                  "region_auroc"), 0.5)

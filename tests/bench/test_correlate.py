@@ -108,7 +108,7 @@ def test_rating_rows_scored_once_per_caption_failures_reported(pictures):
             Rated(pictures[1], "boom", 2.0, ["birds"], "k1"),
             Rated(gone, "a dog", 2.0, [], "k2")]
     scorer = WordScorer()
-    outcome = C.correlate(rating_benchmark(rows), scorer, ["count"], bootstrap=20, progress=False)
+    outcome = C.correlate(rating_benchmark(rows), scorer, ["count"], bootstrap=20, token_rule="paper", beta=0.1, progress=False)
     assert sorted(r["caption"] for r in scorer.rows) == ["a cat", "a red dog", "boom", "two birds in the sky"]
     result = outcome.result
     assert result["n"] == 4 and result["n_problems"] == 2
@@ -134,7 +134,7 @@ def test_pairwise_accuracy_ties_draws_and_categories_by_hand(pictures):
         Pair(im[3], ("p q r s", "p"), 0, [["z"], ["z"]], "HI", "g3"),
     ]
     loaded = Loaded("pascal-50s", "pairwise", "test", rows, [], Path("."), None, "accuracy")
-    result = C.correlate(loaded, WordScorer(), ["count"], bootstrap=30, progress=False).result
+    result = C.correlate(loaded, WordScorer(), ["count"], bootstrap=30, token_rule="paper", beta=0.1, progress=False).result
     words, shared = result["metrics"]["count.words"], result["metrics"]["count.shared"]
     assert words["categories"]["HC"]["accuracy"] == 0.5 and words["categories"]["HI"]["accuracy"] == 0.5
     assert words["accuracy"] == 0.5
@@ -149,7 +149,7 @@ def test_foil_word_and_published_setting(pictures):
             Pair(pictures[1], ("a big bus here", "a big elephant here"), 0, [["r1", "r2", "r3", "r4"]], "foil", "g1",
                  foil_word="elephant")]
     loaded = Loaded("foil", "pairwise", "test", rows, [], Path("."), None, "accuracy")
-    result = C.correlate(loaded, WordScorer(), ["count"], bootstrap=10, progress=False).result
+    result = C.correlate(loaded, WordScorer(), ["count"], bootstrap=10, token_rule="paper", beta=0.1, progress=False).result
     # word scores are word lengths: the lowest semantic word is 'cat' (3 letters) and 'big' (not 'elephant')
     assert result["foil_word"]["count"] == {"n": 2, "lowest_word_is_foil": 0.5}
     assert result["metrics"]["count.words"]["setting"] == "4 refs"

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from capscope.bench.evaluate import CONTRACT_KEYS, decisions_under
+from capscope.metrics.verdict import Verdict
 from capscope.cli import main
 from capscope.metrics.loading import demo_model_path
 
@@ -82,8 +83,8 @@ def test_token_rules_differ_on_long_captions():
     prediction = {"token_scores": [share] * len(words),
                   "pieces": [{"text": w, "token": i, "score": share} for i, w in enumerate(words)]}
     item = {"caption": caption, "tokens": tokens}
-    assert not any(decisions_under("paper", 0.1, item, prediction))      # 1/12 < 0.1: all flagged
-    assert all(decisions_under("relative", 0.1, item, prediction))
+    assert not any(decisions_under(Verdict("paper", 0.1, 1.0), item, prediction, "infometic"))      # 1/12 < 0.1: all flagged
+    assert all(decisions_under(Verdict("relative", 0.1, 1.0), item, prediction, "infometic"))
 
 
 @pytest.fixture(scope="module")
@@ -161,11 +162,11 @@ def test_the_fitted_word_scale_is_the_best_f1_with_ties_going_towards_1(tmp_path
         def score_batch(self, rows, base_dir=None):
             return [{"metrics": {"infometic": {"token_scores": scores, "region_scores": []}}} for _ in rows]
 
-    fit = fit_word_scale(FixedScorer(), [item], tmp_path, token_rule="relative")
+    fit = fit_word_scale(FixedScorer(), [item], tmp_path, token_rule="relative", beta=0.1)
     assert fit["scale"] == 0.75
     assert fit["f1"]["1"] == pytest.approx(2 / 3, abs=1e-4) and fit["f1"]["0.4"] == 1.0 and fit["f1"]["0.35"] == 0.0
     prediction = {"token_scores": scores, "region_scores": [], "scores": {}}
-    assert figures_of([item], [prediction], [], "infometic", token_rule="relative",
+    assert figures_of([item], [prediction], [], "infometic", token_rule="relative", beta=0.1,
                       word_scale=0.75)["incorrect_token_f1"] == 1.0
 
 

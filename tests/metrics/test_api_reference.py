@@ -8,6 +8,7 @@ from pathlib import Path
 
 from capscope.metrics import model_sources
 from capscope.metrics import scorer as scorer_module
+from capscope.metrics import verdict as verdict_module
 from capscope.metrics.config import option_names, options_table
 from capscope.metrics.scorer import Scorer
 
@@ -54,8 +55,10 @@ def test_the_api_page_table_is_the_one_the_config_makes():
 
 
 def test_every_option_is_read_where_the_scorer_is_built():
-    """An option declared but never read would be a flag that does nothing."""
-    code = "".join(Path(module.__file__).read_text(encoding="utf-8") for module in (scorer_module, model_sources))
+    """An option declared but never read would be a flag that does nothing (the
+    scorer's `Verdict.from_config` reads the token rule and β)."""
+    code = "".join(Path(module.__file__).read_text(encoding="utf-8") for module in (scorer_module, model_sources,
+                                                                                    verdict_module))
     unread = [name for name in options() if f"config.{name}" not in code]
     assert unread == []
 

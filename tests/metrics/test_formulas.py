@@ -85,10 +85,10 @@ def test_word_score_is_sum_of_piece_shares():
 
 
 def test_relative_rule_scales_beta_with_semantic_words():
-    assert word_threshold("relative", 0.1, 20) == pytest.approx(0.025)   # half of 1/20
-    assert word_threshold("relative", 0.1, 4) == 0.1                    # never above beta
-    assert word_threshold("paper", 0.1, 20) == 0.1
-    assert word_threshold("relative", 0.1, 0) == 0.1
+    assert word_threshold("relative", 0.1, 20, 1.0) == pytest.approx(0.025)   # half of 1/20
+    assert word_threshold("relative", 0.1, 4, 1.0) == 0.1                    # never above beta
+    assert word_threshold("paper", 0.1, 20, 1.0) == 0.1
+    assert word_threshold("relative", 0.1, 0, 1.0) == 0.1
 
 
 def test_decide_words_counts_the_semantic_words_seen():
@@ -96,9 +96,9 @@ def test_decide_words_counts_the_semantic_words_seen():
     # the function word are not judged and do not count
     semantic = [True] * 13 + [False]
     scores = [0.05] * 11 + [0.04, None, 0.3]
-    decided = decide_words("relative", 0.1, semantic, scores)
+    decided = decide_words("relative", 0.1, semantic, scores, 1.0)
     assert decided == [True] * 11 + [False, None, None]
-    assert decide_words("paper", 0.1, semantic, scores) == [False] * 12 + [None, None]
+    assert decide_words("paper", 0.1, semantic, scores, 1.0) == [False] * 12 + [None, None]
 
 
 def test_a_word_threshold_scale_multiplies_the_rules_threshold():

@@ -162,7 +162,7 @@ def test_evaluate_ranks_by_the_primary_key(caption_length, tmp_path):
     from capscope.metrics.scorer import Scorer
 
     items = gold_items(tmp_path)
-    figures = evaluate_gold(Scorer([NAME], regions="given"), NAME, items, tmp_path)
+    figures = evaluate_gold(Scorer([NAME], regions="given"), NAME, items, tmp_path, token_rule="paper", beta=0.1)
     assert overall_key(NAME) == "words"
     assert figures["n_items"] == 2 and figures["n_errors"] == 0
     assert figures["foil"] == {"foil_accuracy": 1.0, "n_pairs": 1}   # 7 words above 3
