@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from capscope.metrics.constants import BETA
 from capscope.metrics.registry import SPECS, metric_names
+from capscope.metrics.verdict import word_cuts
 
 
 SHADE_LEGEND = ("<small>**Word shades**, the bar under the words running −1 … 0 … +1: "
@@ -14,8 +15,9 @@ SHADE_LEGEND = ("<small>**Word shades**, the bar under the words running −1 �
 
 
 def decision_threshold(metric: str, result: dict | None = None) -> float:
-    """The cut the metric decided with: the one its result reports (HICE-S's
-    `features.threshold`), else its registry default."""
+    """The one cut of a metric that does not follow the token rule: the one its
+    result reports (HICE-S's `features.threshold`), else its registry default.
+    The token rule's metrics cut each word where the row says (`word_cuts`)."""
     reported = ((result or {}).get("features") or {}).get("threshold")
     if reported is not None:
         return float(reported)
@@ -58,8 +60,8 @@ def shaded_tokens(row: dict | None, metric: str) -> list[tuple[str, float | None
     segments = token_segments(row["caption"], row["tokens"])
     scores = result.get("token_scores") or [None] * len(segments)
     correct = result.get("token_correct") or [None] * len(segments)
-    threshold = decision_threshold(metric, result)
-    return [(text, token_shade(s, c, threshold)) for text, s, c in zip(segments, scores, correct)]
+    cuts = word_cuts(row, metric) or [decision_threshold(metric, result)] * len(segments)
+    return [(text, token_shade(s, c, cut)) for text, s, c, cut in zip(segments, scores, correct, cuts)]
 
 
 def wrong_words(row: dict | None, metric: str) -> list[str]:
