@@ -35,7 +35,7 @@ from capscope.db import Caption, Dataset, Store
 from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.jsonl import JsonTextError, loads_limited, shown
 from capscope.common.limits import finite_number
-from capscope.metrics.regions import box_mask, rle_to_mask
+from capscope.metrics.regions import box_mask, iou, rle_to_mask
 from capscope.metrics.registry import SPECS
 
 WORDS, REGIONS, MASKS = "words", "regions", "masks"       # the config's control names
@@ -531,7 +531,7 @@ def _matching_region(item: ItemData, entry: dict) -> int | None:
     if not all(finite_number(v) and v > 0 for v in size) or not _box_numbers(entry["value"]):
         return None
     box = _pixel_box(entry)
-    return _best_match([0.0 if r.get("removed") else _iou(box, r["box"]) for r in item.regions])
+    return _best_match([0.0 if r.get("removed") else iou(box, r["box"]) for r in item.regions])
 
 
 def _stroke(item: ItemData, entry: dict) -> np.ndarray | None:
@@ -555,7 +555,7 @@ def _matching_stroke(item: ItemData, entry: dict) -> int | None:
     if stroke is None:
         return None
     size = (item.height, item.width)
-    return _best_match([0.0 if region.get("removed") else _mask_iou(stroke, _region_mask(region, size))
+    return _best_match([0.0 if region.get("removed") else iou(stroke, _region_mask(region, size))
                         for region in item.regions])
 
 
@@ -567,19 +567,6 @@ def _best_match(ious: list[float]) -> int | None:
 
 def _region_mask(region: dict, size: tuple[int, int]) -> np.ndarray:
     return rle_to_mask(region["mask"]) if region.get("mask") else box_mask(region["box"], *size)
-
-
-def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 0.0
-
-
-def _iou(a, b) -> float:
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = w * h
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
 
 
 def _box_numbers(value: dict) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from capscope.common.errors import ModelUnavailable
+from capscope.common.errors import ModelUnavailable, with_type
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _why(err: Exception) -> str:
     text = str(err)
     if "weights only load failed" in text.lower():
         return f"{type(err).__name__}: not a pickle of tensors"
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+    return with_type(err)
 
 
 def _needs_full_pickle(err: Exception) -> bool:

@@ -72,6 +72,17 @@ class RegionProposer(Protocol):
     def propose(self, image: Image.Image) -> list[Region]: ...
 
 
+def iou(a, b) -> float:
+    """Intersection over union of two masks (boolean arrays of one size) or two boxes [x0, y0, x1, y1];
+    0 when both are empty."""
+    if isinstance(a, np.ndarray) and a.ndim == 2:
+        union = np.logical_or(a, b).sum()
+        return float(np.logical_and(a, b).sum() / union) if union else 0.0
+    inter = max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
 def clip_box(box, width: int, height: int) -> tuple[float, float, float, float]:
     """The box clamped to the image, or ValueError when it is empty or malformed
     (not four finite numbers: `"0099"` or `["1", "2", "3", "4"]` would

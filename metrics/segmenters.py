@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from capscope.common.errors import first_line
+
 from .loading import ModelUnavailable, cache_dir, read_checkpoint
 from .regions import MAX_CANDIDATES, Region, clip_box, mask_to_box
 
@@ -119,7 +121,7 @@ def load_sam(model_type: str = "vit_b", checkpoint=None, device: str = "cpu"):
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
-        raise ModelUnavailable(f"SAM: {path} does not fit SAM {kind}: {str(err).splitlines()[0]}") from None
+        raise ModelUnavailable(f"SAM: {path} does not fit SAM {kind}: {first_line(err)}") from None
     return model.to(device).eval(), kind
 
 

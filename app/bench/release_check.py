@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
-from capscope.common.errors import CapscopeError
+from capscope.common.errors import CapscopeError, first_line
 from capscope.common.jsonl import json_lines, loads_limited, shown
 
 JSONL, PARQUET, DATASHEET, METADATA = "benchmark.jsonl", "benchmark.parquet", "datasheet.md", "metadata.json"
@@ -250,7 +250,7 @@ def check_counts(folder: Path, metadata: dict, items: list[dict], opener: Opener
             rows = parquet.metadata.num_rows
             ids = parquet.read(columns=["id"]).column("id").to_pylist() if "id" in parquet.schema_arrow.names else None
     except Exception as err:  # pyarrow raises its own types for a file that is no parquet
-        raise ReleaseError(f"{path}: not a parquet file ({str(err).splitlines()[0] if str(err) else err})") from None
+        raise ReleaseError(f"{path}: not a parquet file ({first_line(err)})") from None
     if rows != len(items):
         raise ReleaseError(f"{path}: {rows} rows, {JSONL} has {len(items)}")
     if ids is None:

@@ -9,6 +9,8 @@ import contextlib
 import io
 import logging
 
+from capscope.common.errors import with_type
+
 from .diagnosis import NgramScores
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ def _none_ran(out: dict[str, NgramScores], models: dict, why: str) -> dict[str, 
 
 
 def _why(err: Exception) -> str:
-    return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}".rstrip(": ")
+    return with_type(err, 160)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence
 from capscope.common.heap import freeze_long_lived
 from capscope.metrics.config import ScorerConfig
 from capscope.metrics.constants import BETA
-from capscope.common.errors import CapscopeError, ModelUnavailable
+from capscope.common.errors import CapscopeError, ModelUnavailable, first_line
 from capscope.metrics.registry import metric_names
 from capscope.common.threads import few_threads
 
@@ -70,10 +70,6 @@ def takes_checkpoint(factory: Callable) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "infometic_checkpoint" or p.kind is p.VAR_KEYWORD for p in parameters)
-
-
-def first_line(err: BaseException) -> str:
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 class ScoringBusy(CapscopeError):

@@ -25,8 +25,8 @@ from capscope.annotation import audit
 from capscope.annotation import model_versions as mv
 from capscope.annotation.refusals import Conflict, Invalid, NotFound
 from capscope.db import Store, data_dir
-from capscope.common.errors import ModelUnavailable
-from capscope.server.scoring import Models, first_line
+from capscope.common.errors import ModelUnavailable, first_line
+from capscope.server.scoring import Models
 from capscope.train.finetune_defaults import HOLDOUT as DEFAULT_HOLDOUT, MINUTES as DEFAULT_MINUTES
 
 log = logging.getLogger(__name__)

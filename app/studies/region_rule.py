@@ -28,6 +28,7 @@ from pathlib import Path
 from capscope.bench.gold_figures import f1
 from capscope.demo.scenes import distractor_box, make_caption, make_scene, scene_rng
 from capscope.metrics.constants import BETA
+from capscope.metrics.regions import iou
 from capscope.metrics.words import region_threshold
 
 log = logging.getLogger(__name__)
@@ -35,14 +36,6 @@ log = logging.getLogger(__name__)
 COUNTS = (4, 8, 15, 25, 40)
 RULES = ("paper", "relative")
 MIN_PROPOSAL_IOU = 0.6
-
-
-def iou(a, b) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    inter = max(w, 0) * max(h, 0)
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union else 0.0
 
 
 def proposal_around(box, rng, side: int = 224, attempts: int = 50):

@@ -30,7 +30,7 @@ from capscope.metrics.families import InfoFamilyMetric
 from capscope.metrics.images import read_image
 from capscope.metrics.loading import read_checkpoint
 from capscope.metrics.pairs import PreparedPair
-from capscope.metrics.regions import PROPOSERS, given_regions, select_regions
+from capscope.metrics.regions import PROPOSERS, given_regions, iou, select_regions
 from capscope.metrics.text import Token, load_spacy, tokenize
 from capscope.train.training_data import read_training_file
 
@@ -147,14 +147,6 @@ class Draw:
     clean: Sample
     polluted: list[Sample] = field(default_factory=list)   # the clean caption with a wrong word
     htn: tuple[Sample, Sample] | None = None             # (more complete, less complete) captions
-
-
-def iou(a, b) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    inter = max(w, 0) * max(h, 0)
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
 
 
 def grounded_region(box, region_boxes) -> int | None:

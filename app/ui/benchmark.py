@@ -24,7 +24,7 @@ from capscope.bench import human_correlation as C, correlation_report as R
 from capscope.bench.human import BENCHMARKS, Loaded, load
 from capscope.db import Store, data_dir
 from capscope.metrics.constants import BETA
-from capscope.common.errors import CapscopeError
+from capscope.common.errors import CapscopeError, first_line, with_type
 from capscope.common.paths import safe_name
 from capscope.metrics.registry import SPECS, metric_names, metric_title
 from capscope.server.data_roots import DataRoots
@@ -163,16 +163,11 @@ def agreement_with_people(models: Models, benchmark: str | None, server_path: st
                               batch_size=ROWS_PER_PROGRESS_STEP, bootstrap=draws, seed=seed,
                               token_rule=models.token_rule, beta=getattr(models.scorer, "beta", BETA), progress=True)
     except (ValueError, OSError, CapscopeError) as err:
-        return AgreementView(f"**Not run:** {one_line(err)}")
+        return AgreementView(f"**Not run:** {first_line(err)}")
     except Exception as err:  # the page shows one line; the log keeps the traceback
         log.exception("agreement with people failed")
-        return AgreementView(f"**Not run:** {type(err).__name__}: {one_line(err)}")
+        return AgreementView(f"**Not run:** {with_type(err)}")
     return view_of(outcome, time.perf_counter() - started)
-
-
-def one_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def view_of(outcome: C.Outcome, seconds: float) -> AgreementView:
@@ -324,10 +319,10 @@ def release_leaderboard(models: Models, server_path: str | None, metrics: list[s
                                  beta=getattr(models.scorer, "beta", BETA), draws=draws,
                                  batch_size=ROWS_PER_PROGRESS_STEP, progress=progress)
     except (ValueError, OSError, CapscopeError) as err:
-        return LeaderboardView(f"**Not run:** {one_line(err)}")
+        return LeaderboardView(f"**Not run:** {first_line(err)}")
     except Exception as err:  # the page shows one line; the log keeps the traceback
         log.exception("release leaderboard failed")
-        return LeaderboardView(f"**Not run:** {type(err).__name__}: {one_line(err)}")
+        return LeaderboardView(f"**Not run:** {with_type(err)}")
     b, words = board["benchmark"], next(iter(board["metrics"].values()))["words"]
     failed = sum(m["n_errors"] for m in board["metrics"].values())
     message = (f"{b['name']} {b['version']}: {board['n_items']} items on {board['n_images']} images "

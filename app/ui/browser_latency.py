@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from capscope.common.errors import with_type
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -219,7 +221,7 @@ async def typist(page, until: float, offset: int, timings: list, failures: list)
         try:
             timings.append(await keystroke_ms(page, caption, TYPING_GAP_S))
         except Exception as err:  # a timeout is a failed request as the user sees it
-            failures.append(f"inspect: {type(err).__name__}: {str(err).splitlines()[0][:200]}; "
+            failures.append(f"inspect: {with_type(err, 200)}; "
                             f"waited for {caption!r}, the page shows {await shown_words(page)!r}")
         await asyncio.sleep(0.2)  # a user's pause between edits
 
@@ -244,7 +246,7 @@ async def annotator(page, until: float, timings: list, failures: list) -> None:
                 arg=revision + 1, timeout=TIMEOUT_MS, polling="raf")
             timings.append(await page.evaluate("() => performance.now()") - started)
         except Exception as err:
-            failures.append(f"annotate: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
+            failures.append(f"annotate: {with_type(err, 200)}")
         await asyncio.sleep(0.5)
 
 
