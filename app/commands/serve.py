@@ -1,6 +1,7 @@
 """`capscope serve`: the REST API and the web UI on one port."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def run_serve(args) -> int:
                      scorer_config=ScorerConfig.from_args(args, base=SERVER_CONFIG), data_roots=roots,
                      rescore_limit=rescore_limit, cors_origins=check_origins(args.cors_origins),
                      score_gate=score_gate(args.score_waiting, args.score_timeout),
-                     click_service=ClickService(args.segmenter, str(resolve_device(getattr(args, "device", "auto")))))
+                     click_service=ClickService(args.segmenter, str(resolve_device(getattr(args, "device", "auto")))),
+                     first_run=not os.environ.get("CAPSCOPE_NO_SEED"))
     try:  # the Gradio UI (its own issue) mounts itself at / on the same app
         from capscope.ui.page import mount_ui
     except ModuleNotFoundError as err:
