@@ -5,7 +5,7 @@
   const keys = {
     n: "cs-next", b: "cs-previous", s: "cs-submit", Enter: "cs-submit", k: "cs-skip",
     u: "cs-undo", z: "cs-undo", p: "cs-prelabels", g: "cs-guidelines",
-    a: "cs-add-region", Escape: "cs-drop-region",
+    a: "cs-add-region", Escape: "cs-drop-region", m: "cs-next-mask",
   };
   // Review: the same keys where they mean the same (regions, undo, skip, next, s/Enter to decide)
   const reviewKeys = {

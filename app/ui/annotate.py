@@ -43,6 +43,7 @@ MAX_REGION_KEYS = 10
 ALL_DATASETS = "every dataset (demo last)"  # the picker's choice for no dataset
 KEYS_HELP = ("<span class='cs-keys'>Keys: <kbd>1</kbd>–<kbd>9</kbd>, <kbd>0</kbd> region 1–10 · "
              "drag on the picture: a box for the segmenter · "
+             "<kbd>m</kbd> the segmenter's next mask · "
              "<kbd>a</kbd> add the region being made · <kbd>Esc</kbd> drop it · "
              "<kbd>s</kbd>/<kbd>Enter</kbd> submit &amp; next · <kbd>k</kbd> skip · "
              "<kbd>u</kbd>/<kbd>z</kbd> undo · "
@@ -298,6 +299,7 @@ def build_annotate(annotator: Annotator) -> dict:
                                          elem_id="cs-click-mode")
                     c["add_region"] = gr.Button("Add region (a)", size="sm", scale=1, elem_id="cs-add-region")
                     c["drop_region"] = gr.Button("Drop (Esc)", size="sm", scale=1, elem_id="cs-drop-region")
+                    c["next_mask"] = gr.Button("Next mask (m)", size="sm", scale=1, elem_id="cs-next-mask")
                 c["gallery"] = gr.Gallery(label="Regions (click to toggle)", columns=10, rows=1, height=150,
                                           allow_preview=False, object_fit="contain", interactive=False,
                                           elem_id="cs-gallery")
@@ -387,7 +389,7 @@ MODES = [("Mark mentioned", "mark"), ("Segment +", "segment+"), ("Segment −", 
 
 
 def empty_draft(item_id: int | None = None) -> dict:
-    return {"item": item_id, "points": [], "box": None, "mask": None, "word": None}
+    return {"item": item_id, "points": [], "box": None, "mask": None, "word": None, "candidates": [], "shown": 0}
 
 
 def draft_of(draft: dict | None, item_id: int | None) -> dict:
@@ -480,11 +482,44 @@ def segment_draft(annotator: Annotator, user: UserInfo, item: dict, draft: dict,
         answer = annotator.segment(user, item["item_id"], points, box)
     except SegmentingBusy as err:
         return with_draft(item, draft), f"⚠ {html.escape(str(err))}"
-    draft = {**draft, "points": points, "box": box, "mask": answer["mask"] if answer["box"] else None}
+    draft = {**draft, "points": points, "box": box, **drafted_candidates(answer)}
     fallback = " (fallback: no SAM weights on this server)" if answer["fallback"] else ""
     return with_draft(item, draft), (f"{prompt_note(draft)} · {html.escape(answer['segmenter'])}"
-                                     f"{fallback} · {answer['ms']:.0f} ms · <kbd>a</kbd> add region, "
-                                     f"<kbd>Esc</kbd> drop")
+                                     f"{fallback} · {answer['ms']:.0f} ms{candidates_note(draft)} · "
+                                     "<kbd>a</kbd> add region, <kbd>Esc</kbd> drop")
+
+
+def drafted_candidates(answer: dict) -> dict:
+    """The draft's masks from a segment answer: every candidate mask (best first; an
+    empty one left out), the shown one (the best) as the draft's mask."""
+    found = [{"mask": c["mask"], "score": c.get("score")} for c in answer.get("candidates") or [answer]
+             if c.get("box")]
+    return {"candidates": found, "shown": 0, "mask": found[0]["mask"] if found else None}
+
+
+def candidates_note(draft: dict) -> str:
+    """" · mask 1 of 3 (0.91) · m: next mask" when the segmenter offered several."""
+    found = draft.get("candidates") or []
+    if len(found) < 2:
+        return ""
+    shown = draft.get("shown", 0)
+    score = found[shown].get("score")
+    scored = f" ({score:.2f})" if isinstance(score, (int, float)) else ""
+    return f" · mask {shown + 1} of {len(found)}{scored} · <kbd>m</kbd> next mask"
+
+
+def next_mask(annotator: Annotator, user: UserInfo, item_id: int | None, draft: dict | None):
+    """The next of the segmenter's masks for the region being made (the key m), round and round."""
+    if item_id is None:
+        return annotator.next(user), ""
+    draft = draft_of(draft, item_id)
+    found = draft.get("candidates") or []
+    item = annotator.item(user, item_id)
+    if len(found) < 2:
+        return with_draft(item, draft), "one mask only: click again to correct it"
+    shown = (int(draft.get("shown") or 0) + 1) % len(found)
+    draft = {**draft, "shown": shown, "mask": found[shown]["mask"]}
+    return with_draft(item, draft), f"{prompt_note(draft)}{candidates_note(draft)}".lstrip(" ·")
 
 
 def segment_click(annotator: Annotator, user: UserInfo, item_id: int, point, positive: bool, draft: dict):
@@ -690,6 +725,9 @@ class AnnotateHandlers:
     def add_region(self, item_id, show, draft, request: gr.Request):
         return self._run(request, item_id, show, add_draft, draft)
 
+    def next_mask(self, item_id, show, draft, request: gr.Request):
+        return self._run(request, item_id, show, next_mask, draft)
+
     def drop_region(self, item_id, show, draft, request: gr.Request):
         return self._run(request, item_id, show, drop_draft, draft)
 
@@ -763,6 +801,8 @@ def _wire_annotate(annotator: Annotator, c: dict) -> None:
     c["box"].change(handlers.on_drag, [*clicked, c["box"]], [*outputs, c["mode"]], **CLICKS)
     c["gallery"].select(handlers.on_thumbnail, clicked, outputs, **CLICKS)
     c["add_region"].click(handlers.add_region, [*state, c["draft"]], outputs, api_name="add_region", **DB_QUEUE)
+    c["next_mask"].click(handlers.next_mask, [*state, c["draft"]], outputs, trigger_mode="multiple",
+                         api_visibility="private", **DB_QUEUE)
     c["drop_region"].click(handlers.drop_region, [*state, c["draft"]], outputs, api_visibility="private",
                            **DB_QUEUE)
     for button in c["region_keys"]:

@@ -298,7 +298,9 @@ def click_report(models: Models, image, row: dict | None, metric: str, point, us
 # proposals or given boxes first, as scored) and both captions are scored again with
 # them. Nothing is stored: the regions live in the page's state.
 
-INSPECT_MODES = [("See what matches", "match"), ("Segment +", "segment+"), ("Segment −", "segment-")]
+# labels of their own: Annotate's "Segment +" and "Segment −" are on the same page
+INSPECT_MODES = [("See what matches", "match"), ("Segment: add (+)", "segment+"),
+                 ("Segment: take away (−)", "segment-")]
 MAX_INSPECT_REGIONS = 100  # the pipeline's most proposals: an inspection never scores more regions
 
 

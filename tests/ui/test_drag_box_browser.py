@@ -1,7 +1,8 @@
 """A box by drag, in a real browser (issue 69): on Annotate's picture, press, drag
 and release draws a box (shown while dragging) that prompts the segmenter; a later
 click refines the same region (box + click); "a" adds it with its box kept among
-its prompts. A press that hardly moves stays a click."""
+its prompts. A press that hardly moves stays a click. When the segmenter offers
+several masks (SAM's three), "m" cycles the one shown, and "a" adds the one shown."""
 import json
 import time
 
@@ -14,13 +15,32 @@ from capscope.annotation.importer import ImportOptions, import_captokeneval
 from capscope.annotation.users import add_user, get_user
 from capscope.db import Store
 from capscope.db.models import Region
+from capscope.metrics.click_segmenters import ClassicClickSegmenter
 from capscope.metrics.regions import rle_to_mask
 from capscope.server.api import create_app
+from capscope.server.segmenting import ClickService
 from capscope.studies import click_noc
 from capscope.ui.page import mount_ui
 from ui_support import ARTIFACTS, Served, launched_chromium, logged_in_page, shot
 
 ANN = ("ann", "ann-password-1")
+
+
+class ThreeMasks(ClassicClickSegmenter):
+    """The fallback's mask first, then two others, as SAM offers three for a lone prompt (SAM
+    itself takes 10-20 s a picture on this CPU): the mask grown by 6 pixels, and its box filled."""
+
+    def candidates(self, embedding, points, box=None):
+        from scipy import ndimage
+
+        mask, _ = self.predict(embedding, points, box)
+        if not mask.any():
+            return [(mask, None)]
+        grown = ndimage.binary_dilation(mask, iterations=6)
+        ys, xs = np.nonzero(mask)
+        filled = np.zeros_like(mask)
+        filled[ys.min():ys.max() + 1, xs.min():xs.max() + 1] = True
+        return [(mask, 0.9), (grown, 0.6), (filled, 0.3)]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +54,7 @@ def served(tmp_path_factory):
     store = Store(f"sqlite:///{root / 'ui.db'}")
     import_captokeneval(store, path, ImportOptions(dataset="drag", annotators_per_item=1, progress=False))
     add_user(store, *ANN)
-    app = mount_ui(create_app(store=store, segmenter="classic"))
+    app = mount_ui(create_app(store=store, click_service=ClickService(segmenter=ThreeMasks())))
     with Served(app) as server:
         server.store, server.targets, server.root = store, targets, root
         yield server
@@ -50,6 +70,8 @@ def screen_point(page, selector: str, image_size, x: float, y: float) -> tuple[f
     """Where image pixel (x, y) is on screen, on a picture Gradio shows fitted (never enlarged) and centred."""
     image = page.locator(f"{selector} img")
     image.scroll_into_view_if_needed()  # a point below the window is no click at all
+    page.wait_for_function("s => { const i = document.querySelector(s); return i && i.complete && i.naturalWidth > 0; }",
+                           arg=f"{selector} img", timeout=30_000)  # a picture still loading has no size
     shown = image.bounding_box()
     natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
     scale = natural[0] / image_size[0]
@@ -103,7 +125,7 @@ def test_a_dragged_box_segments_a_click_refines_it_and_a_adds_it_with_its_box(ch
     page = logged_in_page(chromium, served, *ANN)
     page.get_by_role("tab", name="Annotate").click()
     page.locator("#cs-annotate-tokens .token").first.wait_for(timeout=30_000)
-    assert page.get_by_label("Mark mentioned").is_checked()  # a drag works whatever the click mode
+    assert page.locator("#cs-click-mode").get_by_label("Mark mentioned").is_checked()  # a drag works whatever the click mode
 
     # a press that hardly moves (under a few screen pixels) is a click, not a box
     drag(page, "#cs-annotate-image", size, (2, 2), (2.4, 2.4), steps=2)
@@ -116,7 +138,7 @@ def test_a_dragged_box_segments_a_click_refines_it_and_a_adds_it_with_its_box(ch
     latency_ms = (time.perf_counter() - released) * 1000
     assert seen and seen[0] and min(seen[0]) > 10  # the box was drawn while dragging
     assert page.locator("#cs-drag-box").count() == 0  # and is gone once released
-    assert page.get_by_label("Segment +").is_checked()  # the next clicks refine it
+    assert page.locator("#cs-click-mode").get_by_label("Segment +").is_checked()  # the next clicks refine it
     shot(page, "annotate_drag_box.png")
 
     # a click inside refines the same region: box and click together
@@ -135,4 +157,49 @@ def test_a_dragged_box_segments_a_click_refines_it_and_a_adds_it_with_its_box(ch
     assert click_noc.iou(rle_to_mask(mask), target) >= 0.7
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "drag_box_latency.json").write_text(json.dumps({"release_to_mask_ms": round(latency_ms)}))
+    page.close()
+
+
+def shown_picture(page) -> bytes:
+    return page.locator("#cs-annotate-image img").screenshot()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_m_cycles_the_segmenters_masks_and_a_adds_the_one_shown(chromium, served):
+    ann = get_user(served.store, ANN[0])
+    item = workflow.next_item(served.store, ann)
+    while item is not None and item["id"] not in served.targets:
+        item = workflow.next_item(served.store, ann)
+    target, _noun = served.targets[item["id"]][0]
+    size = (item["width"], item["height"])
+    n = len(workflow.get_item(served.store, ann, item["item_id"])["regions"])
+    x0, y0, x1, y1 = bounds(target)
+
+    page = logged_in_page(chromium, served, *ANN)
+    page.get_by_role("tab", name="Annotate").click()
+    page.locator("#cs-annotate-tokens .token").first.wait_for(timeout=30_000)
+    page.wait_for_function(f"document.querySelector('#cs-annotate').innerText.includes('Item {item['item_id']}')",
+                           timeout=30_000)
+    drag(page, "#cs-annotate-image", size, (x0 - 2, y0 - 2), (x1 + 2, y1 + 2))
+    wait_saved(page, "mask 1 of 3 (0.90)")
+    first = shown_picture(page)
+    page.locator("body").press("m")
+    wait_saved(page, "mask 2 of 3 (0.60)")
+    second = shown_picture(page)
+    assert second != first  # the shown mask changed
+    page.locator("body").press("m")
+    wait_saved(page, "mask 3 of 3 (0.30)")
+    page.locator("body").press("m")
+    wait_saved(page, "mask 1 of 3 (0.90)")  # round and round
+    page.locator("body").press("m")
+    wait_saved(page, "mask 2 of 3")
+    shot(page, "annotate_next_mask.png")
+    page.locator("body").press("a")
+    wait_saved(page, f"region {n + 1} added")
+    with served.store.read() as session:
+        added = session.scalars(select(Region).where(Region.image_id == item["image_id"], Region.index == n)).one()
+        mask = rle_to_mask(added.mask_rle)
+    # the grown mask was added, not the best one
+    assert mask.sum() > 1.3 * target.sum() and (mask & target).sum() >= 0.9 * target.sum()
     page.close()

@@ -81,7 +81,7 @@ def test_drag_and_click_segment_the_inspected_picture_and_the_added_region_is_sc
     drag(page, "#cs-overlay-a", size, (x0 - 3, y0 - 3), (x1 + 3, y1 + 3), seen=seen)
     wait_text(page, "#cs-inspect-segment", "box · classic")
     assert seen and seen[0] and min(seen[0]) > 10  # drawn while dragging
-    assert page.get_by_label("Segment +").is_checked()
+    assert page.locator("#cs-inspect-mode").get_by_label("Segment: add (+)").is_checked()
     page.mouse.click(*screen_point(page, "#cs-overlay-a", size, 55, 40))
     wait_text(page, "#cs-inspect-segment", "box + 1 click")
     shot(page, "inspect_segment_draft.png")
@@ -90,7 +90,7 @@ def test_drag_and_click_segment_the_inspected_picture_and_the_added_region_is_sc
     wait_text(page, "#cs-inspect-segment", "added and scored", timeout=60_000)
     assert regions_scored(page) == before + 1
     # the overlay draws it numbered among the regions, with the mode back to See what matches a click reports one
-    page.get_by_label("See what matches").check()
+    page.locator("#cs-inspect-mode").get_by_label("See what matches").check()
     page.mouse.click(*screen_point(page, "#cs-overlay-a", size, 55, 40))
     wait_text(page, "#cs-match-a", "score")
     shot(page, "inspect_segment_added.png")
