@@ -3,15 +3,17 @@ against gold labels, score distributions, agreement, exports) and Admin
 (import, users). Plain functions first, Gradio wiring last."""
 from __future__ import annotations
 
+import html
 import logging
 
 import gradio as gr
 
-from capscope.annotation import agreement, browse, export
-from capscope.annotation.refusals import AnnotationError
+from capscope.annotation import agreement, browse, export, removed_regions
+from capscope.annotation.refusals import AnnotationError, Invalid
 from capscope.annotation.gold import gold_history
 from capscope.annotation.users import get_user
 from capscope.annotation.votes import load_item
+from capscope.common.limits import MAX_REGIONS
 from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import metric_title
@@ -132,6 +134,19 @@ def adjudicate_click(store: Store, admin_name: str, item_id: int, token: int | N
     return overlay, words, _gold_note(store, item) + " · saved"
 
 
+def remove_region_click(store: Store, admin_name: str, item_id: int, number) -> tuple:
+    """Remove region `number` (as drawn, from 1) of the item's image (annotation/removed_regions.py):
+    its votes go, it stays in the history. Returns (gold overlay, gold tokens, note)."""
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or number != int(number) or number < 1:
+        raise Invalid("give the number of the region to remove, as drawn (1, 2, ...)")
+    outcome = removed_regions.remove_region(store, get_user(store, admin_name), item_id, int(number) - 1)
+    item = load_item(store, item_id)
+    overlay, words, _ = _gold_views(item)
+    changed = outcome["judgements_changed"]
+    return overlay, words, (f"{_gold_note(store, item)} · region {int(number)} removed; "
+                            f"{changed} judgement{'s' * (changed != 1)} lost their votes on it")
+
+
 # ---------------------------------------------------------------- admin
 
 
@@ -164,6 +179,11 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
                                    elem_id="cs-explore-gold")
         c["model_image"] = gr.Image(label="Model: region scores (magenta dashed = not mentioned)", interactive=False,
                                     buttons=[], height=320)
+    with gr.Row():
+        c["remove_number"] = gr.Number(label="Region to remove (its number on the picture)", precision=0,
+                                       minimum=1, maximum=MAX_REGIONS, scale=1, elem_id="cs-explore-remove-number")
+        c["remove"] = gr.Button("Remove region: votes on it go, the history keeps it", variant="stop", scale=2,
+                                elem_id="cs-explore-remove-region")
     with gr.Row():
         c["gold_tokens"] = gr.HighlightedText(label="Gold: red = incorrect · click a word or a region to change "
                                                     "the gold label (every change is kept)", interactive=False,
@@ -213,7 +233,17 @@ def build_explore(store: Store, scores: DatasetScores) -> dict:
     def on_gold_region(item_id, evt: gr.SelectData, request: gr.Request):
         return adjudicate(item_id, request, point=evt.index)
 
+    def on_remove(item_id, number, request: gr.Request):
+        if item_id is None or not is_admin(store, request):
+            return gr.skip(), gr.skip(), gr.skip()
+        try:
+            return remove_region_click(store, request.username, int(item_id), number)
+        except AnnotationError as err:
+            return gr.skip(), gr.skip(), f"**Not removed:** {html.escape(str(err))}"
+
     gold_views = [c["gold_image"], c["gold_tokens"], c["note"]]
+    c["remove"].click(on_remove, [c["item"], c["remove_number"]], gold_views, api_visibility="private",
+                      concurrency_id="db", concurrency_limit=4)
     c["gold_tokens"].select(on_gold_token, c["item"], gold_views, api_visibility="private", trigger_mode="multiple",
                             concurrency_id="db", concurrency_limit=4)
     c["gold_image"].select(on_gold_region, c["item"], gold_views, api_visibility="private", trigger_mode="multiple",

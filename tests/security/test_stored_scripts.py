@@ -147,6 +147,8 @@ PLACES = {
     "Explore · image · Model: region scores (magenta dashed = not mentioned)": (FIXED,),
     "Explore · highlightedtext · cs-explore-gold-tokens": ("caption",),
     "Explore · highlightedtext · Model: red = unsupported": ("caption",),
+    "Explore · number · cs-explore-remove-number": (FIXED,),
+    "Explore · button · cs-explore-remove-region": (FIXED,),
     "Benchmark · markdown · #1": (FIXED,),
     "Benchmark · dropdown · Dataset": ("dataset",),
     "Benchmark · slider · cs-bench-limit": (FIXED,),

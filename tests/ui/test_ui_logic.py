@@ -348,6 +348,24 @@ def test_toggle_out_of_range_is_refused(dataset):
 
 # ---------------------------------------------------------------- explore, benchmark, admin
 
+def test_an_admin_removes_a_region_in_explore_and_the_gold_picture_no_longer_shows_it(dataset):
+    from capscope.annotation.refusals import AnnotationError
+
+    store, ann, admin, _ = dataset
+    item = workflow.next_item(store, ann)
+    workflow.save_labels(store, ann, item["item_id"], [], [0, 1], "submitted")
+    before, _, _ = ui_explore._gold_views(load_item(store, item["item_id"]))
+    overlay, _, note = ui_explore.remove_region_click(store, "boss", item["item_id"], 1)
+    assert "region 1 removed; 1 judgement lost their votes on it" in note
+    assert np.asarray(overlay).tolist() != np.asarray(before).tolist()
+    assert workflow.get_item(store, ann, item["item_id"])["labels"]["mentioned_regions"] == [1]
+    for wrong in (0, 1.5, True, "1"):
+        with pytest.raises(AnnotationError):
+            ui_explore.remove_region_click(store, "boss", item["item_id"], wrong)
+    with pytest.raises(AnnotationError, match="already"):
+        ui_explore.remove_region_click(store, "boss", item["item_id"], 1)
+
+
 def test_explore_filters_by_annotator_and_sorts_by_stored_score(dataset):
     store, ann, admin, _ = dataset
     annotator = Annotator(store)
