@@ -81,9 +81,9 @@ def screen_point(page, selector: str, image_size, x: float, y: float) -> tuple[f
     return left + x * scale * fit, top + y * scale * fit
 
 
-def drag(page, selector, image_size, start, end, steps=8, seen=None):
+def drag(page, selector, image_size, start, end, steps=8, seen=None, picture: str | None = None):
     """Press at image pixel `start`, move to `end` in `steps`, release; `seen` gets the drawn box's
-    on-screen size half way through."""
+    on-screen size half way through, and `picture` names a screenshot of the picture then."""
     page.mouse.move(*screen_point(page, selector, image_size, *start))
     page.mouse.down()
     goal = screen_point(page, selector, image_size, *end)
@@ -93,6 +93,9 @@ def drag(page, selector, image_size, start, end, steps=8, seen=None):
         if seen is not None and step == steps // 2:
             seen.append(page.evaluate("() => { const b = document.getElementById('cs-drag-box');"
                                       " return b && [b.offsetWidth, b.offsetHeight]; }"))
+        if picture and step == steps - 1:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.locator(selector).screenshot(path=str(ARTIFACTS / picture))
     page.mouse.up()
 
 
@@ -132,7 +135,8 @@ def test_a_dragged_box_segments_a_click_refines_it_and_a_adds_it_with_its_box(ch
     wait_saved(page, "no region under that point")
 
     seen: list = []
-    drag(page, "#cs-annotate-image", size, (x0 - 2, y0 - 2), (x1 + 2, y1 + 2), seen=seen)
+    drag(page, "#cs-annotate-image", size, (x0 - 2, y0 - 2), (x1 + 2, y1 + 2), seen=seen,
+         picture="annotate_dragging.png")
     released = time.perf_counter()
     wait_saved(page, "box · classic")
     latency_ms = (time.perf_counter() - released) * 1000
