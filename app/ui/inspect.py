@@ -305,7 +305,7 @@ MAX_INSPECT_REGIONS = 100  # the pipeline's most proposals: an inspection never 
 
 
 def empty_segment_draft(image: str | None = None) -> dict:
-    return {"image": image, "points": [], "box": None, "mask": None}
+    return {"image": image, "points": [], "box": None, "mask": None, "candidates": [], "shown": 0}
 
 
 def segment_draft_of(draft: dict | None, image) -> dict:
@@ -355,7 +355,7 @@ def segment_on_inspected(clicks: ClickService, image, draft: dict | None, user: 
                          point=None, positive: bool = True, drag: str | None = None) -> tuple[dict, str]:
     """(new draft, note) for a click (`point`: Gradio's [x, y] on an overlay) or a dragged box (`drag`:
     static/hotkeys.js's JSON) on the inspected picture; the old draft is kept when refused."""
-    from capscope.ui.annotate import dragged_box, prompt_note
+    from capscope.ui.annotate import drafted_candidates, dragged_box, prompt_note
 
     draft = segment_draft_of(draft, image)
     try:
@@ -375,10 +375,31 @@ def segment_on_inspected(clicks: ClickService, image, draft: dict | None, user: 
         answer = segment_inspected(clicks, image, points, box, user)
     except (AnnotationError, Invalid, SegmentingBusy, CapscopeError, OSError, ValueError) as err:
         return draft, f"⚠ {html.escape(first_line(err))}"
-    made = {**made, "points": points, "box": box, "mask": answer["mask"] if answer["box"] else None}
+    made = {**made, "points": points, "box": box, **drafted_candidates(answer)}
     fallback = " (fallback: no SAM weights on this server)" if answer["fallback"] else ""
-    return made, (f"{prompt_note(made)} · {html.escape(answer['segmenter'])}{fallback} · {answer['ms']:.0f} ms · "
-                  "**Add region** to score it")
+    return made, (f"{prompt_note(made)} · {html.escape(answer['segmenter'])}{fallback} · {answer['ms']:.0f} ms"
+                  f"{masks_note(made)} · **Add region** to score it")
+
+
+def masks_note(draft: dict) -> str:
+    """Annotate's " · mask 2 of 3 (0.60)", with Inspect's button for the next one."""
+    from capscope.ui.annotate import candidates_note
+
+    note = candidates_note(draft)
+    return note.replace("<kbd>m</kbd> next mask", "**Next mask** for another") if note else ""
+
+
+def next_inspected_mask(draft: dict | None, image) -> tuple[dict, str]:
+    """The next of the segmenter's masks for the region being made, round and round."""
+    from capscope.ui.annotate import prompt_note
+
+    draft = segment_draft_of(draft, image)
+    found = draft.get("candidates") or []
+    if len(found) < 2:
+        return draft, "One mask only: click again to correct it."
+    shown = (int(draft.get("shown") or 0) + 1) % len(found)
+    draft = {**draft, "shown": shown, "mask": found[shown]["mask"]}
+    return draft, f"{prompt_note(draft)}{masks_note(draft)}"
 
 
 def regions_with(row: dict | None, regions: list | None, mask: dict) -> list[dict]:
@@ -496,6 +517,7 @@ def build_inspect(models: Models, examples: list[dict], clicks: ClickService | N
         c["segment_mode"] = gr.Radio(INSPECT_MODES, value="match", scale=3, elem_id="cs-inspect-mode",
                                      label="A click on a picture below · a drag on it draws a box for the segmenter")
         c["add_region"] = gr.Button("Add region", size="sm", scale=1, elem_id="cs-inspect-add")
+        c["next_mask"] = gr.Button("Next mask", size="sm", scale=1, elem_id="cs-inspect-next-mask")
         c["drop_region"] = gr.Button("Drop", size="sm", scale=1, elem_id="cs-inspect-drop")
         c["segment_note"] = gr.Markdown("", elem_id="cs-inspect-segment")
     c["ties"] = gr.Markdown("", elem_id="cs-inspect-ties")
@@ -691,6 +713,15 @@ def _wire_inspect(models: Models, examples: list[dict], c: dict) -> None:
         added = added.success(fn, inputs, outputs, api_visibility="private", **model_queue)
     added.success(lambda regions: f"Region {len(regions or [])} added and scored (this inspection only: "
                   "nothing is stored).", c["regions"], c["segment_note"], api_visibility="private", queue=False)
+
+    def next_mask(image, row_a, row_b, metric, draft):
+        draft, note = next_inspected_mask(draft, image)
+        return (drafted_overlay(image, row_a, metric, draft), drafted_overlay(image, row_b, metric, draft),
+                note, draft)
+
+    c["next_mask"].click(next_mask, [c["image"], c["row_a"], c["row_b"], c["metric"], c["segment_draft"]],
+                         [c["overlay_a"], c["overlay_b"], c["segment_note"], c["segment_draft"]],
+                         trigger_mode="multiple", api_visibility="private", **model_queue)
 
     def drop_region(image, row_a, row_b, metric):
         draft = empty_segment_draft(None if image is None else str(image))

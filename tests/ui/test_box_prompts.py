@@ -136,3 +136,28 @@ def test_inspect_shows_the_ties_annotators_made_on_a_demo_scene(tmp_path):
     assert f"“{item['tokens'][word]['text']}” → region 2 (1 of 1)" in shown
     assert inspect_ties(store, {**example, "caption": "another caption"}) == ""  # not that item
     assert inspect_ties(None, example) == "" and inspect_ties(store, None) == ""
+
+
+def test_inspect_goes_round_the_segmenters_masks(picture):
+    from capscope.metrics.click_segmenters import ClassicClickSegmenter
+    from capscope.ui.inspect import next_inspected_mask
+
+    class TwoMasks(ClassicClickSegmenter):
+        def candidates(self, embedding, points, box=None):
+            mask, _ = self.predict(embedding, points, box)
+            return [(mask, 0.8), (np.ones_like(mask), 0.4)]
+
+    path, target = picture
+    clicks = ClickService(segmenter=TwoMasks())
+    try:
+        scale = display_scale(SIZE)
+        draft, note = segment_on_inspected(clicks, path, None, "ann", point=[55 * scale, 40 * scale])
+        assert "mask 1 of 2 (0.80)" in note and "Next mask" in note and "<kbd>" not in note
+        best = draft["mask"]
+        draft, note = next_inspected_mask(draft, path)
+        assert "mask 2 of 2 (0.40)" in note and rle_to_mask(draft["mask"]).all()
+        draft, note = next_inspected_mask(draft, path)
+        assert draft["shown"] == 0 and draft["mask"] == best
+        assert "One mask only" in next_inspected_mask(None, path)[1]
+    finally:
+        clicks.close()

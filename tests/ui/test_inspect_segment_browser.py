@@ -1,6 +1,7 @@
 """Inspect segments the picture being inspected, in a real browser (issue 69, item 3):
 a box dragged on a caption's overlay and a click inside it make a mask through the
-server's click service (in process, no item); "Add region" makes it one more region
+server's click service (in process, no item), "Next mask" shows the segmenter's next
+one; "Add region" makes it one more region
 of this inspection, and both captions are scored again at once: the region-level
 verdicts count it. Nothing
 is stored."""
@@ -13,7 +14,8 @@ from capscope.annotation.users import add_user
 from capscope.db.models import Region
 from capscope.server.api import create_app
 from capscope.ui.page import mount_ui
-from test_drag_box_browser import drag, screen_point
+from capscope.server.segmenting import ClickService
+from test_drag_box_browser import ThreeMasks, drag, screen_point
 from ui_support import Served, launched_chromium, logged_in_page, shot, use_demo_checkpoint
 
 USER = ("inspector", "inspector-password-1")
@@ -27,7 +29,7 @@ def served(tmp_path_factory):
     for name, value in {"CAPSCOPE_DATA_DIR": root / "data", "HF_HUB_OFFLINE": "1", "CAPSCOPE_NO_SEED": "1"}.items():
         patch.setenv(name, str(value))
     use_demo_checkpoint(patch, root)
-    app = create_app(f"sqlite:///{root / 'ui.db'}", segmenter="classic")
+    app = create_app(f"sqlite:///{root / 'ui.db'}", click_service=ClickService(segmenter=ThreeMasks()))
     add_user(app.state.store, *USER)
     app.state.models.scorer  # loaded before the first page asks
     picture = root / "scene.png"
@@ -84,6 +86,14 @@ def test_drag_and_click_segment_the_inspected_picture_and_the_added_region_is_sc
     assert page.locator("#cs-inspect-mode").get_by_label("Segment: add (+)").is_checked()
     page.mouse.click(*screen_point(page, "#cs-overlay-a", size, 55, 40))
     wait_text(page, "#cs-inspect-segment", "box + 1 click")
+    wait_text(page, "#cs-inspect-segment", "mask 1 of 3")
+    before_next = page.locator("#cs-overlay-a img").screenshot()
+    source = page.get_attribute("#cs-overlay-a img", "src")
+    page.click("#cs-inspect-next-mask")
+    wait_text(page, "#cs-inspect-segment", "mask 2 of 3")
+    page.wait_for_function("s => { const i = document.querySelector('#cs-overlay-a img');"
+                           " return i.src !== s && i.complete && i.naturalWidth > 0; }", arg=source, timeout=30_000)
+    assert page.locator("#cs-overlay-a img").screenshot() != before_next  # the other mask is shown
     shot(page, "inspect_segment_draft.png")
 
     page.click("#cs-inspect-add")
