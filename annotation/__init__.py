@@ -8,8 +8,8 @@ JSON-ready dicts):
   `credential_stamp`
 - workflow (queue and labels): `next_item`, `previous_item`, `get_item`, `toggle_token`, `toggle_region`,
   `save_labels`, `undo`, `submit`, `skip`, `history`, `add_flag`, `image_path`
-- queue: `set_queue_order(store, dataset, order, seed=0, model_version=None)`,
-  `refresh_queue(store, dataset, model_version=None)`, `queue_view(store, dataset)`
+- queue: `set_queue_order(store, dataset, order, seed=0, model_version=None, *, token_rule)`,
+  `refresh_queue(store, dataset, model_version=None, *, token_rule)`, `queue_view(store, dataset)`
 - browse: `list_items(store, dataset=, status=, search=, sort=, descending=, page=, page_size=)`,
   `progress(store, user)`
 - agreement: `agreement_report`, `gold_from_majority`, `adjudicate`, `gold_view`

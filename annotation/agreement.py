@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import combinations
 
 from sqlalchemy import select
@@ -33,7 +34,6 @@ from capscope.annotation.importer import REGION_LABELS, TOKEN_LABELS
 from capscope.annotation.users import UserInfo
 from capscope.annotation.votes import ItemData, iter_items, majority
 from capscope.db import Caption, Dataset, GoldLabel, Prediction, Region, Store, Token
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 
 
 # ---------------------------------------------------------------- statistics
@@ -254,25 +254,31 @@ def majority_labels(item: ItemData) -> tuple[list[str | None], list[str | None]]
 
 def gold_from_majority(store: Store, dataset: str | None = None, *, min_judgements: int = 2,
                        replace_adjudicated: bool = False) -> int:
-    """`gold_by_consensus` with the majority. Returns the number of items whose gold was written."""
-    return gold_by_consensus(store, dataset, "majority", min_judgements=min_judgements,
-                             replace_adjudicated=replace_adjudicated)["written"]
+    """`gold_by_consensus` with the majority (no model, so no rule). Returns the number of
+    items whose gold was written."""
+    return _consensus_gold(store, dataset, "majority", None, min_judgements, replace_adjudicated)["written"]
 
 
-def gold_by_consensus(store: Store, dataset: str | None = None, method: str = "majority", *,
-                      min_judgements: int = 2, replace_adjudicated: bool = False,
-                      token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+def gold_by_consensus(store: Store, dataset: str | None = None, method: str = "majority", *, token_rule: str,
+                      min_judgements: int = 2, replace_adjudicated: bool = False) -> dict:
     """Set gold by `method` (annotation/consensus.py) on every item with at least
     `min_judgements` submitted judgements, each label with its confidence; the
     gold history's source is the method. Controls keep their gold; adjudicated or
     imported gold is kept unless `replace_adjudicated`. The model (model-aware) is
-    the active version's predictions, else each item's newest InfoMetIC-family ones.
-    Returns {"written", "method"}."""
-    check_method(method)
+    the active version's predictions, else each item's newest InfoMetIC-family ones,
+    decided by `token_rule` (only model-aware reads it). Returns {"written", "method"}."""
+    aware = check_method(method) == "model-aware"
+    model = partial(model_probabilities, store, token_rule=token_rule) if aware else None
+    return _consensus_gold(store, dataset, method, model, min_judgements, replace_adjudicated)
+
+
+def _consensus_gold(store: Store, dataset: str | None, method: str, model_of, min_judgements: int,
+                    replace_adjudicated: bool) -> dict:
+    """`gold_by_consensus`, the model's probabilities read by `model_of(items)` (None: no model)."""
     if dataset is not None:
         _check_dataset(store, dataset)
     items = list(iter_items(store, dataset))
-    model = model_probabilities(store, items, token_rule) if method == "model-aware" else None
+    model = model_of(items) if model_of is not None else None
     labels = consensus.consensus_labels([item for item in items if item.judgements], method, model)
     controls = control_ids(store, dataset)
     chosen = [item.caption_id for item in items
@@ -307,8 +313,7 @@ def _write_consensus(session, batch: list[int], labels: dict[int, dict], method:
     return len(batch)
 
 
-def model_probabilities(store: Store, items: list[ItemData], token_rule: str = DEFAULT_TOKEN_RULE
-                        ) -> dict[int, tuple[list, list]]:
+def model_probabilities(store: Store, items: list[ItemData], token_rule: str) -> dict[int, tuple[list, list]]:
     """caption id -> the model's (P(incorrect) per word, P(mentioned) per region):
     from the active version's stored predictions where it has them, else the
     newest prediction of a metric that follows the token rule (InfoMetIC first)."""

@@ -32,7 +32,6 @@ from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.users import UserInfo, add_user, get_user
 from capscope.annotation.votes import ItemData, iter_exported_items, load_item
 from capscope.db import Caption, Dataset, Store
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.jsonl import JsonTextError, loads_limited, shown
 from capscope.common.limits import finite_number
 from capscope.metrics.regions import box_mask, iou, rle_to_mask
@@ -86,10 +85,10 @@ def image_url(path: str, image_root: str | None = "/", url_prefix: str | None = 
     return "/data/local-files/?d=" + relative
 
 
-def tasks(store: Store, dataset: str | None = None, *, with_labels: bool = False, image_root: str | None = "/",
-          url_prefix: str | None = None, token_rule: str = DEFAULT_TOKEN_RULE, masks: bool = False) -> Iterator[dict]:
-    """Every item as a Label Studio task, in id order, a chunk at a time.
-    Regions are boxes; with `masks`, a masked region is a brush stroke too
+def tasks(store: Store, dataset: str | None = None, *, token_rule: str, with_labels: bool = False,
+          image_root: str | None = "/", url_prefix: str | None = None, masks: bool = False) -> Iterator[dict]:
+    """Every item as a Label Studio task, in id order, a chunk at a time; the
+    predictions' verdicts decided by `token_rule`. Regions are boxes; with `masks`, a masked region is a brush stroke too
     (Label Studio's RLE is most of an export's size)."""
     audit.record(store, "export", target=dataset, details={"format": "label studio", "with_labels": with_labels})
     chunk: list[ItemData] = []

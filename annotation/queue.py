@@ -40,7 +40,6 @@ from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.annotation.users import UserInfo
 from capscope.db import Assignment, Caption, Dataset, GoldLabel, Label, Prediction, Store, Token, utcnow
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.metrics.registry import SPECS
 
 ORDERS = ("sequential", "random", "uncertainty", "disagreement", "consensus")
@@ -121,7 +120,7 @@ def check_seed(seed) -> int:
 # ---------------------------------------------------------------- setting the order
 
 def set_queue_order(store: Store, dataset: str, order: str, seed: int = 0,
-                    model_version: str | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+                    model_version: str | None = None, *, token_rule: str) -> dict:
     """Give `dataset` this queue order and seed and rank its captions for it
     (random: by the seed; uncertainty: by the predictions of `model_version`,
     else each caption's newest, with words judged by `token_rule`). Returns `queue_view`."""
@@ -138,10 +137,10 @@ def set_queue_order(store: Store, dataset: str, order: str, seed: int = 0,
     return queue_view(store, dataset)
 
 
-def refresh_queue(store: Store, dataset: str, model_version: str | None = None,
-                  token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+def refresh_queue(store: Store, dataset: str, model_version: str | None = None, *, token_rule: str) -> dict:
     """Rank the dataset's captions again under its current order: after new
-    predictions (uncertainty) or new captions (random, uncertainty). Returns `queue_view`."""
+    predictions (uncertainty) or new captions (random, uncertainty), words judged
+    by `token_rule`. Returns `queue_view`."""
     _write_ranks(store, dataset, model_version, token_rule)
     return queue_view(store, dataset)
 
@@ -253,11 +252,12 @@ def random_rank(seed: int, external_id: str) -> float:
     return int(digest[:13], 16) / 16**13
 
 
-def item_uncertainty(metric: str, token_scores: list | None, region_scores: list | None,
-                     stored: float | None = None, semantic: list[bool] | None = None,
-                     token_rule: str = DEFAULT_TOKEN_RULE, word_scale: float = 1.0) -> float | None:
-    """How unsure a prediction is of its word and region verdicts, 0..1 (1 = a
-    coin toss; annotation/uncertainty.py); the stored value when it has no scores."""
+def item_uncertainty(metric: str, token_scores: list | None, region_scores: list | None, *, token_rule: str,
+                     word_scale: float, stored: float | None = None, semantic: list[bool] | None = None
+                     ) -> float | None:
+    """How unsure a prediction is of its word and region verdicts under `token_rule`
+    (words times `word_scale`), 0..1 (1 = a coin toss; annotation/uncertainty.py);
+    the stored value when it has no scores."""
     found = prediction_uncertainty(metric, token_scores, region_scores, semantic, token_rule, word_scale)
     return found if found is not None else stored
 
@@ -271,7 +271,7 @@ def _metric_preference(metric: str) -> int:
 
 
 def _uncertainties(session, dataset_id: int, model_version: str | None,
-                   token_rule: str = DEFAULT_TOKEN_RULE) -> list[tuple[int, int, float]]:
+                   token_rule: str) -> list[tuple[int, int, float]]:
     """(caption id, image id, uncertainty) of every caption that has a usable
     prediction: of `model_version` when given, else the newest; InfoMetIC's
     first, then its family's, then any metric's with an uncertainty."""
@@ -286,8 +286,8 @@ def _uncertainties(session, dataset_id: int, model_version: str | None,
     for caption_id, image_id, metric, tokens, regions, stored, scale, created, prediction_id in session.execute(
             query.execution_options(yield_per=1000)):
         preference = _metric_preference(metric)
-        value = (item_uncertainty(metric, tokens, regions, stored, semantic.get(caption_id), token_rule,
-                                  scale or 1.0)
+        value = (item_uncertainty(metric, tokens, regions, token_rule=token_rule, word_scale=scale or 1.0,
+                                  stored=stored, semantic=semantic.get(caption_id))
                  if preference < 2 or stored is not None else None)
         if value is None:
             continue

@@ -2,11 +2,12 @@
 order ranks by and Explore's uncertainty column shows, 0..1 (1: a coin toss).
 
 The InfoMetIC family decides a word by its share of the text attention against
-the token rule's threshold for its caption (metrics.words.word_threshold)
-and a region by its share against beta. Each verdict's probability is read as
-sigmoid(SHARPNESS * ln(share / threshold)), the same logistic fine-tuning
-trains (capscope.train.finetune_losses, share_loss), and an item's uncertainty is the mean
-binary entropy, in bits, of its semantic words' and its regions' verdicts.
+the word threshold for its caption and a region by its share against the region
+threshold: the `metrics.verdict.Verdict` of the token rule each caller names
+(no default: the server's, a command's flag, the rule a score row records).
+Each verdict's probability is read as sigmoid(SHARPNESS * ln(share / threshold)),
+the same logistic fine-tuning trains (capscope.train.finetune_losses, share_loss),
+and an item's uncertainty is the mean binary entropy, in bits, of its semantic words' and its regions' verdicts.
 A share is a ratio scale: a word at half its threshold is as sure as one at
 twice it, however long the caption.
 
@@ -19,9 +20,9 @@ import math
 from typing import Sequence
 
 from capscope.common.limits import finite_number
-from capscope.metrics.constants import BETA, DEFAULT_TOKEN_RULE
-from capscope.metrics.words import region_threshold, word_threshold
+from capscope.metrics.constants import BETA
 from capscope.metrics.registry import SPECS
+from capscope.metrics.verdict import Verdict
 
 SHARPNESS = 2.0
 TINY = 1e-12
@@ -41,20 +42,24 @@ def verdict_entropy(share: float, threshold: float) -> float:
     return -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
 
 
-def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic: Sequence[bool] | None = None,
-                      token_rule: str = DEFAULT_TOKEN_RULE, beta: float = BETA,
-                      word_scale: float = 1.0) -> float | None:
+def share_uncertainty(token_scores: Sequence, region_scores: Sequence, semantic: Sequence[bool] | None,
+                      verdict: Verdict) -> float | None:
     """Mean verdict entropy over the semantic words with a score (every scored
-    word when `semantic` is unknown), against the word threshold times the
-    model's `word_scale`, and the regions with a score, against the same rule's region threshold."""
+    word when `semantic` is unknown), against `verdict`'s word threshold, and
+    the regions with a score, against its region threshold."""
     words = scored_words(token_scores, semantic)
     regions = [s for s in region_scores if finite_number(s)]
     if not words and not regions:
         return None
-    threshold = word_threshold(token_rule, beta, len(words), word_scale)
-    region_cut = region_threshold(token_rule, beta, len(regions))
+    threshold, region_cut = verdict.threshold(len(words)), verdict.region_threshold(len(regions))
     values = [verdict_entropy(s, threshold) for s in words] + [verdict_entropy(s, region_cut) for s in regions]
     return sum(values) / len(values)
+
+
+def metric_verdict(metric: str, token_rule: str, word_scale: float) -> Verdict:
+    """The rule a metric of the token rule decides by: `token_rule` at its registry β, words times `word_scale`."""
+    spec = SPECS.get(metric)
+    return Verdict(token_rule, spec.threshold if spec is not None and spec.threshold is not None else BETA, word_scale)
 
 
 def scored_words(token_scores: Sequence, semantic: Sequence[bool] | None = None) -> list[float]:
@@ -74,35 +79,32 @@ def token_uncertainty(scores: Sequence, threshold: float = BETA) -> float | None
 
 
 def prediction_uncertainty(metric: str, token_scores: Sequence | None, region_scores: Sequence | None,
-                           semantic: Sequence[bool] | None = None,
-                           token_rule: str = DEFAULT_TOKEN_RULE, word_scale: float = 1.0) -> float | None:
-    """One stored prediction's uncertainty: `share_uncertainty` for a metric
-    that follows the token rule, else `token_uncertainty` at its threshold."""
+                           semantic: Sequence[bool] | None, token_rule: str, word_scale: float) -> float | None:
+    """One stored prediction's uncertainty: `share_uncertainty` under `token_rule`
+    (words times `word_scale`) for a metric that follows the token rule, else
+    `token_uncertainty` at its threshold."""
     spec = SPECS.get(metric)
     if spec is not None and spec.follows_token_rule:
-        return share_uncertainty(token_scores or [], region_scores or [], semantic, token_rule,
-                                 spec.threshold if spec.threshold is not None else BETA, word_scale)
+        return share_uncertainty(token_scores or [], region_scores or [], semantic,
+                                 metric_verdict(metric, token_rule, word_scale))
     threshold = spec.threshold if spec is not None and spec.threshold is not None else BETA
     return token_uncertainty(list(token_scores or []) + list(region_scores or []), threshold)
 
 
-
-
 def verdict_probabilities(metric: str, token_scores: Sequence | None, region_scores: Sequence | None,
-                          semantic: Sequence[bool] | None = None, token_rule: str = DEFAULT_TOKEN_RULE,
-                          word_scale: float = 1.0) -> tuple[list, list] | None:
+                          semantic: Sequence[bool] | None, token_rule: str, word_scale: float
+                          ) -> tuple[list, list] | None:
     """A prediction's P(incorrect) per word (None: not a semantic word with a
     score) and P(mentioned) per region, for a metric that follows the token
     rule (the verdicts `share_uncertainty` measures); None for other metrics."""
     spec = SPECS.get(metric)
     if spec is None or not spec.follows_token_rule:
         return None
-    beta = spec.threshold if spec.threshold is not None else BETA
+    verdict = metric_verdict(metric, token_rule, word_scale)
     tokens, regions = list(token_scores or []), list(region_scores or [])
     flags = list(semantic) if semantic is not None else [True] * len(tokens)
-    threshold = word_threshold(token_rule, beta, len(scored_words(tokens, flags)), word_scale)
-    scored_regions = [s for s in regions if finite_number(s)]
-    region_cut = region_threshold(token_rule, beta, len(scored_regions))
+    threshold = verdict.threshold(len(scored_words(tokens, flags)))
+    region_cut = verdict.region_threshold(len([s for s in regions if finite_number(s)]))
     words = [1.0 - verdict_probability(s, threshold) if sem and finite_number(s) else None
              for s, sem in zip(tokens, flags)]
     return words, [verdict_probability(s, region_cut) if finite_number(s) else None for s in regions]

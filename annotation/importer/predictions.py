@@ -16,6 +16,7 @@ from capscope.db import Caption, Dataset, Prediction, Store, Token
 from capscope.db.models import utcnow
 from capscope.common.jsonl import shown
 from capscope.common.limits import finite_number
+from capscope.metrics.constants import DEFAULT_TOKEN_RULE, TOKEN_RULES
 
 
 def import_predictions(store: Store, path: Path, dataset: str = "default", model_version: str | None = None) -> ImportReport:
@@ -96,7 +97,18 @@ def upsert_predictions(session, caption_id: int, version: str, metrics: dict, mo
     semantic = list(session.scalars(select(Token.semantic).where(Token.caption_id == caption_id).order_by(Token.index)))
     for metric, result in metrics.items():
         _upsert_prediction(session, caption_id, str(metric)[:50], version, result or {}, semantic or None,
-                           recorded_word_scale(model, metric))
+                           recorded_word_scale(model, metric), recorded_token_rule(model, metric))
+
+
+def recorded_token_rule(model: dict | None, metric: str) -> str:
+    """The token rule a score row's model block says `metric` decided by: its
+    `verdict` record, else the row's `token_rule`; a row that records none (written
+    by hand, or before capscope recorded it) was scored under `capscope score`'s default."""
+    model = model if isinstance(model, dict) else {}
+    verdicts = model.get("verdict") if isinstance(model.get("verdict"), dict) else {}
+    record = verdicts.get(metric) if isinstance(verdicts.get(metric), dict) else {}
+    rule = record.get("token_rule", model.get("token_rule"))
+    return rule if rule in TOKEN_RULES else DEFAULT_TOKEN_RULE
 
 
 def recorded_word_scale(model: dict | None, metric: str) -> float | None:
@@ -111,7 +123,7 @@ def recorded_word_scale(model: dict | None, metric: str) -> float | None:
 
 
 def _upsert_prediction(session, caption_id: int, metric: str, version: str, result: dict,
-                       semantic: list[bool] | None, word_scale: float | None) -> None:
+                       semantic: list[bool] | None, word_scale: float | None, token_rule: str) -> None:
     prediction = session.scalar(select(Prediction).where(
         Prediction.caption_id == caption_id, Prediction.metric == metric, Prediction.model_version == version))
     if prediction is None:
@@ -122,5 +134,5 @@ def _upsert_prediction(session, caption_id: int, metric: str, version: str, resu
     prediction.region_scores = result.get("region_scores") or []
     prediction.word_scale = word_scale
     prediction.uncertainty = prediction_uncertainty(metric, prediction.token_scores, prediction.region_scores,
-                                                    semantic, word_scale=word_scale or 1.0)
+                                                    semantic, token_rule, word_scale or 1.0)
     prediction.created_at = utcnow()

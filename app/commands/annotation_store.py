@@ -4,15 +4,16 @@ annotation store from the command line. The database is `--db URL`, else
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
+from capscope.commands.accounts import register_users
 from capscope.commands.options import add_db_option, command_line_user, open_store
 from capscope.common.errors import CapscopeError
+from capscope.metrics.config import add_flags
 
 
 def register(sub) -> None:
@@ -64,32 +65,11 @@ def register(sub) -> None:
     exp.add_argument("--with-images", action="store_true",
                      help="captokeneval only: copy the images into images/ beside --out and name them relatively, "
                           "so the benchmark can be shared")
+    add_flags(exp, ["token_rule"])  # label-studio: the predictions' verdicts
     add_db_option(exp)
     exp.set_defaults(func=run_export)
 
-    users = sub.add_parser("users", help="manage users")
-    users_sub = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
-    add = users_sub.add_parser("add", help="add a user (or --replace an existing one's password and role)")
-    add.add_argument("name")
-    secret = add.add_mutually_exclusive_group()
-    secret.add_argument("--password", default=None,
-                        help="default: $CAPSCOPE_PASSWORD, else asked for twice (or one line read from standard "
-                             "input when it is not a terminal); at least 12 characters")
-    secret.add_argument("--password-file", type=Path, default=None, metavar="FILE",
-                        help="read the password from the first line of FILE")
-    add.add_argument("--role", default="annotator", choices=["admin", "annotator", "reviewer"])
-    add.add_argument("--replace", action="store_true")
-    add_db_option(add)
-    add.set_defaults(func=run_users_add)
-    listing = users_sub.add_parser("list", help="list users (disabled ones marked)")
-    add_db_option(listing)
-    listing.set_defaults(func=run_users_list)
-    for action, active, text in (("disable", False, "disable a user: they can no longer sign in, and their "
-                                  "sessions end (their labels stay)"), ("enable", True, "enable a disabled user")):
-        toggle = users_sub.add_parser(action, help=text)
-        toggle.add_argument("name")
-        add_db_option(toggle)
-        toggle.set_defaults(func=run_users_set_active, active=active)
+    register_users(sub)
 
     agree = sub.add_parser("agreement", help="inter-annotator agreement (JSON)")
     agree.add_argument("--dataset", default=None)
@@ -104,6 +84,7 @@ def register(sub) -> None:
                            "all their labels) or model-aware (the active model as one more, weighted, voice)")
     gold.add_argument("--min-judgements", type=int, default=2)
     gold.add_argument("--replace-adjudicated", action="store_true")
+    add_flags(gold, ["token_rule"])  # model-aware: the model's verdicts
     add_db_option(gold)
     gold.set_defaults(func=run_gold)
 
@@ -151,6 +132,7 @@ def register(sub) -> None:
                        help="give one more annotator to every item whose least confident gold label is under this "
                             "(with --order consensus: those come first)")
     queue.add_argument("--show", type=int, default=10, metavar="N", help="how many queued item ids to print")
+    add_flags(queue, ["token_rule"])  # uncertainty: the verdicts it measures
     add_db_option(queue)
     queue.set_defaults(func=run_queue)
 
@@ -181,8 +163,8 @@ def export_label_studio(args) -> int:
     if args.out is None:
         raise CapscopeError("--format label-studio needs --out FILE.json")
     store = open_store(args)
-    tasks = label_studio.tasks(store, args.dataset, with_labels=args.with_labels, image_root=args.image_root,
-                               url_prefix=args.image_url_prefix, masks=args.masks)
+    tasks = label_studio.tasks(store, args.dataset, token_rule=args.token_rule, with_labels=args.with_labels,
+                               image_root=args.image_root, url_prefix=args.image_url_prefix, masks=args.masks)
     with written(args.out, lambda: f"{count} tasks") as out:
         count = _write_json_array(tasks, out)
     return 0
@@ -293,51 +275,6 @@ def run_export(args) -> int:
     return 0
 
 
-def run_users_add(args) -> int:
-    from capscope.annotation.users import add_user
-
-    password = new_password(args)
-    user = add_user(open_store(args), args.name, password, args.role, replace=args.replace)
-    print(f"user {user.name} ({user.role}) saved")
-    return 0
-
-
-def new_password(args) -> str:
-    """--password, --password-file's first line, $CAPSCOPE_PASSWORD, else asked for twice
-    (a typo would lock the user out); without a terminal, one line of standard input."""
-    if args.password_file is not None:
-        try:
-            lines = args.password_file.read_text(encoding="utf-8").splitlines()
-        except OSError as err:
-            raise CapscopeError(f"cannot read {args.password_file}: {err.strerror}") from None
-        return lines[0] if lines else ""
-    password = args.password or os.environ.get("CAPSCOPE_PASSWORD")
-    if password:
-        return password
-    if not sys.stdin.isatty():
-        return sys.stdin.readline().rstrip("\r\n")
-    password = getpass.getpass(f"password for {args.name}: ")
-    if getpass.getpass("again: ") != password:
-        raise CapscopeError("the two passwords differ")
-    return password
-
-
-def run_users_list(args) -> int:
-    from capscope.annotation.users import list_users
-
-    for user in list_users(open_store(args), include_disabled=True):
-        print(f"{user.name}\t{user.role}" + ("" if user.active else "\tdisabled"))
-    return 0
-
-
-def run_users_set_active(args) -> int:
-    from capscope.annotation.users import set_active
-
-    user = set_active(open_store(args), args.name, args.active)
-    print(f"user {user.name} {'enabled' if user.active else 'disabled'}")
-    return 0
-
-
 def run_agreement(args) -> int:
     from capscope.annotation.agreement import agreement_report
 
@@ -349,8 +286,8 @@ def run_agreement(args) -> int:
 def run_gold(args) -> int:
     from capscope.annotation.agreement import gold_by_consensus
 
-    done = gold_by_consensus(open_store(args), args.dataset, args.method, min_judgements=args.min_judgements,
-                             replace_adjudicated=args.replace_adjudicated)
+    done = gold_by_consensus(open_store(args), args.dataset, args.method, token_rule=args.token_rule,
+                             min_judgements=args.min_judgements, replace_adjudicated=args.replace_adjudicated)
     print(f"gold labels written for {done['written']} items (method {done['method']})")
     return 0
 
@@ -407,9 +344,10 @@ def run_queue(args) -> int:
         opened = queue.open_relabel_slots(store, args.dataset, args.relabel_below)
         print(f"{opened} items get one more annotator (gold confidence under {args.relabel_below})")
     if args.order is not None:
-        queue.set_queue_order(store, args.dataset, args.order, args.seed, args.model_version)
+        queue.set_queue_order(store, args.dataset, args.order, args.seed, args.model_version,
+                              token_rule=args.token_rule)
     elif args.refresh:
-        queue.refresh_queue(store, args.dataset, args.model_version)
+        queue.refresh_queue(store, args.dataset, args.model_version, token_rule=args.token_rule)
     view = queue.queue_view(store, args.dataset, limit=max(0, args.show))
     print(f"dataset {view['dataset']}: order {view['order']}, seed {view['seed']}, {view['ranked']} items ranked")
     print("next: " + (" ".join(str(i) for i in view["next"]) or "(nothing left)"))

@@ -56,8 +56,10 @@ def uncertainty_order(items: list[dict], predictions: list[dict]) -> list[int]:
     word and region verdicts closest to the threshold first, one caption per
     image per round."""
     from capscope.annotation.queue import item_uncertainty
+    from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 
     return _interleaved(items, [item_uncertainty("infometic", p.get("token_scores"), p.get("region_scores"),
+                                                 token_rule=DEFAULT_TOKEN_RULE, word_scale=1.0,
                                                  semantic=_semantic(item))
                                 for item, p in zip(items, predictions)])
 

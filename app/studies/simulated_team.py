@@ -116,6 +116,7 @@ def run_study(client, admin: tuple[str, str], dataset: str, controls: int, rate:
 def _model_errors(items: list[dict], truths: dict[int, Truth], controls: set[int]) -> int | None:
     """Semantic words of the non-control items where the stored model's own verdict is not the truth."""
     from capscope.annotation.uncertainty import verdict_probabilities
+    from capscope.metrics.constants import DEFAULT_TOKEN_RULE  # the study judges by the default rule throughout
 
     errors, scored = 0, False
     for item in items:
@@ -123,7 +124,8 @@ def _model_errors(items: list[dict], truths: dict[int, Truth], controls: set[int
         if not found or item["item_id"] in controls:
             continue
         semantic = [t["semantic"] for t in item["tokens"]]
-        words, _ = verdict_probabilities("infometic", found[0]["token_scores"], found[0]["region_scores"], semantic)
+        words, _ = verdict_probabilities("infometic", found[0]["token_scores"], found[0]["region_scores"], semantic,
+                                         DEFAULT_TOKEN_RULE, 1.0)
         for i, p_wrong in enumerate(words):
             if p_wrong is not None:
                 scored = True

@@ -16,7 +16,6 @@ from capscope.annotation import audit, browse, importer, model_versions as mv, q
 from capscope.annotation.refusals import AnnotationError, Invalid
 from capscope.annotation.users import add_user, list_users
 from capscope.db import Store, data_dir
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.jsonl import JsonTextError, loads_limited
 from capscope.common.paths import UnsafePath, inside, name_problem, safe_name
 from capscope.server.training import DEFAULT_HOLDOUT, DEFAULT_MINUTES, Activations, TrainingJobs
@@ -268,8 +267,8 @@ def show_queue(store: Store, dataset: str):
     return view["order"], view["seed"], queue_text(view)
 
 
-def apply_queue_order(store: Store, dataset: str, order: str, seed, token_rule: str = DEFAULT_TOKEN_RULE) -> str:
-    """The Apply order button: `queue.set_queue_order`, its result as text."""
+def apply_queue_order(store: Store, dataset: str, order: str, seed, token_rule: str) -> str:
+    """The Apply order button: `queue.set_queue_order` (uncertainty by `token_rule`), its result as text."""
     if not dataset:
         return "**Not applied:** choose a dataset."
     try:
@@ -313,7 +312,8 @@ def build_audit(store: Store, c: dict) -> None:
                               api_visibility="private")
 
 
-def build_admin(store: Store, token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+def build_admin(store: Store, token_rule: str) -> dict:
+    """The panel; `token_rule` (the server's) decides the uncertainty order and model-aware gold."""
     c: dict = {}
     with gr.Row():
         with gr.Column():

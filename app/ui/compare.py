@@ -19,7 +19,6 @@ from capscope.diagnose.error_types import TYPES
 from capscope.diagnose.report import plot_error_types, plot_scores
 from capscope.diagnose.run import named_file, scored_rows
 from capscope.diagnose.summary import add_up, image_key
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.common.errors import CapscopeError
 from capscope.metrics.images import ImageError, read_image
 from capscope.server.data_roots import DataRoots
@@ -71,8 +70,8 @@ def sources_of(text: str, picked: list[str] | None, roots: DataRoots) -> list[di
     return sources
 
 
-def source_rows(source: dict, store: Store | None, token_rule: str = DEFAULT_TOKEN_RULE):
-    """A source's score rows, one at a time."""
+def source_rows(source: dict, store: Store | None, token_rule: str):
+    """A source's score rows, one at a time (a stored captioner's decided by `token_rule`)."""
     if "file" in source:
         return scored_rows(Path(source["file"]))
     if store is None:
@@ -81,7 +80,7 @@ def source_rows(source: dict, store: Store | None, token_rule: str = DEFAULT_TOK
 
 
 def compare(text: str, roots: DataRoots, draws: int = 1000, picked: list[str] | None = None,
-            store: Store | None = None, token_rule: str = DEFAULT_TOKEN_RULE) -> tuple:
+            store: Store | None = None, *, token_rule: str) -> tuple:
     """(message, overview rows, comparison rows, word rows, scores plot, kinds plot, the sources)."""
     try:
         sources = sources_of(text, picked, roots)
@@ -137,8 +136,8 @@ def _interval(ci) -> str:
     return "" if not ci or ci[0] is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
 
 
-def wrong_captions(sources: list[dict], model: str, metric: str, word: str, store: Store | None = None,
-                   token_rule: str = DEFAULT_TOKEN_RULE) -> list[list[str]]:
+def wrong_captions(sources: list[dict], model: str, metric: str, word: str, store: Store | None = None, *,
+                   token_rule: str) -> list[list[str]]:
     """The captions of `model` whose `word` `metric` judged wrong: [model, id, image, caption], at most MAX_LISTED."""
     source = next((s for s in sources if s["name"] == model), None)
     if source is None:
@@ -153,8 +152,7 @@ def wrong_captions(sources: list[dict], model: str, metric: str, word: str, stor
     return out
 
 
-def captions_of_image(sources: list[dict], image: str, store: Store | None = None,
-                      token_rule: str = DEFAULT_TOKEN_RULE) -> list[tuple[str, dict]]:
+def captions_of_image(sources: list[dict], image: str, store: Store | None, token_rule: str) -> list[tuple[str, dict]]:
     """(captioner, its first row of `image`) for each captioner that captioned it, in panel order."""
     found = []
     for source in sources:
@@ -164,8 +162,8 @@ def captions_of_image(sources: list[dict], image: str, store: Store | None = Non
     return found
 
 
-def open_in_inspect(sources: list[dict], model: str, image: str, roots: DataRoots, store: Store | None = None,
-                    token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
+def open_in_inspect(sources: list[dict], model: str, image: str, roots: DataRoots, store: Store | None = None, *,
+                    token_rule: str) -> dict:
     """What Inspect is filled with for a clicked caption: its image, the clicked
     captioner's caption as A and the next captioner's caption of the same image
     as B, the row's regions; CapscopeError when the image cannot be opened."""
@@ -186,9 +184,10 @@ def open_in_inspect(sources: list[dict], model: str, image: str, roots: DataRoot
             "caption_b": row_b["caption"] if row_b else "", "name_b": name_b, "regions": regions, "others": others}
 
 
-def build_compare(guard, data_roots: DataRoots | None = None, store: Store | None = None,
-                  token_rule: str = DEFAULT_TOKEN_RULE) -> dict:
-    """The panel; `guard(fn)` wraps each handler for admins only. `c["load"]`
+def build_compare(guard, data_roots: DataRoots | None = None, store: Store | None = None, *,
+                  token_rule: str) -> dict:
+    """The panel, a stored captioner's verdicts decided by `token_rule` (the server's);
+    `guard(fn)` wraps each handler for admins only. `c["load"]`
     fills the store's captioners when the page loads; `link_to_inspect` wires
     the jump to Inspect."""
     roots = data_roots or DataRoots()
@@ -224,7 +223,7 @@ def build_compare(guard, data_roots: DataRoots | None = None, store: Store | Non
         if not row:
             return gr.skip()
         model, metric, word = row[:3]
-        return wrong_captions(sources, str(model), str(metric), str(word), store, token_rule)
+        return wrong_captions(sources, str(model), str(metric), str(word), store, token_rule=token_rule)
 
     def choices():
         return gr.CheckboxGroup(choices=store_choices(store))
@@ -245,7 +244,8 @@ def link_to_inspect(c: dict, inspect: dict, tabs, guard) -> None:
         if not row:
             return (gr.skip(),) * 7
         try:
-            found = open_in_inspect(sources, str(row[0]), str(row[2]), c["roots"], c["store"], c["token_rule"])
+            found = open_in_inspect(sources, str(row[0]), str(row[2]), c["roots"], c["store"],
+                                    token_rule=c["token_rule"])
         except CapscopeError as err:
             return (gr.skip(),) * 6 + (f"**Not opened:** {err}",)
         names = [html.escape(found["name_a"]), html.escape(found["name_b"] or "no other captioner")]  # as text

@@ -11,7 +11,6 @@ from capscope.annotation import agreement, browse, controls
 from capscope.annotation.consensus import METHODS
 from capscope.annotation.refusals import AnnotationError
 from capscope.db import Store
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.ui.shared import admin_only
 
 QUALITY_HEADERS = ["annotator", "judgements", "controls", "control accuracy", "95% interval", "quality (model)",
@@ -121,7 +120,7 @@ def mark_controls(store: Store, text: str, control: bool) -> str:
     return f"{done} items {'marked as controls' if control else 'no longer controls'}."
 
 
-def make_gold(store: Store, dataset: str, method: str, token_rule: str = DEFAULT_TOKEN_RULE) -> str:
+def make_gold(store: Store, dataset: str, method: str, token_rule: str) -> str:
     if not dataset:
         return "**No gold written:** choose a dataset."
     try:
@@ -131,7 +130,7 @@ def make_gold(store: Store, dataset: str, method: str, token_rule: str = DEFAULT
     return f"Gold written for **{done['written']}** items by **{done['method']}** (controls keep theirs)."
 
 
-def build_label_quality(store: Store, c: dict, token_rule: str = DEFAULT_TOKEN_RULE) -> None:
+def build_label_quality(store: Store, c: dict, token_rule: str) -> None:
     gr.Markdown("### Label quality\nControls are items with gold, mixed into every annotator's queue without a "
                 "sign; their answers measure each annotator. Gold can come from the majority, from Dawid-Skene "
                 "(each annotator's own error rates) or from the model as one more voice.", elem_id="cs-quality-intro")

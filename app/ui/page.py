@@ -120,7 +120,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
                 model_versions = build_model_versions(store, training, activations)
             with gr.Tab("Compare", id="compare", visible=False) as compare_tab:
                 compare = build_compare(lambda fn, outputs=None: admin_only(store, fn, outputs), data_roots, store,
-                                        models.token_rule)
+                                        token_rule=models.token_rule)
         link_to_inspect(compare, inspect, tabs, lambda fn, outputs=None: admin_only(store, fn, outputs))
 
         def whoami(request: gr.Request):

@@ -69,7 +69,8 @@ def _assert_exports_agree(store, client) -> tuple[dict, list]:
                                     .text.splitlines())}
     table = list(csv.DictReader(io.StringIO(client.get("/api/export?format=csv", auth=BOSS).text)))
     coco = client.get("/api/export?format=coco", auth=BOSS).json()
-    tasks = {t["data"]["capscope_id"]: t for t in label_studio.tasks(store, with_labels=True)}
+    exported = label_studio.tasks(store, with_labels=True, token_rule="relative")
+    tasks = {t["data"]["capscope_id"]: t for t in exported}
     coco_ids = {image["id"]: image["item_id"] for image in coco["images"]}
     for item_id, row in rows.items():
         lines = [r for r in table if r["id"] == item_id]

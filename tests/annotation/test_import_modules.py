@@ -60,5 +60,18 @@ def test_token_uncertainty_by_hand():
     assert uncertainty.token_uncertainty([None]) is None
     # CLIP4DM's negative threshold, on its own scale: on it 1, 1e-4 above it exp(-2)
     assert uncertainty.token_uncertainty([-5e-5, 5e-5], -5e-5) == pytest.approx((1 + math.exp(-2)) / 2)
-    assert uncertainty.prediction_uncertainty("clip4dm", [-5e-5], [5e-5]) == pytest.approx((1 + math.exp(-2)) / 2)
-    assert uncertainty.prediction_uncertainty("x", [0.1], []) == 1.0  # a metric nobody knows: beta
+    rule = ("relative", 1.0)  # the token rule, which neither metric follows
+    assert uncertainty.prediction_uncertainty("clip4dm", [-5e-5], [5e-5], None, *rule) \
+        == pytest.approx((1 + math.exp(-2)) / 2)
+    assert uncertainty.prediction_uncertainty("x", [0.1], [], None, *rule) == 1.0  # a metric nobody knows: beta
+
+
+def test_stored_predictions_are_judged_by_the_rule_their_rows_record():
+    """A score row's uncertainty is measured under the rule the row says its metric decided by."""
+    from capscope.annotation.importer.predictions import recorded_token_rule
+
+    recorded = {"verdict": {"infometic": {"token_rule": "paper"}}, "token_rule": "relative"}
+    assert recorded_token_rule(recorded, "infometic") == "paper"
+    assert recorded_token_rule(recorded, "infoclip") == "relative"  # the row's rule
+    assert recorded_token_rule({"verdict": "odd", "token_rule": "paper"}, "infometic") == "paper"
+    assert recorded_token_rule(None, "infometic") == recorded_token_rule({"token_rule": "bogus"}, "x") == "relative"

@@ -95,11 +95,11 @@ def test_function_words_are_decided_by_the_majority_and_kept_out_of_quality():
 
 def test_the_models_verdict_probabilities():
     # relative rule, 2 semantic words scored: threshold min(0.1, 0.1*5/2) = 0.1; a share at the threshold is 0.5
-    words, regions = verdict_probabilities("infometic", [0.0, 0.1, 0.4], [0.1], [False, True, True], "relative")
+    words, regions = verdict_probabilities("infometic", [0.0, 0.1, 0.4], [0.1], [False, True, True], "relative", 1.0)
     assert words[0] is None and words[1] == pytest.approx(0.5)
     assert words[2] == pytest.approx(1 - 1 / (1 + 4 ** -2.0))  # P(incorrect) = 1 - sigmoid(2 ln 4)
     assert regions == [pytest.approx(0.5)]
-    assert verdict_probabilities("clip-s", [0.1], [], None) is None
+    assert verdict_probabilities("clip-s", [0.1], [], None, "relative", 1.0) is None
 
 
 # ---------------------------------------------------------------- controls through the API
@@ -251,7 +251,7 @@ def test_the_export_carries_confidence_method_and_control_and_the_consensus_orde
     unjudged = [row for row in rows.values() if "gold_method" not in row]
     assert unjudged and all("confidence" not in t for row in unjudged for t in row["tokens"])
     # the consensus order ranks items by their least confident label; without a measured one: no rank
-    view = queue.set_queue_order(small.store, "default", "consensus")
+    view = queue.set_queue_order(small.store, "default", "consensus", token_rule="relative")
     assert view["order"] == "consensus" and view["ranked"] == len(judged)
 
 
@@ -307,6 +307,6 @@ def test_relabel_gives_the_least_confident_items_one_more_slot_and_hands_them_ou
         queue.open_relabel_slots(small.store, "default", 0)
     assert queue.open_relabel_slots(small.store, "default", 0.5) == 0  # a confidence is never under 0.5
     assert queue.open_relabel_slots(small.store, "default", 1.0) == 20
-    queue.set_queue_order(small.store, "default", "consensus")
+    queue.set_queue_order(small.store, "default", "consensus", token_rule="relative")
     first = small.get("/api/items/next", auth=bob).json()["item_id"]
     assert first <= 20  # a re-opened, judged item before the 20 nobody has judged

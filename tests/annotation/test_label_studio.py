@@ -15,6 +15,8 @@ from capscope.annotation.votes import iter_items
 from capscope.cli import main
 from capscope.db import Store
 
+RULE = "relative"  # the token rule the predictions' verdicts are decided by
+
 
 def test_brush_rle_by_hand_and_round_trip():
     rle = ls.brush_rle(np.array([[True]]))
@@ -46,7 +48,7 @@ def store(tmp_path):
 
 def test_tasks_carry_the_models_suggestions_as_label_studio_reads_them(store):
     store, folder = store
-    tasks = list(ls.tasks(store, "default", image_root=str(folder)))
+    tasks = list(ls.tasks(store, "default", image_root=str(folder), token_rule=RULE))
     assert len(tasks) == 3
     task, item = tasks[0], next(iter_items(store))
     assert task["data"] == {"image": "/data/local-files/?d=images/img0000.png", "caption": item.text,
@@ -65,7 +67,9 @@ def test_tasks_carry_the_models_suggestions_as_label_studio_reads_them(store):
     assert boxes[0]["value"] | {"rotation": 0} == {"x": 100 * 4 / 64, "y": 100 * 4 / 48, "width": 100 * 26 / 64,
                                                    "height": 100 * 26 / 48, "rotation": 0, "rectanglelabels": ["mentioned"]}
     assert (boxes[0]["original_width"], boxes[0]["original_height"]) == (64, 48)
-    url = next(ls.tasks(store, "default", image_root=str(folder), url_prefix="https://files.example/x/"))["data"]["image"]
+    prefixed = ls.tasks(store, "default", token_rule=RULE, image_root=str(folder),
+                        url_prefix="https://files.example/x/")
+    url = next(prefixed)["data"]["image"]
     assert url == "https://files.example/x/images/img0000.png"
 
 
@@ -116,7 +120,7 @@ def test_an_export_becomes_one_annotator_per_label_studio_user(store, tmp_path, 
     assert main(["import", "--label-studio", str(export), "--db", db]) == 0  # again: nothing changes
     assert capsys.readouterr().out.startswith("0 annotations imported, 2 unchanged, 0 new annotators")
 
-    with_labels = next(ls.tasks(store, "default", with_labels=True, image_root="/"))
+    with_labels = next(ls.tasks(store, "default", with_labels=True, image_root="/", token_rule=RULE))
     assert [a["meta"]["capscope_annotator"] for a in with_labels["annotations"]] == \
         ["label-studio-1", "label-studio-bo@lab.org"]
     (bad := tmp_path / "bad.json").write_text('{"not": "a list"}')
@@ -163,7 +167,7 @@ def test_predictions_say_only_what_their_metric_judges(store):
         "token_scores": [-0.001 if t["semantic"] else None for t in item.tokens], "region_scores": [],
         "region_mentioned": []}}}) for k, item in enumerate(items)]
     import_prediction_rows(store, rows)
-    task = next(ls.tasks(store, "default", image_root="/"))
+    task = next(ls.tasks(store, "default", image_root="/", token_rule=RULE))
     clip4dm = next(p for p in task["predictions"] if p["model_version"].startswith("capscope clip4dm"))
     assert clip4dm["model_version"] == "capscope clip4dm capscope-demo-clip demo"
     assert {r["type"] for r in clip4dm["result"]} == {"labels"}
@@ -177,8 +181,9 @@ def test_predictions_say_only_what_their_metric_judges(store):
         mask = np.zeros((items[0].height, items[0].width), dtype=bool)
         mask[4:30, 4:30] = True
         region.mask_rle = mask_to_rle(mask)
-    kinds = lambda masks: {r["type"] for p in next(ls.tasks(store, "default", image_root="/", masks=masks))[  # noqa: E731
-        "predictions"] for r in p["result"]}
+    def kinds(masks):
+        task = next(ls.tasks(store, "default", token_rule=RULE, image_root="/", masks=masks))
+        return {r["type"] for p in task["predictions"] for r in p["result"]}
     assert "brushlabels" not in kinds(False) and "brushlabels" in kinds(True)
 
 
@@ -199,7 +204,8 @@ def test_ties_and_junk_go_to_label_studio_and_come_back(store):
     item = next(iter_items(store))
     workflow.next_item(store, ann)
     workflow.save_labels(store, ann, item.caption_id, [1], [0], "submitted", junk_regions=[1], links=[(2, 0), (1, 0)])
-    (task,) = [t for t in ls.tasks(store, "default", with_labels=True) if t["data"]["capscope_id"] == item.external_id]
+    (task,) = [t for t in ls.tasks(store, "default", token_rule=RULE, with_labels=True)
+               if t["data"]["capscope_id"] == item.external_id]
     (annotation,) = [a for a in task["annotations"] if a["meta"]["capscope_annotator"] == "ann"]
     result = annotation["result"]
     labels = {r["id"]: r["value"].get("labels") or r["value"].get("rectanglelabels") for r in result if "value" in r}

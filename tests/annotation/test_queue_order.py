@@ -21,6 +21,7 @@ from capscope.annotation.users import add_user
 from capscope.db import Caption, Dataset, Prediction, Store, utcnow
 
 T = 0.1  # InfoMetIC's threshold
+RULE = "relative"  # the token rule the uncertainty order decides by here
 
 
 def import_rows(store: Store, folder, n: int, dataset: str = "default", per_item: int = 1, n_images: int = 3,
@@ -89,36 +90,36 @@ def test_default_is_sequential_and_unknown_order_is_refused(store, tmp_path, use
     view = queue.queue_view(store, "default")
     assert (view["order"], view["seed"], view["next"], view["ranked"]) == ("sequential", 0, [1, 2, 3, 4, 5, 6], 0)
     with pytest.raises(Invalid, match="sequential, random, uncertainty, disagreement"):
-        queue.set_queue_order(store, "default", "shuffled")
+        queue.set_queue_order(store, "default", "shuffled", token_rule=RULE)
     with pytest.raises(Invalid, match="seed"):
-        queue.set_queue_order(store, "default", "random", seed=-1)
+        queue.set_queue_order(store, "default", "random", seed=-1, token_rule=RULE)
     with pytest.raises(NotFound):
-        queue.set_queue_order(store, "nope", "random")
+        queue.set_queue_order(store, "nope", "random", token_rule=RULE)
     assert claims(store, users[0], 3) == [1, 2, 3]
 
 
 def test_random_order_is_fixed_by_the_seed(store, tmp_path, users):
     import_rows(store, tmp_path, 8)
-    first = queue.set_queue_order(store, "default", "random", seed=7)["next"]
+    first = queue.set_queue_order(store, "default", "random", seed=7, token_rule=RULE)["next"]
     # the permutation itself is part of the contract: same seed, same order, on any database
     assert first == [7, 1, 4, 5, 6, 3, 8, 2]
     ids = external_ids(store)
     assert first == sorted(ids, key=lambda i: queue.random_rank(7, ids[i]))
-    assert queue.set_queue_order(store, "default", "sequential")["next"] == [1, 2, 3, 4, 5, 6, 7, 8]
-    assert queue.set_queue_order(store, "default", "random", seed=7)["next"] == first
-    other = queue.set_queue_order(store, "default", "random", seed=8)["next"]
+    assert queue.set_queue_order(store, "default", "sequential", token_rule=RULE)["next"] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert queue.set_queue_order(store, "default", "random", seed=7, token_rule=RULE)["next"] == first
+    other = queue.set_queue_order(store, "default", "random", seed=8, token_rule=RULE)["next"]
     assert sorted(other) == sorted(first) and other != first
-    queue.set_queue_order(store, "default", "random", seed=7)
+    queue.set_queue_order(store, "default", "random", seed=7, token_rule=RULE)
     assert claims(store, users[0], 8) == first  # next_item hands them out in that order
 
 
 def test_captions_added_later_come_after_the_ranked_ones_until_refreshed(store, tmp_path):
     import_rows(store, tmp_path, 6)
-    ranked = queue.set_queue_order(store, "default", "random", seed=3)["next"]
+    ranked = queue.set_queue_order(store, "default", "random", seed=3, token_rule=RULE)["next"]
     import_rows(store, tmp_path, 3, prefix="late")  # ids 7, 8, 9: no rank yet
     view = queue.queue_view(store, "default")
     assert view["next"] == ranked + [7, 8, 9] and view["ranked"] == 6
-    refreshed = queue.refresh_queue(store, "default")["next"]
+    refreshed = queue.refresh_queue(store, "default", token_rule=RULE)["next"]
     assert refreshed != ranked + [7, 8, 9]
     assert [i for i in refreshed if i <= 6] == ranked  # the others keep their relative order
     ids = external_ids(store)
@@ -131,12 +132,14 @@ def test_ranks_are_written_in_chunks_and_only_where_they_change(store, tmp_path,
     writes = []
     run_write = store.run_write
     monkeypatch.setattr(store, "run_write", lambda work, *a: writes.append(work) or run_write(work, *a))
-    assert queue.set_queue_order(store, "default", "random", seed=7)["next"] == [7, 1, 4, 5, 6, 3, 8, 2]
+    assert queue.set_queue_order(store, "default", "random", seed=7, token_rule=RULE)["next"] \
+        == [7, 1, 4, 5, 6, 3, 8, 2]
     assert len(writes) == 1 + 3  # the order, then 8 ranks in chunks of 3
     writes.clear()
-    queue.refresh_queue(store, "default")
+    queue.refresh_queue(store, "default", token_rule=RULE)
     assert writes == []  # nothing changed, nothing written
-    assert queue.set_queue_order(store, "default", "sequential")["ranked"] == 0 and len(writes) == 1 + 3
+    assert queue.set_queue_order(store, "default", "sequential", token_rule=RULE)["ranked"] == 0
+    assert len(writes) == 1 + 3
 
 
 # ---------------------------------------------------------------- uncertainty
@@ -156,17 +159,19 @@ def test_verdict_entropy_by_hand():
 def test_item_uncertainty_counts_semantic_words_and_regions_under_the_token_rule():
     semantic = [False, True, True, True]
     # two semantic words scored: the relative threshold is min(0.1, 0.1 * 5 / 2) = 0.1; "a" is not judged
-    assert queue.item_uncertainty("infometic", [0.9, T, 0.2, None], [T], semantic=semantic) \
+    relative = {"token_rule": RULE, "word_scale": 1.0}
+    assert queue.item_uncertainty("infometic", [0.9, T, 0.2, None], [T], semantic=semantic, **relative) \
         == pytest.approx((1 + entropy(0.8) + 1) / 3)
     # ten semantic words: 0.05 under the relative rule (0.1 is twice it), beta under the paper's
     ten = [T] * 10
-    assert queue.item_uncertainty("infometic", ten, [], semantic=[True] * 10) == pytest.approx(entropy(0.8))
-    assert queue.item_uncertainty("infometic", ten, [], semantic=[True] * 10, token_rule="paper") == pytest.approx(1.0)
+    assert queue.item_uncertainty("infometic", ten, [], semantic=[True] * 10, **relative) == pytest.approx(entropy(0.8))
+    assert queue.item_uncertainty("infometic", ten, [], semantic=[True] * 10, token_rule="paper", word_scale=1.0) \
+        == pytest.approx(1.0)
     # other metrics: the closeness to their own threshold on its scale
-    assert queue.item_uncertainty("clip4dm", [-5e-5, 5e-5], []) == pytest.approx((1 + math.exp(-2)) / 2)
-    assert queue.item_uncertainty("infometic", [], [], stored=0.4) == 0.4
-    assert queue.item_uncertainty("infometic", [None], []) is None
-    assert queue.item_uncertainty("infometic", [0.3], [], semantic=[False]) is None
+    assert queue.item_uncertainty("clip4dm", [-5e-5, 5e-5], [], **relative) == pytest.approx((1 + math.exp(-2)) / 2)
+    assert queue.item_uncertainty("infometic", [], [], stored=0.4, **relative) == 0.4
+    assert queue.item_uncertainty("infometic", [None], [], **relative) is None
+    assert queue.item_uncertainty("infometic", [0.3], [], semantic=[False], **relative) is None
 
 
 def test_stored_uncertainty_judges_the_caption_s_semantic_words(store, tmp_path):
@@ -197,7 +202,7 @@ def scored(store, tmp_path):
 def test_uncertainty_closest_first_one_caption_per_image_per_round(scored):
     # by uncertainty alone: 1, 5, 4, 2, 6, 3; round by round: the images' best (1, 5, 6), then their
     # second (4, 2, 3); no prediction last
-    assert queue.set_queue_order(scored, "default", "uncertainty")["next"] == [1, 5, 6, 4, 2, 3, 7]
+    assert queue.set_queue_order(scored, "default", "uncertainty", token_rule=RULE)["next"] == [1, 5, 6, 4, 2, 3, 7]
     assert queue.interleave_by_image([(1, 10, 1.0), (4, 10, 0.9), (5, 20, 0.95), (6, 30, 0.3), (2, 20, 0.6)]) \
         == [1, 5, 6, 4, 2]
     assert queue.interleave_by_image([(9, 1, 0.5), (3, 2, 0.5), (5, 1, 0.5)]) == [3, 5, 9]  # ties by id
@@ -207,18 +212,18 @@ def test_uncertainty_reads_regions_the_model_version_and_infometic_first(scored)
     # 7's word alone (0.986) would put it after 4 (0.994) on their image; its regions on the threshold lift it
     # (0.995)
     predict(scored, 7, scores_on_red(0.115), [T, T], at=datetime(2024, 1, 1))
-    assert queue.set_queue_order(scored, "default", "uncertainty")["next"] == [1, 5, 6, 7, 2, 3, 4]
+    assert queue.set_queue_order(scored, "default", "uncertainty", token_rule=RULE)["next"] == [1, 5, 6, 7, 2, 3, 4]
     # a newer version turns the order round (7 has none: its v1 counts); the old one is still asked for by name
     for caption_id, score in {1: 0.4, 2: T, 3: 0.11, 4: 0.3, 5: 0.5, 6: 0.12}.items():
         predict(scored, caption_id, scores_on_red(score), version="v2", at=datetime(2024, 2, 1))
-    assert queue.refresh_queue(scored, "default")["next"] == [2, 7, 3, 6, 4, 5, 1]
-    assert queue.refresh_queue(scored, "default", model_version="v1")["next"] == [1, 5, 6, 7, 2, 3, 4]
-    assert queue.refresh_queue(scored, "default", model_version="v2")["next"] == [2, 3, 4, 6, 1, 5, 7]
+    assert queue.refresh_queue(scored, "default", token_rule=RULE)["next"] == [2, 7, 3, 6, 4, 5, 1]
+    assert queue.refresh_queue(scored, "default", model_version="v1", token_rule=RULE)["next"] == [1, 5, 6, 7, 2, 3, 4]
+    assert queue.refresh_queue(scored, "default", model_version="v2", token_rule=RULE)["next"] == [2, 3, 4, 6, 1, 5, 7]
     # another metric's newer, surer-looking prediction does not displace InfoMetIC's
     predict(scored, 5, [], metric="clip-s", version="v3", uncertainty=0.0, at=datetime(2024, 3, 1))
     predict(scored, 7, [], metric="clip4dm", version="v3", uncertainty=0.99, at=datetime(2024, 3, 1))
-    assert queue.refresh_queue(scored, "default", model_version="v3")["next"] == [7, 5, 1, 2, 3, 4, 6]
-    assert queue.refresh_queue(scored, "default")["next"] == [2, 7, 3, 6, 4, 5, 1]
+    assert queue.refresh_queue(scored, "default", model_version="v3", token_rule=RULE)["next"] == [7, 5, 1, 2, 3, 4, 6]
+    assert queue.refresh_queue(scored, "default", token_rule=RULE)["next"] == [2, 7, 3, 6, 4, 5, 1]
 
 
 def test_uncertainty_judges_words_at_the_scale_their_prediction_records(store, tmp_path):
@@ -227,10 +232,11 @@ def test_uncertainty_judges_words_at_the_scale_their_prediction_records(store, t
     # scale). Caption 1 sits on 0.05, caption 2 on 0.1: at scale 1 caption 2 would come first
     predict(store, 1, scores_on_red(0.05), version="v1:abababababab", word_scale=0.5)
     predict(store, 2, scores_on_red(T), version="v1:abababababab", word_scale=0.5)
-    assert queue.set_queue_order(store, "default", "uncertainty", model_version="v1:abababababab")["next"] == [1, 2]
+    ordered = queue.set_queue_order(store, "default", "uncertainty", model_version="v1:abababababab", token_rule=RULE)
+    assert ordered["next"] == [1, 2]
     predict(store, 1, scores_on_red(0.05), version="imported")
     predict(store, 2, scores_on_red(T), version="imported")
-    assert queue.refresh_queue(store, "default", model_version="imported")["next"] == [2, 1]
+    assert queue.refresh_queue(store, "default", model_version="imported", token_rule=RULE)["next"] == [2, 1]
 
 def test_disagreement_puts_split_items_first_and_follows_new_labels(store, tmp_path, users):
     ann, bob, cat, dan = users
@@ -244,7 +250,7 @@ def test_disagreement_puts_split_items_first_and_follows_new_labels(store, tmp_p
             else:
                 wf.skip(store, user, item["item_id"])
     # split units: 3 on item 3, 1 on item 1; then nobody's items 4, 6; then the agreed 2 and single 5
-    assert queue.set_queue_order(store, "default", "disagreement")["next"] == [3, 1, 4, 6, 2, 5]
+    assert queue.set_queue_order(store, "default", "disagreement", token_rule=RULE)["next"] == [3, 1, 4, 6, 2, 5]
     figures = {row["item_id"]: row["disagreement"] for row in browse.list_items(store)["items"]}
     assert figures == {1: 1, 2: 0, 3: 3, 4: 0, 5: 0, 6: 0}  # the Explore list's measure
     assert wf.next_item(store, cat)["item_id"] == 3
@@ -264,7 +270,7 @@ def test_disagreement_puts_split_items_first_and_follows_new_labels(store, tmp_p
 def test_expired_lease_frees_the_slot_and_a_held_one_does_not(store, tmp_path, users):
     ann, bob, cat, _ = users
     import_rows(store, tmp_path, 6, per_item=1)
-    order = queue.set_queue_order(store, "default", "random", seed=3)["next"]
+    order = queue.set_queue_order(store, "default", "random", seed=3, token_rule=RULE)["next"]
     now = utcnow()
     assert wf.next_item(store, ann, lease_seconds=60, now=now)["item_id"] == order[0]
     assert wf.next_item(store, bob, lease_seconds=60, now=now)["item_id"] == order[1]
@@ -278,7 +284,7 @@ def test_expired_lease_frees_the_slot_and_a_held_one_does_not(store, tmp_path, u
 
 def test_each_item_goes_to_annotators_needed_users_in_queue_order(scored, users):
     ann, bob, cat, _ = users
-    order = queue.set_queue_order(scored, "default", "uncertainty")["next"]
+    order = queue.set_queue_order(scored, "default", "uncertainty", token_rule=RULE)["next"]
     assert claims(scored, ann, 2) == order[:2]
     assert claims(scored, bob, 1) == order[:1]
     assert claims(scored, cat, 2) == [order[1], order[2]]  # order[0] has its two
@@ -288,7 +294,7 @@ def test_each_item_goes_to_annotators_needed_users_in_queue_order(scored, users)
 def test_previous_item_walks_back_through_a_random_queue(store, tmp_path, users):
     ann = users[0]
     import_rows(store, tmp_path, 6)
-    order = queue.set_queue_order(store, "default", "random", seed=11)["next"]
+    order = queue.set_queue_order(store, "default", "random", seed=11, token_rule=RULE)["next"]
     assert claims(store, ann, 3) == order[:3]
     assert wf.previous_item(store, ann)["item_id"] == order[2]
     assert wf.previous_item(store, ann, order[2])["item_id"] == order[1]
@@ -300,17 +306,17 @@ def test_without_a_dataset_each_dataset_keeps_its_own_order(store, tmp_path, use
     ann, bob, cat, dan = users
     import_rows(store, tmp_path, 4, dataset="a", per_item=4)
     import_rows(store, tmp_path, 3, dataset="b", per_item=4, prefix="b")
-    shuffled = queue.set_queue_order(store, "a", "random", seed=5)["next"]
+    shuffled = queue.set_queue_order(store, "a", "random", seed=5, token_rule=RULE)["next"]
     assert shuffled != [1, 2, 3, 4]
     assert claims(store, ann, 7) == shuffled + [5, 6, 7]  # datasets one after another, each in its order
-    queue.set_queue_order(store, "b", "disagreement")
+    queue.set_queue_order(store, "b", "disagreement", token_rule=RULE)
     given = []
     while (item := wf.next_item(store, bob)) is not None:
         given.append(item["item_id"])
         wf.save_labels(store, bob, item["item_id"], [0] if item["item_id"] == 6 else [], [], status="submitted")
     assert given == shuffled + [5, 6, 7]  # nothing split in b yet
     assert claims(store, cat, 7) == shuffled + [6, 5, 7]  # bob and ann split on item 6
-    queue.set_queue_order(store, "b", "random", seed=5)  # one order everywhere: one ranking over both
+    queue.set_queue_order(store, "b", "random", seed=5, token_rule=RULE)  # one order everywhere: one ranking over both
     ids = external_ids(store)
     assert claims(store, dan, 7) == sorted(ids, key=lambda i: queue.random_rank(5, ids[i]))
 
@@ -336,7 +342,8 @@ def test_postgres_orders_match_sqlite_and_concurrent_claims_stay_single(tmp_path
         ids = external_ids(store)
         found = []
         for order, seed in (("random", 7), ("uncertainty", 0), ("sequential", 0)):
-            found.append([ids[i] for i in queue.set_queue_order(store, "default", order, seed)["next"]])
+            view = queue.set_queue_order(store, "default", order, seed, token_rule=RULE)
+            found.append([ids[i] for i in view["next"]])
         return found
 
     sqlite_orders = orders(Store(sqlite_url(tmp_path)), tmp_path / "sqlite")
@@ -344,7 +351,7 @@ def test_postgres_orders_match_sqlite_and_concurrent_claims_stay_single(tmp_path
         store = Store(url)
         try:
             assert orders(store, tmp_path / "pg") == sqlite_orders
-            queue.set_queue_order(store, "default", "random", seed=7)
+            queue.set_queue_order(store, "default", "random", seed=7, token_rule=RULE)
             people = [add_user(store, f"u{i}", "long-enough-secret") for i in range(9)]
             given: dict[str, int] = {}
 
@@ -428,12 +435,12 @@ def test_admin_tab_applies_and_shows_the_order(store, tmp_path):
     from capscope.ui import admin as ui_admin
 
     import_rows(store, tmp_path, 4)
-    text_ = ui_admin.apply_queue_order(store, "default", "random", 7.0)
+    text_ = ui_admin.apply_queue_order(store, "default", "random", 7.0, RULE)
     view = queue.queue_view(store, "default")
     assert text_ == ui_admin.queue_text(view) and "order **random**, seed 7" in text_
     assert ui_admin.show_queue(store, "default") == ("random", 7, text_)
-    assert ui_admin.apply_queue_order(store, "default", "bogus", 0).startswith("**Not applied:**")
-    assert ui_admin.apply_queue_order(store, "", "random", 0).startswith("**Not applied:**")
+    assert ui_admin.apply_queue_order(store, "default", "bogus", 0, RULE).startswith("**Not applied:**")
+    assert ui_admin.apply_queue_order(store, "", "random", 0, RULE).startswith("**Not applied:**")
 
 
 def test_explore_shows_each_item_s_newest_uncertainty(store, tmp_path):

@@ -26,7 +26,7 @@ def labelled(tmp_path):
         for _ in range(6):
             item = workflow.next_item(store, who)
             workflow.save_labels(store, who, item["item_id"], marks, [0], "submitted")
-    gold_by_consensus(store, "default", "dawid-skene")
+    gold_by_consensus(store, "default", "dawid-skene", token_rule="relative")
     controls.set_control(store, 1, True)
     return store
 
@@ -66,7 +66,7 @@ def test_a_release_folder_its_files_and_a_byte_for_byte_remake(labelled, tmp_pat
     # recorded, and re-made byte for byte after the gold changed
     listed = release.list_releases(labelled, "default")
     assert [(r["version"], r["created_by"], r["items"]) for r in listed] == [("1.0", "boss", 8)]
-    gold_by_consensus(labelled, "default", "majority")
+    gold_by_consensus(labelled, "default", "majority", token_rule="relative")
     again = tmp_path / "again"
     release.remake_release(labelled, "default", "1.0", again)
     assert _files(again) == files

@@ -13,32 +13,7 @@ NOT_THE_RULE = {("metrics/click_segmenters.py", "__init__", "beta")}
 NO_OVERRIDE = {("app/server/api.py", "create_app", "token_rule")}
 # still defaulting, to be handed the rule (issue 70 follow-up): this list only shrinks
 PENDING = {
-    ("annotation/agreement.py", "gold_by_consensus", "token_rule"),
-    ("annotation/agreement.py", "model_probabilities", "token_rule"),
-    ("annotation/label_studio.py", "tasks", "token_rule"),
-    ("annotation/queue.py", "set_queue_order", "token_rule"),
-    ("annotation/queue.py", "refresh_queue", "token_rule"),
-    ("annotation/queue.py", "item_uncertainty", "token_rule"),
-    ("annotation/queue.py", "item_uncertainty", "word_scale"),
-    ("annotation/queue.py", "_uncertainties", "token_rule"),
-    ("annotation/uncertainty.py", "share_uncertainty", "token_rule"),
-    ("annotation/uncertainty.py", "share_uncertainty", "beta"),
-    ("annotation/uncertainty.py", "share_uncertainty", "word_scale"),
-    ("annotation/uncertainty.py", "prediction_uncertainty", "token_rule"),
-    ("annotation/uncertainty.py", "prediction_uncertainty", "word_scale"),
-    ("annotation/uncertainty.py", "verdict_probabilities", "token_rule"),
-    ("annotation/uncertainty.py", "verdict_probabilities", "word_scale"),
-    ("app/ui/admin.py", "apply_queue_order", "token_rule"),
-    ("app/ui/admin.py", "build_admin", "token_rule"),
     ("app/ui/annotate.py", "_decided", "word_scale"),
-    ("app/ui/compare.py", "source_rows", "token_rule"),
-    ("app/ui/compare.py", "compare", "token_rule"),
-    ("app/ui/compare.py", "wrong_captions", "token_rule"),
-    ("app/ui/compare.py", "captions_of_image", "token_rule"),
-    ("app/ui/compare.py", "open_in_inspect", "token_rule"),
-    ("app/ui/compare.py", "build_compare", "token_rule"),
-    ("app/ui/label_quality.py", "make_gold", "token_rule"),
-    ("app/ui/label_quality.py", "build_label_quality", "token_rule"),
 }
 
 

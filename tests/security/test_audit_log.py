@@ -172,7 +172,7 @@ def test_every_workflow_action_is_logged_on_sqlite_and_postgresql(backend, tmp_p
                 import_captokeneval(store, gold, ImportOptions(dataset="g", progress=False), tmp_path / "images")
                 import_predictions(store, predictions, "d")
                 list(export.iter_export(store, "csv", "d"))
-                tasks = list(label_studio.tasks(store, "d"))
+                tasks = list(label_studio.tasks(store, "d", token_rule="relative"))
                 label_studio.import_export_rows(store, tasks, "d")
                 agreement.gold_from_majority(store, "d", min_judgements=1)
                 agreement.adjudicate(store, boss, 1, [None] * 4, [None])
@@ -181,7 +181,7 @@ def test_every_workflow_action_is_logged_on_sqlite_and_postgresql(backend, tmp_p
                 controls.set_control_settings(store, "d", 0.2)
                 release.make_release(store, "d", "v1", tmp_path / "release")
                 review.set_review(store, boss, "d", True)
-                queue.set_queue_order(store, "d", "random", 3)
+                queue.set_queue_order(store, "d", "random", 3, token_rule="relative")
                 removed_regions.remove_region(store, boss, 2, 0)  # the gold item's one region
                 audit.record(store, "review decision", target="item 1", details={"decision": "accepted"})
             with TestClient(create_app(store=store)) as client:

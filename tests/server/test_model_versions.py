@@ -273,7 +273,7 @@ def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
 
     store = world["store"]
     activate_version(store, None)
-    set_queue_order(store, DATASET, "uncertainty")
+    set_queue_order(store, DATASET, "uncertainty", token_rule="relative")
     client = serve(world)
     response = client.post(f"/api/models/{trained['version_id']}/activate", auth=ADMIN, headers=SCRIPT)
     assert response.status_code == 200, response.text
@@ -307,7 +307,7 @@ def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
     assert row_shas(restarted.post("/api/score", json=body, auth=ANN).json()) == {new_sha}
     assert restarted.app.state.models.version == tag
     activate_version(store, None)
-    set_queue_order(store, DATASET, "sequential")
+    set_queue_order(store, DATASET, "sequential", token_rule="relative")
 
 
 @pytest.mark.slow
@@ -464,8 +464,9 @@ def test_stored_predictions_keep_the_word_threshold_scale_their_rows_record(worl
     semantic = [t["semantic"] for t in item["tokens"]]
     assert stored["infometic"][0] == 0.55 and stored["hice"][0] is None
     assert stored["infometic"][1] == pytest.approx(
-        prediction_uncertainty("infometic", scores, [], semantic, word_scale=0.55))
-    assert stored["infometic"][1] != pytest.approx(prediction_uncertainty("infometic", scores, [], semantic))
+        prediction_uncertainty("infometic", scores, [], semantic, "relative", 0.55))
+    assert stored["infometic"][1] != pytest.approx(
+        prediction_uncertainty("infometic", scores, [], semantic, "relative", 1.0))
     scales = []
     monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule, scale: scales.append(scale) or "x")
 

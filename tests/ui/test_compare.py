@@ -15,6 +15,8 @@ from capscope.server.data_roots import DataRoots
 from capscope.ui.compare import compare, named_files, open_in_inspect, store_choices, wrong_captions
 from ui_support import scored
 
+RULE = "relative"  # the token rule a stored captioner's verdicts are decided by
+
 
 @pytest.fixture()
 def files(tmp_path):
@@ -37,12 +39,12 @@ def test_files_must_be_named_and_inside_the_data_roots(files, tmp_path_factory):
         with pytest.raises(CapscopeError, match=why):
             named_files(text, roots)
     for text, why in (("", "at least one"), (f"a={files / 'good.jsonl'}\na={files / 'bad.jsonl'}", "name of its own")):
-        assert why in compare(text, roots)[0]
+        assert why in compare(text, roots, token_rule=RULE)[0]
 
 
 def test_compare_gives_the_diagnose_tables_and_plots(files):
     message, overview, compared, words, scores_png, kinds_png, named = compare(
-        f"good={files / 'good.jsonl'}\nbad={files / 'bad.jsonl'}", DataRoots([files]), draws=100)
+        f"good={files / 'good.jsonl'}\nbad={files / 'bad.jsonl'}", DataRoots([files]), draws=100, token_rule=RULE)
     assert overview == [["good", 2, 2, 0], ["bad", 2, 2, 0]]
     (a, b, metric, key, n, diff, _, a_wins, b_wins, ties), = compared
     assert (a, b, metric, key, n, a_wins, b_wins, ties) == ("good", "bad", "infometic", "overall", 2, 2, 0, 0)
@@ -50,13 +52,13 @@ def test_compare_gives_the_diagnose_tables_and_plots(files):
     assert ["bad", "infometic", "blue", 2, 2, 1.0] in words
     assert "bad**, infometic: wrong rate 0.500" in message and "attribute 67%" in message
     assert scores_png.endswith(".png") and kinds_png.endswith(".png")
-    assert wrong_captions(named, "bad", "infometic", "blue") == [["bad", "1", "a.png", "a blue dog"],
-                                                                 ["bad", "2", "b.png", "three blue cats"]]
-    assert wrong_captions(named, "good", "infometic", "blue") == []
+    assert wrong_captions(named, "bad", "infometic", "blue", token_rule=RULE) == [
+        ["bad", "1", "a.png", "a blue dog"], ["bad", "2", "b.png", "three blue cats"]]
+    assert wrong_captions(named, "good", "infometic", "blue", token_rule=RULE) == []
 
 
 def test_a_bad_line_is_one_message_and_no_tables(files):
-    message, overview, *_ = compare("nameless", DataRoots([files]))
+    message, overview, *_ = compare("nameless", DataRoots([files]), token_rule=RULE)
     assert message.startswith("**Not run:**") and overview == []
 
 
@@ -100,23 +102,23 @@ def test_store_captioners_are_compared_by_their_model_field(store_with_captioner
     choices = store_choices(store)
     assert [label for label, _ in choices] == ["honest · ds-honest (4 captions)", "swapper · ds-swapper (4 captions)"]
     message, overview, compared, words, _, _, sources = compare(
-        "", DataRoots([folder]), draws=100, picked=[value for _, value in choices], store=store)
+        "", DataRoots([folder]), draws=100, picked=[value for _, value in choices], store=store, token_rule=RULE)
     assert overview == [["honest", 4, 4, 0], ["swapper", 4, 4, 0]]
     overall = next(c for c in compared if c[3] == "overall")
     assert overall[:2] == ["honest", "swapper"] and overall[5] == pytest.approx(1.0)  # (0 + 2 + 0 + 2) / 4
     assert ["swapper", "infometic", "blue", 2, 2, 1.0] in words
     assert "swapper**, infometic: wrong rate 0.250" in message  # 2 of 8 judged words ("a" is a stop word)
-    listed = wrong_captions(sources, "swapper", "infometic", "blue", store)
+    listed = wrong_captions(sources, "swapper", "infometic", "blue", store, token_rule=RULE)
     assert [row[1] for row in listed] == ["1", "3"] and listed[0][3] == "a blue square"
 
-    found = open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder]), store)
+    found = open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder]), store, token_rule=RULE)
     assert (found["name_a"], found["caption_a"]) == ("swapper", "a blue square")
     assert (found["name_b"], found["caption_b"]) == ("honest", "a red square")
     original = DataRoots([folder]).check(listed[0][2])
     assert Path(found["image"]).read_bytes() == original.read_bytes()  # the file itself: no re-encoded pixels
     assert Image.open(found["image"]).size == (64, 48) and found["regions"] == [{"box": [4.0, 4.0, 30.0, 30.0]}]
     with pytest.raises(CapscopeError, match="outside the server's data roots"):
-        open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder / "elsewhere"]), store)
+        open_in_inspect(sources, "swapper", listed[0][2], DataRoots([folder / "elsewhere"]), store, token_rule=RULE)
 
 
 def test_compare_says_what_the_report_says_first():

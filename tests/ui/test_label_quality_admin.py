@@ -19,7 +19,7 @@ def test_settings_controls_gold_table_and_plot(tmp_path):
         for _ in range(6):
             item = workflow.next_item(store, ann)
             workflow.save_labels(store, ann, item["item_id"], [1], [], "submitted")
-    assert "**6** items by **dawid-skene**" in label_quality.make_gold(store, "default", "dawid-skene")
+    assert "**6** items by **dawid-skene**" in label_quality.make_gold(store, "default", "dawid-skene", "relative")
     assert label_quality.mark_controls(store, "1 2", True) == "2 items marked as controls."
     text, rate, flag, answers, table, figure = label_quality.show_quality(store, "default")
     assert (rate, flag, answers) == (0.2, 0.8, True) and "20%" in text
