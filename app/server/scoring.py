@@ -15,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from capscope.common.heap import freeze_long_lived
 from capscope.metrics.config import ScorerConfig
@@ -39,6 +39,22 @@ TOKEN_RULE_NOTES = {
 SERVER_CONFIG = ScorerConfig(skip_unavailable=True, runtime="auto")
 
 
+class ServedScorer(Protocol):
+    """What the server and the web UI ask of a scorer: capscope's `Scorer` has all of it, and so
+    must what a `scorer_factory` builds (tests build small ones)."""
+    metrics: dict[str, Any]        # each loaded metric by name
+    unavailable: dict[str, str]    # each metric that could not be loaded, with why
+    demo: bool                     # the bundled demo model stands in for pretrained weights
+    beta: float                    # the token rule's β the scorer decides words with
+    nlp: Any                       # the spaCy pipeline that splits captions into words
+
+    def score(self, image, caption: str, references=None, **options) -> dict: ...
+
+    def score_batch(self, rows, **options) -> list[dict]: ...
+
+    def word_threshold_scale(self, metric: str) -> float: ...
+
+
 def default_factory(metrics: list[str], config: ScorerConfig = SERVER_CONFIG, infometic_checkpoint: str | None = None):
     """capscope's Scorer with the metrics whose models load (the others in its
     `unavailable`); InfoMetIC from `infometic_checkpoint` when given (a model version)."""
@@ -49,7 +65,7 @@ def default_factory(metrics: list[str], config: ScorerConfig = SERVER_CONFIG, in
     return Scorer(metrics, config=config.replace(skip_unavailable=True))
 
 
-def warm_text_towers(scorer) -> None:
+def warm_text_towers(scorer: ServedScorer) -> None:
     """One short text through each text tower on one thread, as a re-score runs
     it: ONNX Runtime exports its graph at the first pass (10-15 s, once per
     machine) and builds a session per thread count (about 1 s), paid here while
@@ -57,7 +73,7 @@ def warm_text_towers(scorer) -> None:
     from capscope.metrics.encoder import text_backbone  # here: importing the server does not load torch
 
     with few_threads():
-        for metric in getattr(scorer, "metrics", {}).values():
+        for metric in scorer.metrics.values():
             backbone = text_backbone(metric)
             if getattr(backbone, "runtime", None) == "onnx":
                 backbone.encode_texts(["a warm-up."])
@@ -236,7 +252,7 @@ class Models:
             failed = ModelUnavailable(f"no metric can be loaded: {first_line(err)}")
             failed.unavailable = {name: first_line(err) for name in wanted}
             raise failed from err
-        unavailable = dict(getattr(scorer, "unavailable", None) or {})
+        unavailable = dict(scorer.unavailable)
         for name, reason in unavailable.items():
             log.warning("metric %s unavailable: %s", name, reason)
         if not scorer.metrics:
@@ -251,14 +267,14 @@ class Models:
         freeze_long_lived()  # the model's objects live as long as the server
         return scorer, unavailable
 
-    def swap(self, scorer, unavailable: dict[str, str], checkpoint: str | None, version: str | None) -> None:
+    def swap(self, scorer: ServedScorer, unavailable: dict[str, str], checkpoint: str | None, version: str | None) -> None:
         """Make `scorer` (built by `build_for(checkpoint)`) the one every later
         call uses. Calls that already took the old scorer finish on it."""
         with self._build_lock:
             self._scorer, self.unavailable = scorer, dict(unavailable)
             self.checkpoint, self.version = checkpoint, version
 
-    def current(self) -> tuple[object, str | None]:
+    def current(self) -> tuple[ServedScorer, str | None]:
         """(the scorer, its version tag) as one consistent pair."""
         with self._build_lock:
             if self._scorer is None:
@@ -271,7 +287,7 @@ class Models:
 
     @property
     def demo(self) -> bool:
-        return bool(getattr(self.scorer, "demo", False))
+        return bool(self.scorer.demo)
 
     def _loaded(self, metrics: list[str] | None) -> list[str] | None:
         """`metrics` checked against what loaded (None: all of them)."""

@@ -23,7 +23,6 @@ from capscope.annotation.release import releases_folder
 from capscope.bench import human_correlation as C, correlation_report as R
 from capscope.bench.human import BENCHMARKS, Loaded, load
 from capscope.db import Store, data_dir
-from capscope.metrics.constants import BETA
 from capscope.common.errors import CapscopeError, first_line, with_type
 from capscope.common.paths import safe_name
 from capscope.metrics.registry import SPECS, metric_names, metric_title
@@ -161,7 +160,7 @@ def agreement_with_people(models: Models, benchmark: str | None, server_path: st
         check_images(loaded, roots, "the upload" if upload else data.name if data.is_file() else f"{data.name}/")
         outcome = C.correlate(loaded, SharedScorer(models, metrics, roots), list(metrics),
                               batch_size=ROWS_PER_PROGRESS_STEP, bootstrap=draws, seed=seed,
-                              token_rule=models.token_rule, beta=getattr(models.scorer, "beta", BETA), progress=True)
+                              token_rule=models.token_rule, beta=models.scorer.beta, progress=True)
     except (ValueError, OSError, CapscopeError) as err:
         return AgreementView(f"**Not run:** {first_line(err)}")
     except Exception as err:  # the page shows one line; the log keeps the traceback
@@ -316,7 +315,7 @@ def release_leaderboard(models: Models, server_path: str | None, metrics: list[s
         nlp = models.scorer.nlp
         typing = WordTyping(lambda caption, tokens: caption_types(caption, tokens, nlp), type_source(nlp), TYPES)
         board = evaluate_release(release, scorer, list(metrics), typing, token_rule=models.token_rule,
-                                 beta=getattr(models.scorer, "beta", BETA), draws=draws,
+                                 beta=models.scorer.beta, draws=draws,
                                  batch_size=ROWS_PER_PROGRESS_STEP, progress=progress)
     except (ValueError, OSError, CapscopeError) as err:
         return LeaderboardView(f"**Not run:** {first_line(err)}")

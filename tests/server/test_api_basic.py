@@ -21,6 +21,9 @@ class FakeScorer:
     The real scorer is tested with the engine; here we test what the API does
     around it (decoding, validation, passing the arguments, returning the row)."""
 
+    unavailable: dict = {}  # the rest of capscope.server.scoring.ServedScorer
+    demo, beta, nlp = True, 0.1, None
+
     def __init__(self, metrics):
         self.metrics = {m: None for m in metrics}
         self.calls = []

@@ -139,6 +139,8 @@ def test_clip_is_built_once_per_server(demo_env, monkeypatch):
 
 def test_a_metric_that_did_not_load_is_a_503_with_its_reason(demo_env):
     class FakeScorer:
+        unavailable, demo = {}, True
+
         def __init__(self, metrics):
             self.metrics = {m: None for m in metrics}
 

@@ -22,4 +22,3 @@ def test_each_onnx_text_tower_runs_a_text_on_one_thread_and_eager_ones_are_left_
     warm_text_towers(scorer)
     assert seen == [("onnx", 1), ("onnx", 1)] or threads == 1 and len(seen) == 2
     assert torch.get_num_threads() == threads
-    warm_text_towers(None)  # a test's stand-in scorer without metrics

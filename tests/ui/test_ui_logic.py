@@ -212,6 +212,7 @@ def test_a_keystroke_scores_the_shown_metric_first_and_the_rest_once():
 
     class FakeScorer:
         metrics = {"infometic": None, "clip-s": None, "hice": None}
+        unavailable, demo = {}, True
 
         def __init__(self, metrics):
             pass
