@@ -1,18 +1,8 @@
-"""Label Studio, both ways (docs/formats.md §13): a dataset's items as tasks
-Label Studio imports as they are (the image, the caption, the model's
-suggestions as predictions, with an option the team's labels as annotations),
-the labeling config that matches them, and Label Studio's JSON export read back
-as one capscope annotator per Label Studio user.
-
-Words are `labels` spans on the caption at character offsets; regions are
-`rectanglelabels` boxes in percent of the image; a region's mask is a
-`brushlabels` result in Label Studio's own RLE (`brush_rle`). A word tied to
-a region is a `relation` result from its span to the region's box; a junk
-region is a box labelled "no object"; a "mentioned" box or stroke drawn over
-no stored region comes back as a region the annotator added."""
+"""Label Studio's JSON export read back: each annotation becomes one capscope
+annotator's labels (a Label Studio user is one annotator, by e-mail when its
+users can be read); a "mentioned" box or stroke drawn over no stored region
+comes back as a region the annotator added."""
 from __future__ import annotations
-
-import json
 
 import re
 import secrets
@@ -20,237 +10,24 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from sqlalchemy import select
 
-from capscope.annotation import audit
-from capscope.annotation import added_regions, workflow
-from capscope.annotation.captioners import newest_predictions, stored_verdicts
+from capscope.annotation import added_regions, audit, workflow
+from capscope.annotation.label_studio.brushes import brush_mask
+from capscope.annotation.label_studio.labeling import JUNK, MENTIONED, TIED, WRONG
 from capscope.annotation.refusals import Invalid, NotFound
 from capscope.annotation.users import UserInfo, add_user, get_user
-from capscope.annotation.votes import ItemData, iter_exported_items, load_item
-from capscope.db import Caption, Dataset, Store
+from capscope.annotation.votes import ItemData, load_item
 from capscope.common.jsonl import JsonTextError, loads_limited, shown
 from capscope.common.limits import finite_number
+from capscope.db import Caption, Dataset, Store
 from capscope.metrics.regions import box_mask, iou, rle_to_mask
-from capscope.metrics.registry import SPECS
 
-WORDS, REGIONS, MASKS = "words", "regions", "masks"       # the config's control names
-CAPTION, IMAGE = "caption", "image"                      # its object names
-WRONG, MENTIONED, LEFT_OUT = "wrong", "mentioned", "left out"
-TIED, JUNK, SPEAKS_OF = "tied", "no object", "speaks of"  # a word tied to a region; a region that is no object
 ADDED_SOURCE = "label-studio"  # the source of a region an annotator drew in Label Studio
 MATCH_IOU = 0.5           # a box drawn in Label Studio is a stored region when it overlaps it this much
-RLE_SIZES = (3, 6, 9, 12)  # bit widths for a run's length in the brush RLE (4 bits each in its header)
-CHUNK = 200
 
-
-def labeling_config() -> str:
-    """The Label Studio labeling config that capscope's tasks fit."""
-    return f"""<View>
-  <Header value="Click the words that are wrong; label the regions the caption mentions"/>
-  <Text name="{CAPTION}" value="$caption" granularity="word"/>
-  <Labels name="{WORDS}" toName="{CAPTION}" choice="single">
-    <Label value="{WRONG}" background="#e53935"/>
-    <Label value="{TIED}" background="#1e88e5"/>
-  </Labels>
-  <Image name="{IMAGE}" value="$image" zoom="true"/>
-  <RectangleLabels name="{REGIONS}" toName="{IMAGE}" choice="single">
-    <Label value="{MENTIONED}" background="#43a047"/>
-    <Label value="{LEFT_OUT}" background="#9e9e9e"/>
-    <Label value="{JUNK}" background="#424242"/>
-  </RectangleLabels>
-  <BrushLabels name="{MASKS}" toName="{IMAGE}" choice="single">
-    <Label value="{MENTIONED}" background="#43a047"/>
-    <Label value="{LEFT_OUT}" background="#9e9e9e"/>
-  </BrushLabels>
-  <Relations>
-    <Relation value="{SPEAKS_OF}"/>
-  </Relations>
-</View>
-"""
-
-
-# ---------------------------------------------------------------- export
-
-def image_url(path: str, image_root: str | None = "/", url_prefix: str | None = None) -> str:
-    """The image as Label Studio will serve it: under `url_prefix` (path
-    relative to `image_root`), else through its local-files storage
-    (LOCAL_FILES_DOCUMENT_ROOT = `image_root`)."""
-    relative = Path(path).resolve().relative_to(Path(image_root or "/").resolve()).as_posix()
-    if url_prefix:
-        return url_prefix.rstrip("/") + "/" + relative
-    return "/data/local-files/?d=" + relative
-
-
-def tasks(store: Store, dataset: str | None = None, *, token_rule: str, with_labels: bool = False,
-          image_root: str | None = "/", url_prefix: str | None = None, masks: bool = False) -> Iterator[dict]:
-    """Every item as a Label Studio task, in id order, a chunk at a time; the
-    predictions' verdicts decided by `token_rule`. Regions are boxes; with `masks`, a masked region is a brush stroke too
-    (Label Studio's RLE is most of an export's size)."""
-    audit.record(store, "export", target=dataset, details={"format": "label studio", "with_labels": with_labels})
-    chunk: list[ItemData] = []
-    for item in iter_exported_items(store, dataset):
-        chunk.append(item)
-        if len(chunk) == CHUNK:
-            yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule, masks)
-            chunk = []
-    if chunk:
-        yield from _tasks_of(store, chunk, with_labels, image_root, url_prefix, token_rule, masks)
-
-
-def _tasks_of(store, items, with_labels, image_root, url_prefix, token_rule, masks) -> list[dict]:
-    with store.read() as session:
-        newest = newest_predictions(session, [item.caption_id for item in items])
-        predictions = {item.caption_id: [_prediction(item, p, token_rule, masks)
-                                         for p in newest.get(item.caption_id, {}).values()] for item in items}
-    out = []
-    for item in items:
-        try:
-            url = image_url(item.image_path, image_root, url_prefix)
-        except ValueError:
-            raise Invalid(f"image {item.image_path} is not under the image root {image_root}") from None
-        task = {"data": {IMAGE: url, CAPTION: item.text, "capscope_id": item.external_id,
-                         "capscope_dataset": item.dataset,
-                         "capscope_regions": [{"index": i, "source": r.get("source"), "added_by": r.get("added_by")}
-                                              for i, r in enumerate(item.regions)]},
-                "predictions": predictions[item.caption_id]}
-        if with_labels:
-            task["annotations"] = [_annotation(item, j, masks) for j in item.judgements]
-        out.append(task)
-    return out
-
-
-def _prediction(item: ItemData, prediction, token_rule: str, masks: bool) -> dict:
-    verdicts = stored_verdicts(prediction.metric, prediction.token_scores, prediction.region_scores, item.tokens,
-                               token_rule, prediction.word_scale or 1.0)
-    spec = SPECS.get(prediction.metric)
-    score = (prediction.scores or {}).get(spec.primary_key) if spec else None
-    wrong = {i for i, c in enumerate(verdicts["token_correct"]) if c is False}
-    mentioned = {i for i, m in enumerate(verdicts["region_mentioned"]) if m}
-    judges_regions = bool(spec and spec.region_decision)  # CLIP-S, PAC-S, CLIP4DM say nothing about regions
-    result = _result(item, wrong, mentioned, verdicts["token_scores"], verdicts["region_scores"],
-                     regions=judges_regions, masks=masks)
-    return {"model_version": f"capscope {prediction.metric} {version_label(prediction.model_version)}"[:200],
-            "score": float(score) if isinstance(score, (int, float)) else None, "result": result}
-
-
-def version_label(version: str) -> str:
-    """A stored prediction's model version as people read it: a version tag
-    (`v3:5f2a...`, `default-model`) as it is; the description a scored row
-    carries (its `model` object, stored as JSON) as its CLIP, and "demo" when
-    the demo model scored."""
-    try:
-        model = json.loads(version)
-    except ValueError:
-        return version
-    if not isinstance(model, dict):
-        return version
-    name = str(model.get("clip") or "model")
-    return f"{name} demo" if model.get("demo") else name
-
-
-def _annotation(item: ItemData, judgement, masks: bool) -> dict:
-    """One judgement as a Label Studio annotation: the regions added after it was made, which its
-    annotator never saw, are left out of it (as CapTokenEval's votes leave them out)."""
-    unseen = {i for i in range(len(item.regions)) if judgement not in item.region_seers(i)}
-    return {"result": _result(item, judgement.incorrect_tokens, judgement.mentioned_regions, masks=masks,
-                              junk=judgement.junk_regions, links=judgement.links, unseen=unseen),
-            "lead_time": (judgement.time_spent_ms or 0) / 1000,
-            "meta": {"capscope_annotator": judgement.user}}
-
-
-def _result(item: ItemData, wrong: set[int], mentioned: set[int], token_scores=None, region_scores=None, *,
-            regions: bool = True, masks: bool = False, junk: set[int] = frozenset(),
-            links: set[tuple[int, int]] = frozenset(), unseen: set[int] = frozenset()) -> list[dict]:
-    out = []
-    tied = {t for t, _ in links} - set(wrong)
-    for i in sorted(set(wrong) | tied):
-        token = item.tokens[i]
-        entry = {"id": f"w{i}", "from_name": WORDS, "to_name": CAPTION, "type": "labels",
-                 "value": {"start": token["start"], "end": token["end"], "text": token["text"],
-                           "labels": [WRONG if i in wrong else TIED]}}
-        out.append(_scored(entry, token_scores, i))
-    out += [{"type": "relation", "from_id": f"w{t}", "to_id": f"r{r}", "direction": "right", "labels": [SPEAKS_OF]}
-            for t, r in sorted(links) if regions]
-    for i, region in enumerate(item.regions if regions else ()):
-        if i in unseen:
-            continue
-        label = JUNK if i in junk else MENTIONED if i in mentioned else LEFT_OUT
-        x0, y0, x1, y1 = region["box"]
-        box = {"x": 100 * x0 / item.width, "y": 100 * y0 / item.height, "width": 100 * (x1 - x0) / item.width,
-               "height": 100 * (y1 - y0) / item.height, "rotation": 0, "rectanglelabels": [label]}
-        size = {"original_width": item.width, "original_height": item.height, "image_rotation": 0}
-        out.append(_scored({"id": f"r{i}", "from_name": REGIONS, "to_name": IMAGE, "type": "rectanglelabels",
-                            **size, "value": box}, region_scores, i))
-        if masks and region.get("mask"):
-            rle = brush_rle(rle_to_mask(region["mask"]))
-            out.append(_scored({"id": f"m{i}", "from_name": MASKS, "to_name": IMAGE, "type": "brushlabels", **size,
-                                "value": {"format": "rle", "rle": rle, "brushlabels": [label]}}, region_scores, i))
-    return out
-
-
-def _scored(entry: dict, scores, index: int) -> dict:
-    value = scores[index] if scores and index < len(scores) else None
-    return {**entry, "score": float(value)} if isinstance(value, (int, float)) else entry
-
-
-# ---------------------------------------------------------------- Label Studio's brush RLE
-
-def brush_rle(mask: np.ndarray) -> list[int]:
-    """A boolean mask as Label Studio's brush RLE: the mask as an RGBA image
-    (255 in every channel inside, 0 outside) flattened and packed as runs of
-    equal bytes. The bit layout: the number of bytes (32 bits), the byte width
-    less one (5 bits), four run-length widths less one (4 bits each); then per
-    run a repeat flag (1), which width (2), the run's length less one, the byte."""
-    values = np.repeat(np.where(np.asarray(mask, dtype=bool).ravel(), 255, 0), 4)
-    fields = [(len(values), 32), (7, 5), *[(size - 1, 4) for size in RLE_SIZES]]
-    if len(values):
-        edges = np.flatnonzero(np.diff(values)) + 1
-        for start, end in zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(values)]])):
-            value, left = int(values[start]), int(end - start)
-            while left:
-                n = min(left, 1 << RLE_SIZES[-1])
-                width = next(k for k, size in enumerate(RLE_SIZES) if n - 1 < 1 << size)
-                fields += [(1, 1), (width, 2), (n - 1, RLE_SIZES[width]), (value, 8)]
-                left -= n
-    bits = "".join(format(v, f"0{n}b") for v, n in fields)
-    bits += "0" * (-len(bits) % 8)
-    return list(int(bits, 2).to_bytes(len(bits) // 8, "big")) if bits else []
-
-
-def brush_mask(rle: list[int], height: int, width: int) -> np.ndarray:
-    """`brush_rle` read back (any run of Label Studio's layout, literal runs
-    included): the alpha channel above zero."""
-    bits = "".join(format(b, "08b") for b in rle)
-    at = 0
-
-    def read(n: int) -> int:
-        nonlocal at
-        at += n
-        return int(bits[at - n:at], 2)
-
-    total, word = read(32), read(5) + 1
-    if total != height * width * 4:  # refused before allocating: the header may claim billions
-        raise ValueError("brush RLE of another size than the image")
-    sizes = [read(4) + 1 for _ in range(4)]
-    out = np.zeros(total, dtype=np.int64)
-    i = 0
-    while i < total:
-        repeat = read(1)
-        end = i + 1 + read(sizes[read(2)])
-        if repeat:
-            out[i:end] = read(word)
-        else:
-            for k in range(i, end):
-                out[k] = read(word)
-        i = end
-    return out.reshape(height, width, 4)[:, :, 3] > 0
-
-
-# ---------------------------------------------------------------- import
 
 @dataclass
 class LabelStudioReport:
