@@ -49,6 +49,7 @@ from capscope.server.quality_routes import quality_router
 from capscope.server.callers import SIGNIN_KEY, CallerIdentity, basic_credentials
 from capscope.server.content_policy import ContentPolicy
 from capscope.server.first_run import first_run as make_first_run, private_files
+from capscope.server.suggestions import Suggestions
 from capscope.server.data_roots import DataRoots, OutsideDataRoots
 from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
                                     quiet_cut_short_answers, script_or_json)
@@ -307,6 +308,7 @@ def create_app(db_url: str | None = None, scorer_factory: Callable | None = None
     app.state.training = TrainingJobs(app.state.store, app.state.models, models_folder(app.state.store, models_dir))
     app.state.activations = Activations(app.state.store, app.state.models, rescore_limit=rescore_limit)
     app.state.activations.load_active()
+    app.state.suggestions = Suggestions(app.state.store, app.state.models)
     app.state.clicks = click_service or ClickService(segmenter)
     if warm_segmenter if warm_segmenter is not None else click_service is None:
         app.state.clicks.warm_up()  # a background thread: start-up and requests do not wait for it
@@ -432,8 +434,12 @@ def _add_routes(app: FastAPI) -> None:
                                  descending=descending, page=page, page_size=page_size)
 
     @app.get("/api/items/{item_id}")
-    def get_item(item_id: ItemId, user: User, predictions: bool = False) -> dict:
-        return workflow.get_item(store, user, item_id, include_predictions=predictions)
+    def get_item(item_id: ItemId, user: User, predictions: bool = False, suggestions: bool = False) -> dict:
+        """The item; `suggestions`: also the model's suggestions (Annotate's, app/server/suggestions.py)."""
+        item = workflow.get_item(store, user, item_id, include_predictions=predictions)
+        if suggestions:
+            item["suggestions"] = app.state.suggestions.view(user, item)
+        return item
 
     @app.put("/api/items/{item_id}/labels")
     def put_labels(item_id: ItemId, body: LabelsRequest, user: User) -> dict:

@@ -19,7 +19,6 @@ import gradio as gr
 from PIL import Image
 
 from capscope.annotation import added_regions, browse, workflow
-from capscope.annotation.captioners import stored_verdicts
 from capscope.annotation.refusals import AnnotationError
 from capscope.annotation.model_versions import DEFAULT_TAG, is_version_tag
 from capscope.annotation.browse import dataset_names
@@ -27,17 +26,16 @@ from capscope.annotation.queue import DEMO_DATASET
 from capscope.annotation.users import UserInfo, annotate_dataset, get_user, set_annotate_dataset
 from capscope.db import Store
 from capscope.metrics.images import read_image
-from capscope.common.lru import LRUCache
-from capscope.metrics.registry import metric_names
-from capscope.metrics.constants import DEFAULT_TOKEN_RULE
 from capscope.server.scoring import Models
 from capscope.server.segmenting import ClickService, SegmentingBusy
+from capscope.server.suggestions import Suggestions
 from capscope.ui.shared import SCORING_EVENTS
 from capscope.pictures import draw as ui_draw
+from capscope.ui.segment_drafts import (MAX_BOX_TEXT, candidates_note, drafted_candidates, dragged_box, drawn_draft,
+                                        prompt_note)
 
 log = logging.getLogger(__name__)
 
-SUGGESTIONS_KEPT = 2048  # items whose pre-labels are kept in memory
 
 MAX_REGION_KEYS = 10
 ALL_DATASETS = "every dataset (demo last)"  # the picker's choice for no dataset
@@ -62,94 +60,18 @@ def _image(path: str) -> Image.Image:
     return read_image(path)
 
 
-# ---------------------------------------------------------------- model suggestions
-
-class Suggestions:
-    """Model pre-labels per item: stored predictions when the store has them,
-    else computed once with the UI's scorer on the item's own tokens and regions."""
-
-    def __init__(self, store: Store, models: Models | None):
-        self.store, self.models = store, models
-        self._cache = LRUCache(SUGGESTIONS_KEPT)
-
-    def _key(self, item_id: int) -> tuple[int, str | None]:
-        """Kept per item and per server model: an activation makes every item look again."""
-        return item_id, getattr(self.models, "version", None)
-
-    def cached(self, item_id: int) -> tuple[set[int], set[int], str, str | None] | None:
-        key = self._key(item_id)
-        return self._cache[key] if key in self._cache else None
-
-    def get(self, user: UserInfo, item: dict,
-            compute: bool = True) -> tuple[set[int], set[int], str, str | None] | None:
-        """(wrong words, mentioned regions, metric, model version or None for
-        the server's default model): cached, else stored, else (with `compute`) scored now."""
-        key = self._key(item["item_id"])
-        if key in self._cache:
-            return self._cache[key]
-        found = self._stored(user, item) or (self._computed(item, user.name) if compute else None)
-        if found is not None:
-            self._cache[key] = found
-        return found
-
-    def _stored(self, user: UserInfo, item: dict):
-        full = workflow.get_item(self.store, user, item["item_id"], include_predictions=True)
-        # newest first per metric (workflow.predictions_of): after an activation, the active version's
-        stored = {p["metric"]: p for p in reversed(full.get("predictions") or []) if p.get("token_scores")}
-        metric = next((m for m in metric_names(kind="token") if m in stored), None)
-        if metric is None:
-            return None
-        token_rule = self.models.token_rule if self.models is not None else DEFAULT_TOKEN_RULE
-        # decided at the scale the prediction was made with (a fine-tuned version's fitted one)
-        scale = stored[metric].get("word_scale") or 1.0
-        return (*_decided(item, stored[metric], metric, token_rule, scale), stored[metric].get("model_version"))
-
-    def _computed(self, item: dict, user: str | None = None):
-        if self.models is None:
-            return None
-        try:
-            image = _image(self.store_path(item))
-            regions = [{"box": r["box"], "mask": r.get("mask")} for r in item["regions"]]  # an added region's mask
-            scorer, version = self.models.current()   # the scorer and its version tag as one pair
-            row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"],
-                                       user=user)
-        except Exception as err:  # a missing model must not break annotation
-            log.warning("pre-labels unavailable for item %s: %s", item["item_id"], err)
-            return None
-        metric = next((m for m in metric_names(kind="token") if m in row["metrics"]), None)
-        if metric is None:
-            return None
-        result = row["metrics"][metric]
-        wrong = {i for i, c in enumerate(result.get("token_correct") or []) if c is False}
-        mentioned = {i for i, m in enumerate(result.get("region_mentioned") or []) if m}
-        return wrong, mentioned, metric, version
-
-    def store_path(self, item: dict) -> str:
-        return item["_path"]
-
-
-def _decided(item: dict, stored: dict, metric: str, token_rule: str, word_scale: float = 1.0):
-    """Stored scores to (wrong tokens, mentioned regions), decided as the server's
-    scorer decides: the InfoMetIC family under the server's token rule (and the
-    version's word threshold scale), other metrics at their own threshold."""
-    result = stored_verdicts(metric, stored["token_scores"], stored.get("region_scores"), item["tokens"], token_rule,
-                             word_scale)
-    wrong = {i for i, c in enumerate(result["token_correct"]) if c is False}
-    mentioned = {i for i, m in enumerate(result["region_mentioned"]) if m}
-    return wrong, mentioned, metric
-
-
 # ---------------------------------------------------------------- plain logic
 
 class Annotator:
     """What the Annotate tab does for one user, independent of Gradio."""
 
     def __init__(self, store: Store, models: Models | None = None, lease_seconds: int = workflow.LEASE_SECONDS,
-                 clicks: ClickService | None = None):
+                 clicks: ClickService | None = None, suggestions: Suggestions | None = None):
         self.store = store
         self.lease = lease_seconds
         self.clicks = clicks or ClickService("auto")
-        self.suggestions = Suggestions(store, models)
+        # the server's (app/server/suggestions.py, shared with the REST API); none without a model
+        self.suggestions = suggestions or (Suggestions(store, models) if models is not None else None)
         self._locks: dict[int, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -440,42 +362,6 @@ def picture_point(item: dict, point) -> tuple[float, float]:
     return round(x, 1), round(y, 1)
 
 
-MAX_BOX_TEXT = 400  # characters of a dragged box's JSON; the page sends fewer than 100
-
-
-def dragged_box(value, size: tuple[int, int]) -> list[float]:
-    """The box a drag on the displayed picture drew (static/hotkeys.js writes
-    `{"box": [x0, y0, x1, y1], ...}` in the displayed picture's pixels), in the
-    image's pixels: finite numbers only, corners in either order, kept inside
-    the image (a drag may end past its edge); AnnotationError for anything else,
-    or for a box under one image pixel a side."""
-    import json
-    import math
-
-    if not isinstance(value, str) or not value or len(value) > MAX_BOX_TEXT:
-        raise AnnotationError("that drag has no box")
-    try:
-        box = json.loads(value, parse_constant=lambda name: float("nan")).get("box")
-    except (ValueError, AttributeError, RecursionError):
-        raise AnnotationError("that drag has no box") from None
-    if not isinstance(box, list) or len(box) != 4 or \
-            not all(type(v) in (int, float) and math.isfinite(v) for v in box):
-        raise AnnotationError("a dragged box is four finite numbers")
-    scale = ui_draw.display_scale(size)
-    xs = sorted(min(max(float(v) / scale, 0.0), float(size[0])) for v in box[0::2])
-    ys = sorted(min(max(float(v) / scale, 0.0), float(size[1])) for v in box[1::2])
-    if xs[1] - xs[0] < 1 or ys[1] - ys[0] < 1:
-        raise AnnotationError("that box is under one pixel a side: drag a larger one")
-    return [round(xs[0], 1), round(ys[0], 1), round(xs[1], 1), round(ys[1], 1)]
-
-
-def prompt_note(draft: dict) -> str:
-    """What the region being made was prompted with: "box + 2 clicks"."""
-    clicks = len(draft["points"])
-    parts = (["box"] if draft.get("box") else []) + ([f"{clicks} click{'s' * (clicks != 1)}"] if clicks else [])
-    return " + ".join(parts)
-
-
 def segment_draft(annotator: Annotator, user: UserInfo, item: dict, draft: dict, points: list, box):
     """The draft segmented again with these prompts (the old draft kept when the segmenter is busy)."""
     try:
@@ -487,25 +373,6 @@ def segment_draft(annotator: Annotator, user: UserInfo, item: dict, draft: dict,
     return with_draft(item, draft), (f"{prompt_note(draft)} · {html.escape(answer['segmenter'])}"
                                      f"{fallback} · {answer['ms']:.0f} ms{candidates_note(draft)} · "
                                      "<kbd>a</kbd> add region, <kbd>Esc</kbd> drop")
-
-
-def drafted_candidates(answer: dict) -> dict:
-    """The draft's masks from a segment answer: every candidate mask (best first; an
-    empty one left out), the shown one (the best) as the draft's mask."""
-    found = [{"mask": c["mask"], "score": c.get("score")} for c in answer.get("candidates") or [answer]
-             if c.get("box")]
-    return {"candidates": found, "shown": 0, "mask": found[0]["mask"] if found else None}
-
-
-def candidates_note(draft: dict) -> str:
-    """" · mask 1 of 3 (0.91) · m: next mask" when the segmenter offered several."""
-    found = draft.get("candidates") or []
-    if len(found) < 2:
-        return ""
-    shown = draft.get("shown", 0)
-    score = found[shown].get("score")
-    scored = f" ({score:.2f})" if isinstance(score, (int, float)) else ""
-    return f" · mask {shown + 1} of {len(found)}{scored} · <kbd>m</kbd> next mask"
 
 
 def next_mask(annotator: Annotator, user: UserInfo, item_id: int | None, draft: dict | None):
@@ -601,7 +468,8 @@ def render(annotator: Annotator, user: UserInfo, item: dict | None, note: str = 
         return (None, "**Nothing left in your queue.** Thank you!", None, [], [], note, progress, "", "",
                 empty_draft())
     # label clicks never run the model: only the suggestions handler (model queue) computes
-    suggestion = annotator.suggestions.get(user, item, compute) if show_suggestions else None
+    suggestion = annotator.suggestions.get(user, item, compute) \
+        if show_suggestions and annotator.suggestions is not None else None
     wrong, mentioned = (suggestion[0], suggestion[1]) if suggestion else (None, None)
     if words_only:
         picture = (gr.skip(), gr.skip(), gr.skip())
@@ -624,24 +492,6 @@ def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
     if draft.get("points") or draft.get("box"):
         picture = drawn_draft(picture, image.size, draft)
     return item_header(item), picture, ui_draw.thumbnails(image, boxes, chosen)
-
-
-def drawn_draft(picture: Image.Image, size: tuple[int, int], draft: dict) -> Image.Image:
-    """The region being made on a picture drawn by capscope.pictures.draw: its mask,
-    its clicks and its box (dashed-looking blue outline)."""
-    from PIL import ImageDraw
-
-    from capscope.metrics.regions import rle_to_mask
-
-    mask = rle_to_mask(draft["mask"]) if draft.get("mask") else None
-    picture = ui_draw.with_draft(picture, size, mask, draft.get("points") or [])
-    if draft.get("box"):
-        scale = picture.width // max(1, size[0])
-        x0, y0, x1, y1 = (v * scale for v in draft["box"])
-        draw = ImageDraw.Draw(picture)
-        draw.rectangle([x0, y0, x1, y1], outline=(255, 255, 255), width=4)
-        draw.rectangle([x0, y0, x1, y1], outline=(29, 111, 216), width=2)
-    return picture
 
 
 def suggestion_source(version: str | None) -> str:
@@ -774,7 +624,8 @@ class AnnotateHandlers:
 
     def suggest(self, item_id, show, request: gr.Request):
         """After moving to another item: its suggestions, when they are shown and not known yet."""
-        if not show or item_id is None or self.annotator.suggestions.cached(item_id) is not None:
+        suggestions = self.annotator.suggestions
+        if not show or item_id is None or suggestions is None or suggestions.cached(item_id) is not None:
             return tuple(gr.skip() for _ in OUTPUTS)
         return self.reload(item_id, show, request)
 

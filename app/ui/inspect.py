@@ -22,13 +22,15 @@ import gradio as gr
 from PIL import Image
 
 from capscope.annotation.refusals import AnnotationError, Invalid
-from capscope.common.errors import CapscopeError
+from capscope.common.errors import CapscopeError, first_line
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import SPECS, key_note, metric_names, metric_title
 from capscope.server.scoring import Models, ScoringBusy
 from capscope.server.segmenting import ClickService, SegmentingBusy
 from capscope.pictures import draw as ui_draw
 from capscope.ui.caption_shading import SHADE_LEGEND, shaded_tokens, token_metrics, wrong_words
+from capscope.ui.segment_drafts import (MAX_BOX_TEXT, candidates_note, drafted_candidates, dragged_box, drawn_draft,
+                                        prompt_note)
 from capscope.ui.shared import SCORING_EVENTS, scratch_copy
 
 DEMO_BANNER = ("⚠ **Demo model in use.** Pretrained weights cannot be had here, so capscope scores with its "
@@ -216,10 +218,6 @@ def with_given_masks(row: dict, regions: list | None) -> dict:
     return row
 
 
-def first_line(err: BaseException) -> str:
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
-
-
 def score_rest(models: Models, image, caption: str, references: str, regions: list | None,
                first: dict | None, user: str | None = None) -> dict | None:
     """The whole row, given `first`: the same pair already scored by some of the
@@ -342,7 +340,6 @@ def segment_inspected(clicks: ClickService, image, points: list, box, user: str 
 
 def drafted_overlay(image, row: dict | None, metric: str, draft: dict, selected: int | None = None):
     """`overlay` with the region being made (its mask, clicks and box) over it."""
-    from capscope.ui.annotate import drawn_draft
 
     picture = readable_image(image)
     shown = overlay(picture, row, shown_metric(row, metric), selected)
@@ -355,7 +352,6 @@ def segment_on_inspected(clicks: ClickService, image, draft: dict | None, user: 
                          point=None, positive: bool = True, drag: str | None = None) -> tuple[dict, str]:
     """(new draft, note) for a click (`point`: Gradio's [x, y] on an overlay) or a dragged box (`drag`:
     static/hotkeys.js's JSON) on the inspected picture; the old draft is kept when refused."""
-    from capscope.ui.annotate import drafted_candidates, dragged_box, prompt_note
 
     draft = segment_draft_of(draft, image)
     try:
@@ -383,7 +379,6 @@ def segment_on_inspected(clicks: ClickService, image, draft: dict | None, user: 
 
 def masks_note(draft: dict) -> str:
     """Annotate's " · mask 2 of 3 (0.60)", with Inspect's button for the next one."""
-    from capscope.ui.annotate import candidates_note
 
     note = candidates_note(draft)
     return note.replace("<kbd>m</kbd> next mask", "**Next mask** for another") if note else ""
@@ -391,7 +386,6 @@ def masks_note(draft: dict) -> str:
 
 def next_inspected_mask(draft: dict | None, image) -> tuple[dict, str]:
     """The next of the segmenter's masks for the region being made, round and round."""
-    from capscope.ui.annotate import prompt_note
 
     draft = segment_draft_of(draft, image)
     found = draft.get("candidates") or []
@@ -487,7 +481,6 @@ def hands_over_the_file(image: gr.Image) -> gr.Image:
 def build_inspect(models: Models, examples: list[dict], clicks: ClickService | None = None, store=None) -> dict:
     """The Inspect tab's components and listeners (inside an open Blocks); `clicks`: the
     server's click service (Annotate's and REST's), `store`: where a demo scene's ties are read."""
-    from capscope.ui.annotate import MAX_BOX_TEXT
 
     c: dict = {"clicks": clicks or ClickService("auto"), "store": store}
     with gr.Row():

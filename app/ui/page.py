@@ -89,13 +89,14 @@ def token_rule_note(rule: str) -> str:
 def build_ui(store: Store, models: Models | None = None, examples: list[dict] | None = None,
              lease_seconds: int | None = None, data_roots: DataRoots | None = None,
              training: TrainingJobs | None = None, activations: Activations | None = None,
-             clicks=None) -> gr.Blocks:
+             clicks=None, suggestions=None) -> gr.Blocks:
     """The page; `data_roots`: the folders whose files a user may name (default the data folder);
     `training`, `activations`: the server's fine-tuning jobs and model versions (app/server/training.py)."""
     models = models or Models()
     training = training or TrainingJobs(store, models, models_folder(store))
     activations = activations or Activations(store, models)
-    annotator = Annotator(store, models, **({"lease_seconds": lease_seconds} if lease_seconds else {}), clicks=clicks)
+    annotator = Annotator(store, models, **({"lease_seconds": lease_seconds} if lease_seconds else {}), clicks=clicks,
+                          suggestions=suggestions)
     scores = DatasetScores(store, models)
     # Gradio's copies of returned files (exports, plots, pictures) go after a day, checked hourly
     with gr.Blocks(title="capscope", delete_cache=(3600, 86400)) as demo:
@@ -161,7 +162,8 @@ def mount_ui(app, *, store: Store | None = None, seed: bool | None = None, demo_
         first_run(store, folder, demo_scenes)
     demo = build_ui(store, app.state.models, demo_examples(folder), getattr(app.state, "lease_seconds", None),
                     getattr(app.state, "data_roots", None), getattr(app.state, "training", None),
-                    getattr(app.state, "activations", None), getattr(app.state, "clicks", None))
+                    getattr(app.state, "activations", None), getattr(app.state, "clicks", None),
+                    getattr(app.state, "suggestions", None))
     demo.queue(default_concurrency_limit=1, max_size=QUEUE_MAX_SIZE)
     cap_per_user(demo)
 

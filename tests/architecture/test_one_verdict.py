@@ -12,9 +12,7 @@ NOT_THE_RULE = {("metrics/click_segmenters.py", "__init__", "beta")}
 # None there means "the config's rule", not one of its own
 NO_OVERRIDE = {("app/server/api.py", "create_app", "token_rule")}
 # still defaulting, to be handed the rule (issue 70 follow-up): this list only shrinks
-PENDING = {
-    ("app/ui/annotate.py", "_decided", "word_scale"),
-}
+PENDING: set[tuple[str, str, str]] = set()
 
 
 def defaulted_rule_parameters() -> set[tuple[str, str, str]]:

@@ -318,6 +318,8 @@ def test_going_back_to_the_default_model(world, trained):
     from sqlalchemy import delete
 
     from capscope.annotation.model_versions import DEFAULT_TAG, activate_version
+    from capscope.server import suggestions
+    from capscope.server.scoring import Models
     from capscope.annotation.users import get_user
 
     store = world["store"]
@@ -342,7 +344,7 @@ def test_going_back_to_the_default_model(world, trained):
         restarted = serve(world)
         assert row_shas(restarted.post("/api/score", json=body, auth=ANN).json()) == {demo_sha()}
         assert restarted.app.state.models.version is None
-        suggestion = ui_annotate.Suggestions(store, None)._stored(
+        suggestion = suggestions.Suggestions(store, Models()).stored(
             get_user(store, ADMIN[0]), {"item_id": caption_id, "tokens": [], "regions": []})
         assert suggestion[3] == DEFAULT_TAG
         assert ui_annotate.suggestion_source(suggestion[3]) == "the server's default model"
@@ -417,10 +419,11 @@ def test_models_panel_logic(world, trained):
 
 
 def test_annotate_suggestions_follow_the_newest_prediction(world, monkeypatch):
-    import capscope.ui.annotate as ui_annotate
     from sqlalchemy import delete
 
     from capscope.annotation.model_versions import queued_items, store_version_predictions
+    from capscope.server import suggestions
+    from capscope.server.scoring import Models
     from capscope.annotation.users import get_user
 
     store = world["store"]
@@ -430,10 +433,10 @@ def test_annotate_suggestions_follow_the_newest_prediction(world, monkeypatch):
     time.sleep(0.01)
     store_version_predictions(store, "v9:newer", [(item["caption_id"], row)])
     seen = []
-    monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule, scale: seen.append(stored) or "x")
+    monkeypatch.setattr(suggestions, "decided", lambda item, stored, metric, rule, scale: seen.append(stored) or "x")
     try:
-        ui_annotate.Suggestions(store, None)._stored(get_user(store, ADMIN[0]),
-                                                      {"item_id": item["caption_id"], "tokens": item["tokens"]})
+        suggestions.Suggestions(store, Models()).stored(get_user(store, ADMIN[0]),
+                                                        {"item_id": item["caption_id"], "tokens": item["tokens"]})
     finally:
         with store.write() as session:
             session.execute(delete(Prediction).where(Prediction.model_version.in_(["v8:older", "v9:newer"])))
@@ -444,10 +447,11 @@ def test_stored_predictions_keep_the_word_threshold_scale_their_rows_record(worl
     """A version's rows (and an imported file's) say the scale their words were
     decided at; the prediction keeps it, its uncertainty is measured against it,
     and Annotate decides its words at it, whichever version is active."""
-    import capscope.ui.annotate as ui_annotate
     from sqlalchemy import delete
 
     from capscope.annotation.model_versions import queued_items, store_version_predictions
+    from capscope.server import suggestions
+    from capscope.server.scoring import Models
     from capscope.annotation.uncertainty import prediction_uncertainty
     from capscope.annotation.users import get_user
 
@@ -468,15 +472,15 @@ def test_stored_predictions_keep_the_word_threshold_scale_their_rows_record(worl
     assert stored["infometic"][1] != pytest.approx(
         prediction_uncertainty("infometic", scores, [], semantic, "relative", 1.0))
     scales = []
-    monkeypatch.setattr(ui_annotate, "_decided", lambda item, stored, metric, rule, scale: scales.append(scale) or "x")
+    monkeypatch.setattr(suggestions, "decided", lambda item, stored, metric, rule, scale: scales.append(scale) or "x")
 
     class ActiveElsewhere:   # another version is active
         token_rule = "relative"
         version = "v999:0123456789ab"
 
     try:
-        for models in (None, ActiveElsewhere()):
-            ui_annotate.Suggestions(store, models)._stored(get_user(store, ADMIN[0]),
+        for models in (Models(), ActiveElsewhere()):
+            suggestions.Suggestions(store, models).stored(get_user(store, ADMIN[0]),
                                                           {"item_id": item["caption_id"], "tokens": item["tokens"]})
     finally:
         with store.write() as session:

@@ -14,7 +14,7 @@ from capscope.metrics.regions import mask_to_rle, rle_to_mask
 from capscope.pictures.draw import display_scale
 from capscope.server import segmenting
 from capscope.server.segmenting import ClickService
-from capscope.ui.annotate import dragged_box, prompt_note
+from capscope.ui.segment_drafts import dragged_box, prompt_note
 from capscope.ui.inspect import (MAX_INSPECT_REGIONS, regions_with, segment_draft_of, segment_on_inspected,
                                  empty_segment_draft)
 

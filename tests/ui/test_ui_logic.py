@@ -499,7 +499,8 @@ def test_admin_only_checks_the_callers_role(dataset):
 
 
 def test_suggestions_prefer_infometic_predictions(dataset):
-    from capscope.ui.annotate import Suggestions, suggestions_hint
+    from capscope.server.suggestions import Suggestions
+    from capscope.ui.annotate import suggestions_hint
 
     store, ann, _, _ = dataset
     scores = ui_shared.DatasetScores(store, models=None)
@@ -508,7 +509,7 @@ def test_suggestions_prefer_infometic_predictions(dataset):
     info["metrics"].update(hice["metrics"])
     scores.store_predictions([({"id": "s0-clean", "dataset": "demo"}, info)])
     item = Annotator(store).next(ann)
-    wrong, mentioned, metric, version = Suggestions(store, None).get(ann, item)
+    wrong, mentioned, metric, version = Suggestions(store, Models()).get(ann, item)
     assert metric == "infometic" and wrong == {1} and mentioned == {0, 2}
     assert version == '{"demo": true}'  # the row's "model", as imported: not a model version's tag
     assert "imported predictions (infometic)" in suggestions_hint((wrong, mentioned, metric, version), False)
@@ -518,27 +519,28 @@ def test_suggestions_prefer_infometic_predictions(dataset):
 
 
 def test_stored_predictions_are_decided_under_the_servers_token_rule():
-    from capscope.ui.annotate import _decided
+    from capscope.server.suggestions import decided as _decided
 
     item = {"tokens": [{"semantic": True}] * 12 + [{"semantic": False}]}
     stored = {"token_scores": [0.06] * 11 + [0.03, 0.5], "region_scores": [0.2, 0.05]}
     # 12 semantic words seen: relative threshold 0.1 * 5 / 12 = 0.042; the paper's 0.1
-    assert _decided(item, stored, "infometic", "relative") == ({11}, {0}, "infometic")
-    assert _decided(item, stored, "infometic", "paper") == (set(range(12)), {0}, "infometic")
-    hice = _decided(item, {"token_scores": [0.3] * 12 + [None], "region_scores": [0.1]}, "hice", "relative")
+    assert _decided(item, stored, "infometic", "relative", 1.0) == ({11}, {0}, "infometic")
+    assert _decided(item, stored, "infometic", "paper", 1.0) == (set(range(12)), {0}, "infometic")
+    hice = _decided(item, {"token_scores": [0.3] * 12 + [None], "region_scores": [0.1]}, "hice", "relative", 1.0)
     assert hice == (set(), set(), "hice")  # HICE-S keeps its own cut whatever the rule
     # a version's fitted scale of 0.6 moves the word cut to 0.025 (regions keep beta): 0.03 is correct
     assert _decided(item, stored, "infometic", "relative", 0.6) == (set(), {0}, "infometic")
 
 
 def test_label_clicks_never_run_the_model_for_suggestions(dataset):
-    from capscope.ui.annotate import Suggestions
+    from capscope.server.suggestions import Suggestions
 
     store, ann, _, _ = dataset
 
     class CountingModels:
         calls = 0
         version = None
+        token_rule = "relative"
 
         def current(self):
             return None, self.version
