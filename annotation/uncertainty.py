@@ -6,7 +6,7 @@ the word threshold for its caption and a region by its share against the region
 threshold: the `metrics.verdict.Verdict` of the token rule each caller names
 (no default: the server's, a command's flag, the rule a score row records).
 Each verdict's probability is read as sigmoid(SHARPNESS * ln(share / threshold)),
-the same logistic fine-tuning trains (capscope.train.finetune_losses, share_loss),
+the same logistic fine-tuning trains (capscope.train.finetune.losses, share_loss),
 and an item's uncertainty is the mean binary entropy, in bits, of its semantic words' and its regions' verdicts.
 A share is a ratio scale: a word at half its threshold is as sure as one at
 twice it, however long the caption.

@@ -7,7 +7,7 @@ from pathlib import Path
 from capscope.metrics.config import DEVICES, add_flags
 from capscope.demo.shifts import SHIFTS
 from capscope.common.errors import CapscopeError
-from capscope.train.finetune_defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
+from capscope.train.finetune.defaults import HOLDOUT, MINUTES as FINETUNE_MINUTES
 
 
 COCO_SCENES = 48

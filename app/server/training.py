@@ -27,7 +27,7 @@ from capscope.annotation.refusals import Conflict, Invalid, NotFound
 from capscope.db import Store, data_dir
 from capscope.common.errors import ModelUnavailable, first_line
 from capscope.server.scoring import Models
-from capscope.train.finetune_defaults import HOLDOUT as DEFAULT_HOLDOUT, MINUTES as DEFAULT_MINUTES
+from capscope.train.finetune.defaults import HOLDOUT as DEFAULT_HOLDOUT, MINUTES as DEFAULT_MINUTES
 
 log = logging.getLogger(__name__)
 

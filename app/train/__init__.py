@@ -1,5 +1,5 @@
 """Training capscope's models: the demo CLIP (`clip`) and the InfoMetIC head
 (`infometic_trainer`, its data in `infometic_data`), the bundled demo model
-(`demo_model`), and fine-tuning from the team's labels (`finetune`, its
-parts in `finetune_*`, its defaults in `finetune_defaults`, its data in
+(`demo_model`), and fine-tuning from the team's labels (the `finetune`
+package: its run and parts, its defaults in `finetune.defaults`; its data in
 `training_data`)."""

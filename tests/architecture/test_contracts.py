@@ -109,6 +109,10 @@ PUBLIC_PATHS = {
     "capscope.annotation.label_studio": ["tasks", "import_export_rows", "import_export", "labeling_config",
                                          "user_emails", "read_export", "brush_rle", "brush_mask", "WORDS",
                                          "CAPTION", "WRONG"],
+    # and app/train/finetune*.py the capscope.train.finetune package (its names: tests/train/test_finetune_parts.py)
+    "capscope.train.finetune": ["finetune", "FinetuneConfig", "FinetuneError", "Cancelled", "CheckSet",
+                                "format_report", "items_sha256", "labelled", "split_by_image", "figures_path"],
+    "capscope.train.finetune.defaults": ["HOLDOUT", "MINUTES"],
 }
 
 

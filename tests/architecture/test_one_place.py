@@ -207,7 +207,7 @@ def _is_number(node) -> bool:
 
 
 def test_fine_tunings_budget_and_hold_out_are_written_once():
-    """The CLI, the API body, the Models panel and FinetuneConfig all read train/finetune_defaults.py."""
+    """The CLI, the API body, the Models panel and FinetuneConfig all read train/finetune/defaults.py."""
     import argparse
 
     from capscope.commands import demo as cmd_demo
@@ -217,7 +217,7 @@ def test_fine_tunings_budget_and_hold_out_are_written_once():
     from capscope.server import training
 
     from capscope.ui import admin as ui_model_versions
-    from capscope.train import finetune_defaults
+    from capscope.train.finetune import defaults as finetune_defaults
     from capscope.train.finetune import FinetuneConfig
 
     parser = argparse.ArgumentParser()

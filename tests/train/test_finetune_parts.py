@@ -1,4 +1,4 @@
-"""Fine-tuning split into parts (app/train/finetune_*.py): `capscope.train.finetune`
+"""Fine-tuning split into parts (the app/train/finetune/ package): `capscope.train.finetune`
 still offers every name it offered, and fitting the word threshold is part of
 the config, not a function the callers pass."""
 import dataclasses

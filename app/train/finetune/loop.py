@@ -1,5 +1,5 @@
 """The training loop of a fine-tuning (train_head): batches drawn by region
-count, the losses of finetune_losses, AdamW on the head (and the top of the
+count, the losses of `losses`, AdamW on the head (and the top of the
 image tower), to a budget of steps or minutes."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from capscope.train.finetune_config import Cancelled, FinetuneConfig
-from capscope.train.finetune_losses import anchor_loss, parent_loss, region_loss, token_losses
-from capscope.train.finetune_tensors import Augment, LabelledSet, VisualTop
+from capscope.train.finetune.settings import Cancelled, FinetuneConfig
+from capscope.train.finetune.losses import anchor_loss, parent_loss, region_loss, token_losses
+from capscope.train.finetune.tensors import Augment, LabelledSet, VisualTop
 from capscope.train.schedule import TrainState, budget_spent, warmup_cosine
 
 FROZEN = ("verifier.bias_scale",)   # the verifier's weight in the text attention stays the parent's

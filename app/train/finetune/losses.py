@@ -1,4 +1,4 @@
-"""The losses of a fine-tuning step (see the finetune module's docstring):
+"""The losses of a fine-tuning step (see the finetune package's docstring):
 the labelled words' shares of the text attention, the verifier, the region
 attention, the parent's own outputs on the replayed items, and the L2 pull
 towards the parent's weights."""
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from capscope.metrics.constants import BETA
 from capscope.metrics.words import word_threshold
-from capscope.train.finetune_tensors import UNKNOWN
+from capscope.train.finetune.tensors import UNKNOWN
 from capscope.train.infometic_trainer import text_token_loss, verify_loss, vision_token_loss
 
 

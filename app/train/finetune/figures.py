@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from capscope.train.finetune_checkpoints import checkpoint_scorer
-from capscope.train.finetune_config import FinetuneConfig
-from capscope.train.finetune_threshold import threshold_lines
+from capscope.train.finetune.checkpoints import checkpoint_scorer
+from capscope.train.finetune.settings import FinetuneConfig
+from capscope.train.finetune.threshold import threshold_lines
 
 FIGURE_KEYS = ("text_accuracy", "incorrect_token_f1", "incorrect_token_auroc", "vision_accuracy", "region_auroc")
 FIGURE_NAMES = {"text_accuracy": "text accuracy", "incorrect_token_f1": "wrong-word F1",

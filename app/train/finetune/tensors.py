@@ -15,7 +15,7 @@ from capscope.metrics.images import read_image
 from capscope.metrics.pairs import PreparedPair
 from capscope.metrics.regions import given_regions
 from capscope.metrics.text import Token
-from capscope.train.finetune_config import FinetuneError
+from capscope.train.finetune.settings import FinetuneError
 from capscope.train.infometic_data import IGNORE, OTHER, encode_bank
 
 UNKNOWN = 3        # a piece of a semantic word nobody labelled: counts as a word, supervises nothing

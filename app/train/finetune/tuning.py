@@ -1,33 +1,6 @@
-"""Fine-tuning an InfoMetIC-family checkpoint on a team's own token and region
-labels (`capscope train infometic --labels FILE | --dataset NAME --init ...`).
-
-The labels are CapTokenEval items (docs/formats.md §3): a token labelled
-"correct"/"incorrect" supervises the text side, a region labelled
-"mentioned"/"unmentioned" the vision side; a null label is unknown and
-supervises nothing. CLIP's text tower stays frozen, so every caption is
-encoded once; with `train="visual"` the top `visual_blocks` blocks of the image
-tower train (VisualTop: the frozen stem runs once per crop), else the head alone.
-
-Losses on the labelled items:
-- each labelled word's share of the text attention against the token rule's
-  threshold (share_loss: what decides the verdict), every word weighing the same;
-- the token verifier's per-piece logits, class-balanced BCE (capscope
-  checkpoints), or eq. 9 of the paper for a checkpoint without a verifier;
-- eq. 10 on the region attention (the mass on mentioned regions) and a
-  BCE pushing labelled-unmentioned regions below the null slot;
-- not forgetting: an L2 pull of every trained weight towards the parent's
-  (L2-SP, Li et al. 2018), `anchor` times the squared distance; the parent's
-  own world replayed (replay_items), where the child is also pulled towards
-  the parent's own attention (parent_loss, `keep_parent`).
-docs/fine-tuning.md says what was measured with other choices.
-
-The run is here (finetune); its parts are finetune_config (what is asked),
-finetune_labels (which items, split how), finetune_tensors (the items as the
-head's inputs, the image tower's trained top), finetune_losses, finetune_loop
-(train_head), finetune_threshold (the child's fitted word threshold),
-finetune_checkpoints (parent in, child out) and finetune_report (the figures
-and the printed table). Their names are offered here too.
-"""
+"""The fine-tuning run, `finetune(config)`: the parent loaded, the items split
+and encoded, the head trained, the child rated and saved (the package's
+docstring says what it trains and with which losses)."""
 from __future__ import annotations
 
 import json
@@ -43,30 +16,14 @@ from capscope.common.checksums import file_sha256
 from capscope.metrics.encoder import ClipBackbone, CropStyle
 from capscope.metrics.families import InfoFamilyMetric
 from capscope.metrics.loading import resolve_device
-from capscope.train.finetune_checkpoints import Parent, load_parent, parent_half, save_child
-from capscope.train.finetune_config import TRAIN_PARTS, Cancelled, CheckSet, FinetuneConfig, FinetuneError
-from capscope.train.finetune_labels import (
-    Split, WordKinds, items_sha256, label_counts, labelled, replay_items, resolved_replay, slot, split_by_image,
-    swapped_items,
-)
-from capscope.train.finetune_losses import anchor_loss, parent_loss, region_loss, share_loss, token_losses
-from capscope.train.finetune_loop import FROZEN, keep_parent_outputs, train_head, trainable_parameters
-from capscope.train.finetune_report import FIGURE_KEYS, check_figures, figures_path, format_report, held_figures
-from capscope.train.finetune_tensors import (
-    SIDE_WORDS, UNKNOWN, Augment, LabelledSet, VisualTop, clip_inputs, encode_items, mirror_boxes, names_a_side,
-    preprocess_normalization,
-)
-from capscope.train.finetune_threshold import fitted_threshold
-
-__all__ = [
-    "FIGURE_KEYS", "FROZEN", "SIDE_WORDS", "TRAIN_PARTS", "UNKNOWN", "Augment", "Cancelled", "CheckSet",
-    "FinetuneConfig", "FinetuneError", "LabelledSet", "Split", "VisualTop", "WordKinds", "anchor_loss",
-    "check_figures", "clip_inputs", "encode_items", "figures_path", "finetune", "format_report", "held_figures",
-    "items_sha256", "keep_parent_outputs", "label_counts", "labelled", "load_parent", "mirror_boxes",
-    "names_a_side", "parent_half", "parent_loss", "preprocess_normalization", "region_loss", "replay_items",
-    "resolved_replay", "share_loss", "slot", "split_by_image", "swapped_items", "token_losses", "train_head",
-    "trainable_parameters",
-]
+from capscope.train.finetune.checkpoints import Parent, load_parent, save_child
+from capscope.train.finetune.figures import check_figures, figures_path, held_figures
+from capscope.train.finetune.labels import (Split, label_counts, replay_items, resolved_replay, split_by_image,
+                                           swapped_items)
+from capscope.train.finetune.loop import keep_parent_outputs, train_head
+from capscope.train.finetune.settings import FinetuneConfig, FinetuneError
+from capscope.train.finetune.tensors import Augment, VisualTop, encode_items, names_a_side, preprocess_normalization
+from capscope.train.finetune.threshold import fitted_threshold
 
 
 def finetune(config: FinetuneConfig, evaluate_gold: Callable | None = None) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscope.bench.evaluate import fit_word_scale
-from capscope.train.finetune_checkpoints import checkpoint_scorer
-from capscope.train.finetune_config import FinetuneConfig
+from capscope.train.finetune.checkpoints import checkpoint_scorer
+from capscope.train.finetune.settings import FinetuneConfig
 
 
 def fitted_threshold(config: FinetuneConfig, checkpoint: Path, items: list[dict]) -> dict:

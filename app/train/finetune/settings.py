@@ -8,7 +8,7 @@ from typing import Callable
 
 from capscope.common.errors import CapscopeError
 from capscope.common.jsonl import read_json_lines
-from capscope.train.finetune_defaults import HOLDOUT, MINUTES
+from capscope.train.finetune.defaults import HOLDOUT, MINUTES
 
 TRAIN_PARTS = ("head", "visual")
 

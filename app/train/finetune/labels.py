@@ -16,7 +16,7 @@ from capscope.common.jsonl import read_json_lines
 from capscope.demo.dataset import write_demo_data
 from capscope.metrics.loading import demo_model_path
 from capscope.metrics.text import load_spacy, tokenize
-from capscope.train.finetune_config import FinetuneError
+from capscope.train.finetune.settings import FinetuneError
 
 
 @dataclass

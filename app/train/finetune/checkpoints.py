@@ -14,7 +14,7 @@ from capscope.metrics.infometic import capscope_checkpoint
 from capscope.metrics.loading import read_checkpoint
 from capscope.metrics.model_sources import load_infometic
 from capscope.metrics.scorer import Scorer
-from capscope.train.finetune_config import FinetuneConfig
+from capscope.train.finetune.settings import FinetuneConfig
 from capscope.train.infometic_trainer import PLAIN_CROP
 
 
