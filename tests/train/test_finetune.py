@@ -310,7 +310,8 @@ def test_the_fine_tuning_help_states_the_defaults_the_config_uses():
     import math
     import re
 
-    from capscope.commands.demo import FINETUNE_TUNABLES, register_train_infometic
+    from capscope.commands.demo import register_train_infometic
+    from capscope.commands.finetuning import FINETUNE_TUNABLES
     from capscope.train.finetune import FinetuneConfig
 
     parser = argparse.ArgumentParser()
