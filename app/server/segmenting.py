@@ -230,7 +230,9 @@ class ClickService:
         embedding = future.result()
         checked_points, checked_box = checked_prompts(points, box, embedding.width, embedding.height)
         started = time.perf_counter()
-        found = self.segmenter.candidates(embedding, checked_points, checked_box)
+        several = getattr(self.segmenter, "candidates", None)  # a segmenter with `predict` only gives one mask
+        found = several(embedding, checked_points, checked_box) if several is not None \
+            else [self.segmenter.predict(embedding, checked_points, checked_box)]
         ms = (time.perf_counter() - started) * 1000
         candidates = [mask_answer(mask, score) for mask, score in found[:MAX_CANDIDATES]]
         return {**candidates[0], "segmenter": self.segmenter.name, "fallback": bool(self.segmenter.fallback),
