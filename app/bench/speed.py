@@ -46,7 +46,7 @@ from capscope.bench.speed_precision import (
     PRECISION_METRICS, clip_s_throughput, free_towers, pass_width, precision_figures, precision_gaps, row_gaps,
 )
 from capscope.bench.speed_ray import SCORE_LOG, ray_speed, timed_score
-from capscope.bench.speed_clicks import click_latency
+from capscope.bench.speed_clicks import click_latency, prompt_quality
 from capscope.bench.speed_regions import random_checkpoint, region_source_seconds
 from capscope.bench.speed_timing import (
     best_time, caption_length_speed, machine, pairs_per_second, peak_gpu_mb, peak_rss_mb, percentile,
@@ -106,6 +106,7 @@ def run(device: str = "auto", n_pairs: int = 24, rescore_runs: int = 50, batch_s
     if click_segmenters:
         extra["click_segment"] = click_latency(click_segmenters, device=str(dev),
                                                pretrained=region_weights != "random")
+        extra["click_prompts_noc"] = prompt_quality()  # the fallback: the one with meaningful masks offline
     if dev.type == "cuda":
         extra["peak_gpu_mb_batch"] = peak_gpu
     extra.update(_other_runs(dev, pairs, metrics, batch_size, precisions, throughput_pairs, captions_per_image,
