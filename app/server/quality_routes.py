@@ -9,9 +9,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from capscope.annotation import agreement, controls, release
+from capscope.server.params import DatasetName, ItemId
 
-ItemId = Annotated[int, Path(ge=1, le=2**62)]
-DatasetName = Annotated[str, Path(max_length=200)]
 
 
 class ControlRequest(BaseModel):

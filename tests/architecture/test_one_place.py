@@ -212,7 +212,7 @@ def test_fine_tunings_budget_and_hold_out_are_written_once():
 
     from capscope.commands import demo as cmd_demo
 
-    from capscope.server import api as server
+    from capscope.server import model_routes as server
 
     from capscope.server import training
 
