@@ -5,7 +5,7 @@ same run. SAM and SAM 2 run with their real weights when they are here, else wit
 random weights of the same architecture (the networks' cost does not depend on them:
 such rows say `"weights": "random"`).
 
-`prompt_quality` adds the NoC protocol (app/studies/click_noc.py: the first click at
+`prompt_quality` adds the NoC protocol (app/demo/click_targets.py: the first click at
 the shape's innermost pixel, each next one at the innermost pixel of the larger
 error) on the demo world's shapes, with clicks alone and with a box drawn around
 the shape first (NoC@85, NoC@90, and the share of shapes a box alone brings to IoU
@@ -99,7 +99,8 @@ def click_latency(segmenters=CLICK_SEGMENTERS, clicks: int = 8, naive_clicks: in
 
 def noc(segmenter, target: np.ndarray, embedding, box: bool, goal: float, max_clicks: int = 20) -> int:
     """Prompts (a box counts as one) until IoU >= goal by the NoC protocol; max_clicks + 1 when never."""
-    from capscope.studies.click_noc import iou, next_click
+    from capscope.demo.click_targets import next_click
+    from capscope.metrics.regions import iou
 
     ys, xs = np.nonzero(target)
     drawn = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)) if box else None
@@ -125,7 +126,8 @@ def prompt_quality(segmenter=None, scenes: int = 8, seed: int = 11) -> dict:
     from PIL import Image
 
     from capscope.metrics.click_segmenters import ClassicClickSegmenter
-    from capscope.studies.click_noc import iou, write_scenes
+    from capscope.demo.click_targets import write_scenes
+    from capscope.metrics.regions import iou
 
     segmenter = segmenter or ClassicClickSegmenter()
     shapes = []

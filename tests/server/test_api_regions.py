@@ -9,6 +9,7 @@ from annotation_support import sqlite_url
 from capscope.annotation.importer import ImportOptions, import_captokeneval
 from capscope.annotation.users import add_user
 from capscope.db import Store
+from capscope.demo import click_targets
 from capscope.studies import click_noc
 
 ANN, BOB, BOSS = ("ann", "ann-password-1"), ("bob", "bob-password-1"), ("boss", "boss-password-1")
@@ -16,7 +17,7 @@ ANN, BOB, BOSS = ("ann", "ann-password-1"), ("bob", "bob-password-1"), ("boss", 
 
 @pytest.fixture()
 def scenes(tmp_path):
-    path, targets = click_noc.write_scenes(tmp_path, n=8, seed=11)
+    path, targets = click_targets.write_scenes(tmp_path, n=8, seed=11)
     store = Store(sqlite_url(tmp_path))
     import_captokeneval(store, path, ImportOptions(dataset="left-out", annotators_per_item=2, progress=False))
     for name, password in (ANN, BOB):
@@ -63,7 +64,7 @@ def test_regions_seen_by_some_and_junk_regions_count_among_those_who_saw_them(sc
                       json={"junk_regions": [0], "status": "submitted"}).status_code == 200
     target, noun = scenes.targets[ann_item["id"]][0]
     answer = scenes.post(f"/api/items/{item_id}/segment", auth=BOB,
-                         json={"points": [click_noc.next_click(target, target & False)]}).json()
+                         json={"points": [click_targets.next_click(target, target & False)]}).json()
     added = scenes.post(f"/api/items/{item_id}/regions", auth=BOB, json={"mask": answer["mask"]})
     assert added.status_code == 201 and added.json()["index"] == n and added.json()["added_by"] == "bob"
     again = scenes.post(f"/api/items/{item_id}/regions", auth=ANN, json={"mask": answer["mask"]})

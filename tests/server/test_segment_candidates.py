@@ -11,7 +11,7 @@ from capscope.annotation.users import add_user
 from capscope.metrics.click_segmenters import ClassicClickSegmenter
 from capscope.metrics.regions import rle_to_mask
 from capscope.server.segmenting import ClickService
-from capscope.studies import click_noc
+from capscope.demo import click_targets
 
 ANN = ("ann", "ann-password-1")
 MASK_FIELDS = {"box", "mask", "score"}
@@ -56,7 +56,7 @@ def test_several_candidates_each_decode_at_the_image_size(tmp_path):
 
 
 def test_the_rest_answer_carries_the_candidates(tmp_path):
-    path, _targets = click_noc.write_scenes(tmp_path, n=2, seed=3)
+    path, _targets = click_targets.write_scenes(tmp_path, n=2, seed=3)
     from capscope.db import Store
     from capscope.server.api import create_app
 

@@ -12,7 +12,7 @@ from capscope.annotation.users import add_user
 from capscope.metrics.click_segmenters import ClassicClickSegmenter
 from capscope.server import segmenting
 from capscope.server.segmenting import LOOK_AHEAD, ClickService
-from capscope.studies import click_noc
+from capscope.demo import click_targets
 
 ANN, BOB, CAROL = ("ann", "ann-password-1"), ("bob", "bob-password-1"), ("carol", "carol-password-1")
 
@@ -31,7 +31,7 @@ class CountingSegmenter(ClassicClickSegmenter):
 
 @pytest.fixture()
 def served(tmp_path):
-    path, _targets = click_noc.write_scenes(tmp_path, n=6, seed=5)
+    path, _targets = click_targets.write_scenes(tmp_path, n=6, seed=5)
     from capscope.db import Store
     from capscope.server.api import create_app
 

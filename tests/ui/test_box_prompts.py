@@ -117,10 +117,10 @@ def test_inspect_shows_the_ties_annotators_made_on_a_demo_scene(tmp_path):
     from capscope.annotation.queue import DEMO_DATASET
     from capscope.annotation.users import add_user, get_user
     from capscope.db import Store
-    from capscope.studies import click_noc
+    from capscope.demo import click_targets
     from capscope.ui.inspect import inspect_ties
 
-    path, _targets = click_noc.write_scenes(tmp_path, n=1, seed=3)
+    path, _targets = click_targets.write_scenes(tmp_path, n=1, seed=3)
     store = Store(f"sqlite:///{tmp_path / 'ties.db'}")
     import_captokeneval(store, path, ImportOptions(dataset=DEMO_DATASET, annotators_per_item=1, progress=False))
     add_user(store, "ann", "ann-password-1")

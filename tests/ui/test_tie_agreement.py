@@ -9,6 +9,7 @@ from capscope.annotation.importer import ImportOptions, import_captokeneval
 from capscope.annotation.users import add_user
 from capscope.db import Store
 from capscope.server.api import create_app
+from capscope.demo import click_targets
 from capscope.studies import click_noc
 from capscope.ui.benchmark import _majority_ties, tie_agreement
 from capscope.ui.shared import DatasetScores
@@ -26,7 +27,7 @@ def test_majority_ties_need_more_than_half_of_those_who_saw_the_region():
 def test_best_words_of_tied_regions_are_set_beside_the_ties(tmp_path, monkeypatch):
     monkeypatch.setenv("CAPSCOPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    path, targets = click_noc.write_scenes(tmp_path, n=6, seed=11)
+    path, targets = click_targets.write_scenes(tmp_path, n=6, seed=11)
     store = Store(sqlite_url(tmp_path))
     import_captokeneval(store, path, ImportOptions(dataset="ties", annotators_per_item=1, progress=False))
     add_user(store, "ann", "ann-password-1")
