@@ -95,7 +95,7 @@ class Annotator:
                                   lease_seconds=self.lease)
         if item is not None:
             item["_path"] = workflow.image_path(self.store, user, item["image_id"])
-            self.clicks.prefetch(user.name, item["image_id"], item["_path"])
+            self.clicks.prefetch(user.name, item["image_id"], item["_path"], dataset=item["dataset"])
         return item
 
     def previous(self, user: UserInfo, item_id: int | None) -> dict | None:

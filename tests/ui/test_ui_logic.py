@@ -498,6 +498,21 @@ def test_admin_only_checks_the_callers_role(dataset):
     assert list(__import__("inspect").signature(double).parameters) == ["x", "request"]
 
 
+def test_annotate_hands_out_an_item_with_its_dataset_for_the_segmenters_look_ahead(dataset):
+    """Before, Annotate's hand-outs named no dataset: a user who never clicked got no embedding ahead
+    even where the team segments (the REST hand-out did)."""
+    store, ann, _, _ = dataset
+
+    class Clicks:
+        asked = []
+
+        def prefetch(self, user, image_id, path, dataset=None):
+            self.asked.append((user, image_id, dataset))
+
+    item = Annotator(store, clicks=Clicks()).next(ann)
+    assert Clicks.asked == [("ann", item["image_id"], "demo")]
+
+
 def test_suggestions_prefer_infometic_predictions(dataset):
     from capscope.server.suggestions import Suggestions
     from capscope.ui.annotate import suggestions_hint
