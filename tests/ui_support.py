@@ -133,3 +133,56 @@ def scored(id_, image, caption, verdicts, overall):
     return {"id": id_, "image": image, "caption": caption, "tokens": tokens, "regions": [], "error": None,
             "metrics": {"infometic": {"scores": {"overall": overall}, "token_scores": [0.1] * len(words),
                                       "token_correct": verdicts, "region_scores": [], "region_mentioned": []}}}
+
+
+def served_scenes(root: Path, *, scenes: int, seed: int, dataset: str, annotators_per_item: int, users,
+                  **app_options):
+    """A served app (API and UI) over demo scenes whose named shapes have no region (the click
+    study's), with these users; yields the server with `store`, `targets` and `root` on it."""
+    import pytest
+
+    from capscope.annotation.importer import ImportOptions, import_captokeneval
+    from capscope.annotation.users import add_user
+    from capscope.db import Store
+    from capscope.demo import click_targets
+    from capscope.server.api import create_app
+    from capscope.ui.page import mount_ui
+
+    patch = pytest.MonkeyPatch()
+    for name, value in {"CAPSCOPE_DATA_DIR": root / "data", "CAPSCOPE_CACHE": root / "cache",
+                        "HF_HUB_OFFLINE": "1", "CAPSCOPE_NO_SEED": "1"}.items():
+        patch.setenv(name, str(value))
+    path, targets = click_targets.write_scenes(root, n=scenes, seed=seed)
+    store = Store(f"sqlite:///{root / 'ui.db'}")
+    import_captokeneval(store, path, ImportOptions(dataset=dataset, annotators_per_item=annotators_per_item,
+                                                   progress=False))
+    for user in users:
+        add_user(store, *user)
+    with Served(mount_ui(create_app(store=store, **app_options))) as server:
+        server.store, server.targets, server.root = store, targets, root
+        yield server
+    patch.undo()
+
+
+def click_at(page, item, x, y):
+    """Click image pixel (x, y) on Annotate's displayed (enlarged, fitted) picture."""
+    image = page.locator("#cs-annotate-image img")
+    shown = image.bounding_box()
+    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    scale = natural[0] / item["width"]
+    fit = min(shown["width"] / natural[0], shown["height"] / natural[1])
+    left = shown["x"] + (shown["width"] - natural[0] * fit) / 2
+    top = shown["y"] + (shown["height"] - natural[1] * fit) / 2
+    page.mouse.click(left + x * scale * fit, top + y * scale * fit)
+
+
+def wait_for(page, condition: str, failed_shot: str):
+    """Wait for a condition of the page; on a timeout, a screenshot and a failure that says
+    what Annotate's status line says."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    try:
+        page.wait_for_function(condition, timeout=30_000)
+    except PageTimeout:
+        shot(page, failed_shot)
+        raise AssertionError(f"{condition} did not hold; the page says: {page.inner_text('#cs-saved')}") from None

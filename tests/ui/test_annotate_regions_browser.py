@@ -9,36 +9,19 @@ import pytest
 from PIL import Image
 
 from capscope.annotation import export, workflow
-from capscope.annotation.importer import ImportOptions, import_captokeneval
-from capscope.annotation.users import add_user, get_user
-from capscope.db import Store
+from capscope.annotation.users import get_user
+from capscope.demo import click_targets
 from capscope.metrics.click_segmenters import ClassicClickSegmenter
-from capscope.metrics.regions import rle_to_mask
-from capscope.server.api import create_app
-from capscope.studies import click_noc
-from capscope.ui.page import mount_ui
-from ui_support import Served, launched_chromium, logged_in_page, shot
+from capscope.metrics.regions import iou, rle_to_mask
+from ui_support import click_at, launched_chromium, logged_in_page, served_scenes, shot, wait_for
 
 ANN, BOB = ("ann", "ann-password-1"), ("bob", "bob-password-1")
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("regions-ui")
-    patch = pytest.MonkeyPatch()
-    for name, value in {"CAPSCOPE_DATA_DIR": root / "data", "CAPSCOPE_CACHE": root / "cache",
-                        "HF_HUB_OFFLINE": "1", "CAPSCOPE_NO_SEED": "1"}.items():
-        patch.setenv(name, str(value))
-    path, targets = click_noc.write_scenes(root, n=3, seed=11)
-    store = Store(f"sqlite:///{root / 'ui.db'}")
-    import_captokeneval(store, path, ImportOptions(dataset="left-out", annotators_per_item=2, progress=False))
-    for user in (ANN, BOB):
-        add_user(store, *user)
-    app = mount_ui(create_app(store=store, segmenter="classic"))
-    with Served(app) as server:
-        server.store, server.targets, server.root = store, targets, root
-        yield server
-    patch.undo()
+    yield from served_scenes(tmp_path_factory.mktemp("regions-ui"), scenes=3, seed=11, dataset="left-out",
+                             annotators_per_item=2, users=(ANN, BOB), segmenter="classic")
 
 
 @pytest.fixture(scope="module")
@@ -46,31 +29,9 @@ def chromium():
     yield from launched_chromium()
 
 
-def click_at(page, item, x, y):
-    """Click image pixel (x, y) on Annotate's displayed (enlarged, fitted) picture."""
-    image = page.locator("#cs-annotate-image img")
-    shown = image.bounding_box()
-    natural = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
-    scale = natural[0] / item["width"]
-    fit = min(shown["width"] / natural[0], shown["height"] / natural[1])
-    left = shown["x"] + (shown["width"] - natural[0] * fit) / 2
-    top = shown["y"] + (shown["height"] - natural[1] * fit) / 2
-    page.mouse.click(left + x * scale * fit, top + y * scale * fit)
-
-
-def wait_for(page, condition: str):
-    """Wait for a condition of the page; on a timeout, fail with what the page's status line says."""
-    from playwright.sync_api import TimeoutError as PageTimeout
-
-    try:
-        page.wait_for_function(condition, timeout=30_000)
-    except PageTimeout:
-        shot(page, "annotate_added_region_failed.png")
-        raise AssertionError(f"{condition} did not hold; the page says: {page.inner_text('#cs-saved')}") from None
-
-
 def wait_saved(page, text):
-    wait_for(page, f"document.querySelector('#cs-saved').innerText.includes({json.dumps(text)})")
+    wait_for(page, f"document.querySelector('#cs-saved').innerText.includes({json.dumps(text)})",
+             "annotate_added_region_failed.png")
 
 
 @pytest.mark.slow
@@ -87,13 +48,13 @@ def test_click_segment_add_mention_and_tie_then_a_second_annotator_sees_it(chrom
     page.locator("#cs-annotate-tokens .token").first.wait_for(timeout=30_000)
     page.get_by_label("Segment +").check()
     # the first click at the shape's innermost pixel; the second where the NoC protocol puts it
-    first = click_noc.next_click(target, np.zeros_like(target))
+    first = click_targets.next_click(target, np.zeros_like(target))
     click_at(page, item, first[0], first[1])
     wait_saved(page, "1 click")
     assert "fallback" in page.inner_text("#cs-saved")
     segmenter = ClassicClickSegmenter()
     mask, _ = segmenter.predict(segmenter.embed(Image.open(served.root / f"images/{item['id']}.png")), [first])
-    second = click_noc.next_click(target, mask)
+    second = click_targets.next_click(target, mask)
     page.get_by_label("Segment +" if second[2] else "Segment −").check()
     click_at(page, item, second[0], second[1])
     wait_saved(page, "2 clicks")
@@ -106,9 +67,10 @@ def test_click_segment_add_mention_and_tie_then_a_second_annotator_sees_it(chrom
     page.get_by_label("Tie word → regions").check()
     page.locator("#cs-annotate-tokens .token").nth(noun).click()
     wait_saved(page, "picked")
-    x, y, _ = click_noc.innermost(target)
+    x, y, _ = click_targets.innermost(target)
     click_at(page, item, x, y)
-    wait_for(page, f"document.querySelector('#cs-ties').innerText.includes('→ {n + 1}')")
+    wait_for(page, f"document.querySelector('#cs-ties').innerText.includes('→ {n + 1}')",
+             "annotate_added_region_failed.png")
     shot(page, "annotate_added_region.png")
     labels = workflow.get_item(served.store, ann, item["item_id"])["labels"]
     assert labels["mentioned_regions"] == [n] and labels["links"] == [[noun, n]]
@@ -131,4 +93,4 @@ def test_click_segment_add_mention_and_tie_then_a_second_annotator_sees_it(chrom
     assert row["links"] == [{"token": noun, "region": n, "votes": 1, "total": 1}]
     # clicks on the shown picture land within a display pixel of the protocol's points, so the
     # mask is the shape's but not to the NoC study's IoU (measured through REST in tests/server)
-    assert click_noc.iou(rle_to_mask(region["mask"]), target) >= 0.7
+    assert iou(rle_to_mask(region["mask"]), target) >= 0.7

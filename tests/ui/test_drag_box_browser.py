@@ -11,17 +11,13 @@ import pytest
 from sqlalchemy import select
 
 from capscope.annotation import workflow
-from capscope.annotation.importer import ImportOptions, import_captokeneval
-from capscope.annotation.users import add_user, get_user
-from capscope.db import Store
+from capscope.annotation.users import get_user
 from capscope.db.models import Region
 from capscope.metrics.click_segmenters import ClassicClickSegmenter
-from capscope.metrics.regions import rle_to_mask
-from capscope.server.api import create_app
+from capscope.metrics.regions import iou, rle_to_mask
 from capscope.server.segmenting import ClickService
-from capscope.studies import click_noc
-from capscope.ui.page import mount_ui
-from ui_support import ARTIFACTS, Served, launched_chromium, logged_in_page, shot
+from capscope.demo import click_targets
+from ui_support import ARTIFACTS, launched_chromium, logged_in_page, served_scenes, shot
 
 ANN = ("ann", "ann-password-1")
 
@@ -45,20 +41,8 @@ class ThreeMasks(ClassicClickSegmenter):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("drag-ui")
-    patch = pytest.MonkeyPatch()
-    for name, value in {"CAPSCOPE_DATA_DIR": root / "data", "CAPSCOPE_CACHE": root / "cache",
-                        "HF_HUB_OFFLINE": "1", "CAPSCOPE_NO_SEED": "1"}.items():
-        patch.setenv(name, str(value))
-    path, targets = click_noc.write_scenes(root, n=2, seed=5)
-    store = Store(f"sqlite:///{root / 'ui.db'}")
-    import_captokeneval(store, path, ImportOptions(dataset="drag", annotators_per_item=1, progress=False))
-    add_user(store, *ANN)
-    app = mount_ui(create_app(store=store, click_service=ClickService(segmenter=ThreeMasks())))
-    with Served(app) as server:
-        server.store, server.targets, server.root = store, targets, root
-        yield server
-    patch.undo()
+    yield from served_scenes(tmp_path_factory.mktemp("drag-ui"), scenes=2, seed=5, dataset="drag",
+                             annotators_per_item=1, users=(ANN,), click_service=ClickService(segmenter=ThreeMasks()))
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +130,7 @@ def test_a_dragged_box_segments_a_click_refines_it_and_a_adds_it_with_its_box(ch
     shot(page, "annotate_drag_box.png")
 
     # a click inside refines the same region: box and click together
-    x, y, _ = click_noc.innermost(target)
+    x, y, _ = click_targets.innermost(target)
     page.mouse.click(*screen_point(page, "#cs-annotate-image", size, x + 0.5, y + 0.5))
     wait_saved(page, "box + 1 click")
     page.locator("body").press("a")
@@ -158,7 +142,7 @@ def test_a_dragged_box_segments_a_click_refines_it_and_a_adds_it_with_its_box(ch
     assert prompts["box"] is not None and len(prompts["points"]) == 1
     bx0, by0, bx1, by1 = prompts["box"]
     assert abs(bx0 - (x0 - 2)) <= 1.5 and abs(by1 - (y1 + 2)) <= 1.5  # the dragged corners, in image pixels
-    assert click_noc.iou(rle_to_mask(mask), target) >= 0.7
+    assert iou(rle_to_mask(mask), target) >= 0.7
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "drag_box_latency.json").write_text(json.dumps({"release_to_mask_ms": round(latency_ms)}))
     page.close()
