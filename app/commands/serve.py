@@ -83,7 +83,7 @@ def run_serve(args) -> int:
         if err.name != "capscope.ui.page":
             raise
     else:
-        app = mount_ui(app, session_hours=args.session_hours) or app
+        app = mount_ui(app, seed=False, session_hours=args.session_hours) or app  # the server made its first run
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info",
                 **proxy_options(args.trusted_proxies))
     return 0

@@ -26,7 +26,8 @@ Suggestion = tuple[set[int], set[int], str, str | None]  # wrong words, mentione
 
 
 @functools.lru_cache(maxsize=64)
-def _image(path: str) -> Image.Image:
+def item_picture(path: str) -> Image.Image:
+    """An item's image, decoded once for the suggestions and for Annotate's drawing (the last 64 kept)."""
     return read_image(path)
 
 
@@ -79,7 +80,7 @@ class Suggestions:
 
     def _computed(self, user: UserInfo, item: dict) -> Suggestion | None:
         try:
-            image = _image(added_regions.item_image_file(self.store, user, item["item_id"]).path)
+            image = item_picture(added_regions.item_image_file(self.store, user, item["item_id"]).path)
             regions = [{"box": r["box"], "mask": r.get("mask")} for r in item["regions"]]  # an added region's mask
             scorer, version = self.models.current()   # the scorer and its version tag as one pair
             row = self.models.score_on(scorer, image, item["caption"], regions=regions, tokens=item["tokens"],

@@ -8,7 +8,6 @@ Handlers taking `gr.SelectData` only unpack the event and call a plain
 function that takes the index."""
 from __future__ import annotations
 
-import functools
 import html
 import logging
 import threading
@@ -16,7 +15,6 @@ from datetime import datetime
 from typing import Callable
 
 import gradio as gr
-from PIL import Image
 
 from capscope.annotation import added_regions, browse, workflow
 from capscope.annotation.refusals import AnnotationError
@@ -25,10 +23,9 @@ from capscope.annotation.browse import dataset_names
 from capscope.annotation.queue import DEMO_DATASET
 from capscope.annotation.users import UserInfo, annotate_dataset, get_user, set_annotate_dataset
 from capscope.db import Store
-from capscope.metrics.images import read_image
 from capscope.server.scoring import Models
 from capscope.server.segmenting import ClickService, SegmentingBusy
-from capscope.server.suggestions import Suggestions
+from capscope.server.suggestions import Suggestions, item_picture
 from capscope.ui.shared import SCORING_EVENTS
 from capscope.pictures import draw as ui_draw
 from capscope.ui.segment_drafts import (MAX_BOX_TEXT, candidates_note, drafted_candidates, dragged_box, drawn_draft,
@@ -53,11 +50,6 @@ def guidelines_text() -> str:
     from importlib import resources
 
     return resources.files("capscope.static").joinpath("guidelines.md").read_text(encoding="utf-8")
-
-
-@functools.lru_cache(maxsize=64)
-def _image(path: str) -> Image.Image:
-    return read_image(path)
 
 
 # ---------------------------------------------------------------- plain logic
@@ -482,7 +474,7 @@ def render(annotator: Annotator, user: UserInfo, item: dict | None, note: str = 
 
 def _picture(item: dict, suggested_regions: set[int] | None) -> tuple:
     """(header, image with the chosen and suggested regions, thumbnails)."""
-    image = _image(item["_path"])
+    image = item_picture(item["_path"])
     boxes = ui_draw.shown_boxes(item["regions"])  # None for a region taken away
     labels = item.get("labels") or {}
     chosen, junk = set(labels.get("mentioned_regions", ())), set(labels.get("junk_regions", ()))

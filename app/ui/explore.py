@@ -13,7 +13,7 @@ from capscope.annotation.refusals import AnnotationError, Invalid
 from capscope.annotation.gold import gold_history
 from capscope.annotation.users import get_user
 from capscope.annotation.votes import load_item
-from capscope.common.limits import MAX_REGIONS
+from capscope.common.limits import MAX_REGIONS, finite_number
 from capscope.db import Store
 from capscope.metrics.images import read_image
 from capscope.metrics.registry import metric_title
@@ -137,7 +137,7 @@ def adjudicate_click(store: Store, admin_name: str, item_id: int, token: int | N
 def remove_region_click(store: Store, admin_name: str, item_id: int, number) -> tuple:
     """Remove region `number` (as drawn, from 1) of the item's image (annotation/removed_regions.py):
     its votes go, it stays in the history. Returns (gold overlay, gold tokens, note)."""
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or number != int(number) or number < 1:
+    if isinstance(number, bool) or not finite_number(number) or number != int(number) or number < 1:
         raise Invalid("give the number of the region to remove, as drawn (1, 2, ...)")
     outcome = removed_regions.remove_region(store, get_user(store, admin_name), item_id, int(number) - 1)
     item = load_item(store, item_id)

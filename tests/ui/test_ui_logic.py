@@ -360,7 +360,7 @@ def test_an_admin_removes_a_region_in_explore_and_the_gold_picture_no_longer_sho
     assert "region 1 removed; 1 judgement lost their votes on it" in note
     assert np.asarray(overlay).tolist() != np.asarray(before).tolist()
     assert workflow.get_item(store, ann, item["item_id"])["labels"]["mentioned_regions"] == [1]
-    for wrong in (0, 1.5, True, "1"):
+    for wrong in (0, 1.5, True, "1", float("nan"), float("inf"), None):
         with pytest.raises(AnnotationError):
             ui_explore.remove_region_click(store, "boss", item["item_id"], wrong)
     with pytest.raises(AnnotationError, match="already"):
