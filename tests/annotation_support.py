@@ -144,3 +144,24 @@ def running_server(db_url: str, extra_env: dict | None = None):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+TEAM = (("ann", "ann-password-1"), ("bob", "bob-password-1"))  # two annotators
+TEAM_ADMIN = ("boss", "boss-password-1")
+
+
+def small_team_client(tmp_path: Path):
+    """(store, REST test client) over `import_small_dataset` (2 images, 2 captions, 2 annotators an item)
+    with the annotators of TEAM and the admin TEAM_ADMIN; no scorer."""
+    from fastapi.testclient import TestClient
+
+    from capscope.annotation.users import add_user
+    from capscope.db import Store
+    from capscope.server.api import create_app
+
+    store = Store(sqlite_url(tmp_path))
+    import_small_dataset(store, tmp_path, n_images=2, n_captions=2, annotators_per_item=2)
+    for name, password in TEAM:
+        add_user(store, name, password)
+    add_user(store, *TEAM_ADMIN, role="admin")
+    return store, TestClient(create_app(store=store, scorer_factory=lambda: None), raise_server_exceptions=False)

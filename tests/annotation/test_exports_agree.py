@@ -5,26 +5,15 @@ import io
 import json
 from collections import Counter
 
-from fastapi.testclient import TestClient
-
-from annotation_support import import_small_dataset, sqlite_url
+from annotation_support import TEAM, TEAM_ADMIN, small_team_client
 from capscope.annotation import label_studio
-from capscope.annotation.users import add_user
-from capscope.db import Store
 
-ANN, BOB, BOSS = ("ann", "ann-password-1"), ("bob", "bob-password-1"), ("boss", "boss-password-1")
+(ANN, BOB), BOSS = TEAM, TEAM_ADMIN
 SCRIPT = {"X-Requested-With": "script"}  # a body-less call that changes something
 
 
 def _labelled(tmp_path):
-    store = Store(sqlite_url(tmp_path))
-    import_small_dataset(store, tmp_path, n_images=2, n_captions=2, annotators_per_item=2)
-    for name, password in (ANN, BOB):
-        add_user(store, name, password)
-    add_user(store, *BOSS, role="admin")
-    from capscope.server.api import create_app
-
-    client = TestClient(create_app(store=store, scorer_factory=lambda: None), raise_server_exceptions=False)
+    store, client = small_team_client(tmp_path)
     item = client.get("/api/items/next", auth=ANN).json()["item_id"]
     assert client.put(f"/api/items/{item}/labels", auth=ANN, json={
         "incorrect_tokens": [1], "mentioned_regions": [0], "junk_regions": [1], "links": [[2, 0]],

@@ -2,27 +2,17 @@
 region just added, its adder withdraws it while no one else has voted on it, an admin removes any
 region with the votes on it; the region keeps its index, history and audit say who did it."""
 import pytest
-from fastapi.testclient import TestClient
 
-from annotation_support import import_small_dataset, sqlite_url
-from capscope.annotation.users import add_user
-from capscope.db import Store
+from annotation_support import TEAM, TEAM_ADMIN, small_team_client
 
-ANN, BOB, BOSS = ("ann", "ann-password-1"), ("bob", "bob-password-1"), ("boss", "boss-password-1")
+(ANN, BOB), BOSS = TEAM, TEAM_ADMIN
 SCRIPT = {"X-Requested-With": "script"}
 BOX = [40, 20, 60, 44]
 
 
 @pytest.fixture()
 def team(tmp_path):
-    store = Store(sqlite_url(tmp_path))
-    import_small_dataset(store, tmp_path, n_images=2, n_captions=2, annotators_per_item=2)
-    for name, password in (ANN, BOB):
-        add_user(store, name, password)
-    add_user(store, *BOSS, role="admin")
-    from capscope.server.api import create_app
-
-    client = TestClient(create_app(store=store, scorer_factory=lambda: None), raise_server_exceptions=False)
+    store, client = small_team_client(tmp_path)
     client.item = client.get("/api/items/next", auth=ANN).json()["item_id"]
     assert client.get("/api/items/next", auth=BOB).json()["item_id"] == client.item
     yield client
