@@ -40,7 +40,7 @@ from capscope.ui.benchmark import build_benchmark
 from capscope.ui.compare import build_compare, link_to_inspect
 from capscope.ui.explore import build_explore
 from capscope.ui.inspect import banner, build_inspect
-from capscope.ui.queue_cap import cap_per_user
+from capscope.ui.queue_cap import cap_per_user, merged_load
 from capscope.ui.reviewing import build_review
 from capscope.ui.sessions import expire_sessions, session_hours as lifetime_hours
 from capscope.ui.shared import SCORING_EVENTS, DatasetScores, admin_only
@@ -142,8 +142,7 @@ def build_ui(store: Store, models: Models | None = None, examples: list[dict] | 
         demo.load(lambda: banner(models), None, [model_banner, inspect["metric"]], api_visibility="private",
                   **SCORING_EVENTS)
         for part in (annotate, explore, bench, admin, model_versions, compare, reviewing):
-            for fn, inputs, outputs in part["load"]:
-                demo.load(fn, inputs, outputs, api_visibility="private")
+            demo.load(*merged_load(part["load"]), api_visibility="private")
     return demo
 
 

@@ -98,7 +98,9 @@ def test_a_rest_flood_leaves_the_others_their_saves_and_scores(team, tmp_path):
               f"{p95(busy_saves) * 1000:.0f} ms; the flooder got {flood.codes[200]} answers and "
               f"{flood.codes[429]} refusals")
     print(report)
-    assert p95(busy_saves) < 0.100, report
+    # a save waiting behind the flood's scorings would take seconds; 2 cores shared with the flooding process
+    # give 30-150 ms (100 ms was the bound until two runs here measured 118 and 144 ms on unchanged code)
+    assert p95(busy_saves) < 0.250, report
     # the scorer is taken in turns, so bob waits for one of the flooder's scorings at most; but the flooding
     # process and the server's answers of 429 take the 2 cores' time too: 3.2x here, 4.0x on CI's machine
     # (58 ms against 14 ms idle), where eb11b64 gave 43x (see the closing note of issue 55)
@@ -178,6 +180,39 @@ def test_the_queue_takes_a_user_s_events_up_to_a_cap():
     assert "you already have 3 events" in pushed[3][1]
     queue.event_ids_to_events.clear()  # ann's events ended
     assert asyncio.run(queue.push(body=None, request=None, username="ann"))[2] == "success"
+
+
+def test_an_admin_page_loads_in_few_queued_events(tmp_path):
+    """Each tab's page loads go as one event: an admin's page queued 17, one past the cap, and on a slow
+    machine the last was refused and its tab stayed empty. A page load must leave most of the cap free."""
+    from capscope.db import Store
+    from capscope.server.scoring import Models
+    from capscope.ui.page import build_ui
+    from capscope.ui.queue_cap import PER_USER_EVENTS
+
+    demo = build_ui(Store(f"sqlite:///{tmp_path / 'loads.db'}"), Models(token_rule="paper"))
+    queued = [fn for fn in demo.fns.values() if fn.queue and any(event == "load" for _, event in fn.targets)]
+    assert 0 < len(queued) <= PER_USER_EVENTS // 2, [fn.name for fn in queued]
+
+
+def test_a_merged_load_hands_each_part_its_inputs_and_keeps_a_failure_to_itself():
+    import gradio as gr
+
+    from capscope.ui.queue_cap import merged_load
+
+    a, b, c, d = (gr.Textbox(render=False) for _ in range(4))
+
+    def broken(request):
+        raise RuntimeError("no database")
+
+    load, inputs, outputs = merged_load([(lambda x, y, request: (x + y, request), [a, b], [c, d]),
+                                         (broken, None, c), (lambda: "plain", None, [d])])
+    assert inputs == [a, b] and outputs == [c, d, c, d]
+    values = load("1", "2", "the request")
+    assert values[:2] == ("12", "the request") and values[3] == "plain"
+    assert values[2] == gr.skip()
+    alone, _, _ = merged_load([(lambda request: ["a", "list"], None, [c])])
+    assert alone(None) == ["a", "list"]  # one output: its value bare, as Gradio takes it
 
 
 def assert_success(message):
