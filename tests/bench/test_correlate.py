@@ -13,7 +13,8 @@ import scipy.stats
 from capscope.bench import human_correlation as C
 from capscope.bench import correlation_report as R
 from capscope.bench import published
-from capscope.bench.human import Loaded, Pair, Rated
+from capscope.bench.human import Loaded
+from capscope.bench.human_rows import Pair, Rated
 from capscope.cli import main
 from human_support import write_foil_file
 

@@ -14,7 +14,8 @@ from capscope.bench import correlation_report as R
 from capscope.bench import dense as D
 from capscope.bench import candidates as K
 from capscope.bench import published
-from capscope.bench.human import Loaded, Pair, load
+from capscope.bench.human import Loaded, load
+from capscope.bench.human_rows import Pair
 from capscope.cli import main
 from human_support import write_foil_file
 

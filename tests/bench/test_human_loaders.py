@@ -9,8 +9,9 @@ import pytest
 from PIL import Image
 from scipy.io import savemat
 
-from capscope.bench.human import (BENCHMARKS, PASCAL_DRAWS, PASCAL_JUDGEMENTS, Loaded, Pair, Rated, load,
-                                  missing_data_hint)
+from capscope.bench.human import BENCHMARKS, Loaded, load, missing_data_hint
+from capscope.bench.human_pairs import PASCAL_DRAWS, PASCAL_JUDGEMENTS
+from capscope.bench.human_rows import Pair, Rated
 from capscope.metrics.text import load_spacy, tokenize
 
 
