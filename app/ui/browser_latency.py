@@ -297,13 +297,14 @@ def breakdown(photo: Path, repeats: int = 7) -> dict:
 
     from PIL import Image
 
-    from capscope.ui import inspect as ui_inspect
+    from capscope.ui import inspect_scoring, inspect_views
+    from capscope.ui.caption_shading import shaded_tokens, token_metrics
     from capscope.metrics.images import read_image
     from capscope.server.scoring import Models
 
     models = Models()
     image = read_image(photo)
-    shown = next(m for m in ui_inspect.token_metrics() if m in models.available)
+    shown = next(m for m in token_metrics() if m in models.available)
     captions = edits(repeats + 1, offset=300)
     steps: dict[str, list[float]] = {}
 
@@ -313,19 +314,19 @@ def breakdown(photo: Path, repeats: int = 7) -> dict:
         steps.setdefault(name, []).append((time.perf_counter() - started) * 1000)
         return out
 
-    ui_inspect.score_caption(models, image, captions[-1], "", None)  # regions proposed, caches warm
+    inspect_scoring.score_caption(models, image, captions[-1], "", None)  # regions proposed, caches warm
     for caption in captions[:-1]:
         timed("read the upload (Gradio's preprocess: open and decode the file)",
               lambda: Image.open(photo).convert("RGB"))
-        row = timed("score every loaded metric", lambda: ui_inspect.score_caption(models, image, caption, "", None))
+        row = timed("score every loaded metric", lambda: inspect_scoring.score_caption(models, image, caption, "", None))
         timed(f"score the shown metric only ({shown})",
               lambda: models.score(image, caption, metrics=[shown]))
-        drawn = timed("draw the region overlay", lambda: ui_inspect.overlay(image, row, shown))
+        drawn = timed("draw the region overlay", lambda: inspect_views.overlay(image, row, shown))
         timed("encode the overlay (Gradio's postprocess: JPEG file, webp before)",
               lambda: drawn.save(io.BytesIO(), format="jpeg"))
-        timed("shade the words, summary, table", lambda: (ui_inspect.shaded_tokens(row, shown),
-                                                           ui_inspect.summary_markdown(row, shown),
-                                                           ui_inspect.scores_rows(row, None)))
+        timed("shade the words, summary, table", lambda: (shaded_tokens(row, shown),
+                                                           inspect_views.summary_markdown(row, shown),
+                                                           inspect_views.scores_rows(row, None)))
     return {"metric_shown": shown, "metrics_loaded": models.available, "regions": len(row["regions"]),
             "steps_ms": {k: round(statistics.median(v), 1) for k, v in steps.items()}}
 

@@ -171,11 +171,10 @@ def test_evaluate_ranks_by_the_primary_key(caption_length, tmp_path):
 
 
 def test_ui_titles_and_thresholds(caption_length):
-    from capscope.ui import inspect as ui_inspect
-    from capscope.ui import caption_shading
+    from capscope.ui import caption_shading, inspect_views
 
     row = {"caption": "a cat", "tokens": [], "metrics": {NAME: {"scores": {"words": 2}}}}
-    assert ui_inspect.scores_rows(row, None) == [["Caption length", "words", 2.0, None, "", "", ""]]  # no notes
+    assert inspect_views.scores_rows(row, None) == [["Caption length", "words", 2.0, None, "", "", ""]]  # no notes
     assert caption_shading.decision_threshold("hice") == 0.2
     assert caption_shading.decision_threshold("hice", {"features": {"threshold": 0.4218}}) == 0.4218
     assert caption_shading.decision_threshold(NAME) == 0.1

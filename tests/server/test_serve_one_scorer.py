@@ -76,14 +76,14 @@ def verdicts(row: dict, metric: str) -> tuple[list, list]:
 
 
 def test_api_and_inspect_give_the_same_verdicts(relative_server):
-    from capscope.ui import inspect as ui_inspect
+    from capscope.ui import inspect_scoring
 
     models = relative_server.app.state.models
     metrics = [m for m in ("infometic", "infoclip", "hice") if m in models.available]
     assert "infometic" in metrics
     for caption in (LONG_CAPTION, "a red circle and a blue square."):
         from_api = api_row(relative_server, caption, metrics)
-        from_page = ui_inspect.score_caption(models, scene(), caption, "", None)
+        from_page = inspect_scoring.score_caption(models, scene(), caption, "", None)
         assert from_page["tokens"] == from_api["tokens"] and from_page["regions"] == from_api["regions"]
         for metric in metrics:
             assert verdicts(from_page, metric) == verdicts(from_api, metric), metric
@@ -102,15 +102,15 @@ def test_the_server_token_rule_decides_the_words(demo_env, relative_server):
 
 
 def test_rows_record_the_token_rule(relative_server):
-    from capscope.ui import inspect as ui_inspect
+    from capscope.ui import inspect_scoring
 
     assert api_row(relative_server, "a red circle.")["model"]["token_rule"] == "relative"
-    row = ui_inspect.score_caption(relative_server.app.state.models, scene(), "a red circle.", "", None)
+    row = inspect_scoring.score_caption(relative_server.app.state.models, scene(), "a red circle.", "", None)
     assert row["model"]["token_rule"] == "relative"
 
 
 def test_clip_is_built_once_per_server(demo_env, monkeypatch):
-    from capscope.ui import inspect as ui_inspect
+    from capscope.ui import inspect_scoring
     from capscope.metrics import loading, scorer
 
     counts = {"clip": 0, "scorer": 0}
@@ -130,7 +130,7 @@ def test_clip_is_built_once_per_server(demo_env, monkeypatch):
     for metrics in (["clip-s"], None, ["infometic", "infoclip"], ["hice"]):
         api_row(client, "a red circle.", metrics)
     models = client.app.state.models
-    row = ui_inspect.score_caption(models, scene(), "a blue square.", "", None)
+    row = inspect_scoring.score_caption(models, scene(), "a blue square.", "", None)
     models.region_matches(scene(), row, 0, "infoclip")
     # PAC-S has no checkpoint here: it is left out, and the rest still load once
     assert "pac-s" not in models.available and "not found" in models.unavailable["pac-s"]

@@ -15,8 +15,8 @@ from capscope.pictures.draw import display_scale
 from capscope.server import segmenting
 from capscope.server.segmenting import ClickService
 from capscope.ui.segment_drafts import dragged_box, prompt_note
-from capscope.ui.inspect import (MAX_INSPECT_REGIONS, regions_with, segment_draft_of, segment_on_inspected,
-                                 empty_segment_draft)
+from capscope.ui.inspect_segmenting import (MAX_INSPECT_REGIONS, regions_with, segment_draft_of, segment_on_inspected,
+                                            empty_segment_draft)
 
 SIZE = (128, 96)
 
@@ -140,7 +140,7 @@ def test_inspect_shows_the_ties_annotators_made_on_a_demo_scene(tmp_path):
 
 def test_inspect_goes_round_the_segmenters_masks(picture):
     from capscope.metrics.click_segmenters import ClassicClickSegmenter
-    from capscope.ui.inspect import next_inspected_mask
+    from capscope.ui.inspect_segmenting import next_inspected_mask
 
     class TwoMasks(ClassicClickSegmenter):
         def candidates(self, embedding, points, box=None):

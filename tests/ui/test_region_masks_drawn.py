@@ -6,7 +6,7 @@ from PIL import Image
 
 from capscope.metrics.regions import mask_to_box, mask_to_rle
 from capscope.pictures import draw
-from capscope.ui import annotate, inspect
+from capscope.ui import annotate, inspect_scoring, inspect_views
 
 GREY = (200, 200, 200)
 W, H = 100, 80
@@ -87,16 +87,16 @@ def test_inspect_outlines_given_regions_by_their_masks():
     box = list(mask_to_box(mask))
     row = {"caption": "a disc", "tokens": [], "regions": [{"box": box, "confidence": None, "source": "given"}],
            "metrics": {"infometic": {"region_scores": [0.4], "region_mentioned": [True]}}, "error": None}
-    row = inspect.with_given_masks(row, [{"box": box, "mask": mask_to_rle(mask)}])
-    drawn = np.asarray(inspect.overlay(picture(), row, "infometic"))
+    row = inspect_scoring.with_given_masks(row, [{"box": box, "mask": mask_to_rle(mask)}])
+    drawn = np.asarray(inspect_views.overlay(picture(), row, "infometic"))
     scale = draw.display_scale((W, H))
     for x, y in contour_points(mask, scale, 2):
         assert near(drawn[y, x], draw.heat(0.5)), (x, y, drawn[y, x])
     for x, y in box_corners(box, scale):
         assert near(drawn[y, x], GREY)
     # boxes alone (proposals, or given boxes without masks) stay boxes
-    assert inspect.with_given_masks(row, [{"box": box}]) is row or "mask" not in \
-        inspect.with_given_masks({**row, "regions": [{"box": box}]}, [{"box": box}])["regions"][0]
+    assert inspect_scoring.with_given_masks(row, [{"box": box}]) is row or "mask" not in \
+        inspect_scoring.with_given_masks({**row, "regions": [{"box": box}]}, [{"box": box}])["regions"][0]
 
 
 def test_a_mask_of_another_size_or_malformed_falls_back_to_the_box():

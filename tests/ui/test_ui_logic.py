@@ -19,6 +19,7 @@ from capscope.ui import benchmark as ui_benchmark
 from capscope.ui import admin as ui_admin
 
 from capscope.ui import inspect as ui_inspect
+from capscope.ui import inspect_scoring, inspect_views
 
 from capscope.ui import caption_shading
 from capscope.annotation import agreement, browse, importer, workflow
@@ -134,7 +135,7 @@ def test_shading_reds_unsupported_words_and_skips_function_words():
     assert shaded[1] >= 0.6 and shaded[6] >= 0.6           # wrong words: clearly red
     assert shaded[2] < 0 and shaded[5] < 0                 # supported: purple
     assert caption_shading.wrong_words(row, "infometic") == ["red", "square"]
-    summary = ui_inspect.summary_markdown(row, "infometic")
+    summary = inspect_views.summary_markdown(row, "infometic")
     assert "~~red~~" in summary and "Regions left out:** 2 of 3" in summary and "0.200" in summary
 
 
@@ -142,16 +143,16 @@ def test_metric_without_token_scores_shades_nothing_and_falls_back():
     row = model_row([None] * 8, [], metric="clip-s")
     row["metrics"]["clip-s"]["token_correct"] = [None] * 8
     assert all(v is None for _, v in caption_shading.shaded_tokens(row, "clip-s"))
-    assert ui_inspect.shown_metric(row, "infometic") == "clip-s"
+    assert inspect_scoring.shown_metric(row, "infometic") == "clip-s"
 
 
 def test_scores_side_by_side_and_phrases():
     a = model_row([0.2] * 8, [0.3, 0.3, 0.3])
     b = model_row([0.2] * 8, [0.3, 0.3, 0.3])
     b["metrics"]["infometic"]["scores"]["overall"] = 1.0
-    rows = ui_inspect.scores_rows(a, b)
+    rows = inspect_views.scores_rows(a, b)
     assert ["InfoMetIC", "overall", 2.0, 1.0] in [r[:4] for r in rows]
-    assert ui_inspect.scores_rows(a, None)[0][3] is None
+    assert inspect_views.scores_rows(a, None)[0][3] is None
     from capscope.metrics.registry import key_note
 
     overall = next(r for r in rows if r[:2] == ["InfoMetIC", "overall"])
@@ -159,21 +160,21 @@ def test_scores_side_by_side_and_phrases():
     assert overall[4:] == [note.range, "higher is better", note.meaning]
     a["metrics"]["hice"] = {"scores": {}, "phrases": [{"text": "red circle", "tokens": [1, 2], "score": 0.31,
                                                        "correct": True}]}
-    assert "| red circle | 0.310 | ✓ |" in ui_inspect.phrases_markdown(a)
+    assert "| red circle | 0.310 | ✓ |" in inspect_views.phrases_markdown(a)
 
 
 def test_region_report_names_the_best_match():
     row = model_row([0.2] * 8, [0.3, 0.01, 0.3])
-    text = ui_inspect.region_report(row, "infometic", 1, [("blue", 0.31), ("square", 0.2)])
+    text = inspect_views.region_report(row, "infometic", 1, [("blue", 0.31), ("square", 0.2)])
     assert "Region 2" in text and "not mentioned" in text and "**blue**" in text
-    assert "Click inside" in ui_inspect.region_report(None, "infometic", None, [])
+    assert "Click inside" in inspect_views.region_report(None, "infometic", None, [])
 
 
 def test_token_shade_bounds():
     assert caption_shading.token_shade(0.0, False, 0.1) == 1.0
     assert caption_shading.token_shade(1.0, True, 0.1) == -0.7
     assert caption_shading.token_shade(None, None, 0.1) is None
-    assert ui_inspect.parse_references(" a\n\n b ") == ["a", "b"] and ui_inspect.parse_references("") is None
+    assert inspect_views.parse_references(" a\n\n b ") == ["a", "b"] and inspect_views.parse_references("") is None
 
 
 # ---------------------------------------------------------------- models
@@ -225,16 +226,16 @@ def test_a_keystroke_scores_the_shown_metric_first_and_the_rest_once():
             return row
 
     models, image = Models(FakeScorer), Image.new("RGB", (224, 224))
-    first, shaded = ui_inspect.words_first(models, image, CAPTION, "", None, "hice")
+    first, shaded = inspect_scoring.words_first(models, image, CAPTION, "", None, "hice")
     assert calls == [["hice"]] and list(first["metrics"]) == ["hice"]
     assert [text for text, _ in shaded] == caption_shading.token_segments(CAPTION, tokens())
     assert shaded[2][1] > 0 and shaded[1][1] < 0  # "circle" (0.05) is shaded red, "red" (0.5) purple
-    row = ui_inspect.score_rest(models, image, CAPTION, "", None, first)
+    row = inspect_scoring.score_rest(models, image, CAPTION, "", None, first)
     assert calls[1] == ["infometic", "clip-s"]  # hice is not scored again
     assert set(row["metrics"]) == {"infometic", "clip-s", "hice"} and row["metrics"]["hice"]["scores"] == {"s": 4.0}
-    ui_inspect.score_rest(models, image, CAPTION + " again", "", None, first)  # the caption moved on
+    inspect_scoring.score_rest(models, image, CAPTION + " again", "", None, first)  # the caption moved on
     assert calls[2] == ["infometic", "clip-s", "hice"]
-    assert ui_inspect.words_first(models, image, CAPTION, "", None, "pac-s")[0] is not None
+    assert inspect_scoring.words_first(models, image, CAPTION, "", None, "pac-s")[0] is not None
     assert calls[3] == ["infometic", "clip-s", "hice"]  # a metric not loaded: every loaded one
     from capscope.ui.page import static_text
 
@@ -249,7 +250,7 @@ def test_an_overtaken_scoring_does_not_overwrite_a_newer_caption():
     caption is kept (a pause's whole row after the last key's words)."""
     from types import SimpleNamespace
 
-    latest = ui_inspect.LatestShown(pages=4)
+    latest = inspect_scoring.LatestShown(pages=4)
     page, other = SimpleNamespace(session_hash="p1", username="ann"), SimpleNamespace(session_hash="p2", username="ann")
     upload = latest.start(page, "a")        # an upload's whole row, of the caption typed so far ("a re")
     rest = latest.start(page, "a")          # the pause's whole row of "a red"
@@ -581,9 +582,9 @@ def test_without_any_model_the_page_says_so_and_scoring_fails_softly():
     models = Models(factory)
     text = ui_inspect.banner(models)[0]["value"]
     assert "No scoring model" in text
-    row = ui_inspect.score_caption(models, Image.new("RGB", (32, 32)), "a red circle.", "", None)
+    row = inspect_scoring.score_caption(models, Image.new("RGB", (32, 32)), "a red circle.", "", None)
     assert "no metric can be loaded" in row["error"]
-    assert "Cannot score" in ui_inspect.summary_markdown(row, "infometic")
+    assert "Cannot score" in inspect_views.summary_markdown(row, "infometic")
 
 
 def test_scratch_folders_of_earlier_requests_go_once_old(monkeypatch, tmp_path):

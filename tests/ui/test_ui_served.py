@@ -139,7 +139,7 @@ def test_api_correlate_reads_files_inside_the_data_roots_only(served, tmp_path):
 
 
 def test_region_click_reports_best_matching_words(served):
-    from capscope.ui.inspect import click_report, score_caption
+    from capscope.ui.inspect_scoring import click_report, score_caption
 
     image = Image.open(sorted((Path(os.environ["CAPSCOPE_DATA_DIR"]) / "demo-data" / "images").glob("*.png"))[0])
     image = image.convert("RGB")
