@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ("metrics", "app", "annotation", "db")
 RULE_NAMES = {"token_rule", "region_rule", "rule", "beta", "word_scale", "word_threshold_scale", "verdict"}
 # not the token rule's β: the random walker's edge weight (click segmenting)
-NOT_THE_RULE = {("metrics/click_segmenters.py", "__init__", "beta")}
+NOT_THE_RULE = {("metrics/click_classic.py", "__init__", "beta")}
 # None there means "the config's rule", not one of its own
 NO_OVERRIDE = {("app/server/api.py", "create_app", "token_rule")}
 # still defaulting, to be handed the rule (issue 70 follow-up): this list only shrinks
