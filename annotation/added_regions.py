@@ -19,7 +19,8 @@ from sqlalchemy import select
 from capscope.annotation.access import item_image
 from capscope.annotation.refusals import Invalid
 from capscope.annotation.users import UserInfo
-from capscope.annotation.workflow import record_region_added, region_view
+from capscope.annotation.item_views import region_view
+from capscope.annotation.workflow import record_region_added
 from capscope.common.limits import MAX_ADDED_REGIONS, MAX_REGIONS, finite_number
 from capscope.db import Image, Region, Store, utcnow
 from capscope.metrics.regions import checked_rle_mask, clip_box, mask_to_box, mask_to_rle

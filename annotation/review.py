@@ -28,7 +28,7 @@ from typing import Iterable
 
 from sqlalchemy import and_, func, or_, select
 
-from capscope.annotation import audit, revisions, workflow
+from capscope.annotation import audit, item_views, revisions, workflow
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.revisions import LabelState
 from capscope.annotation.users import UserInfo
@@ -132,8 +132,8 @@ def review_view(session, assignment: Assignment) -> dict:
     """The item with the annotator's labels (`labels`), who they are, where the judgement
     stands in review (`review`), its history (every step, who took it, the comments) and,
     for a judgement submitted again after a return, what the annotator changed since."""
-    view = workflow.item_view(session, assignment)
-    history = workflow.revisions_view(session, assignment)
+    view = item_views.item_view(session, assignment)
+    history = item_views.revisions_view(session, assignment)
     returned = next((h for h in reversed(history) if h["action"] == "returned"), None)
     since = None
     if returned is not None and assignment.status == "submitted":
@@ -245,7 +245,7 @@ def decide(store: Store, user: UserInfo, assignment_id: int, decision: str, comm
         audit.record_in(session, "review decision", target=f"item {assignment.caption_id}", details=details,
                         actor=user.name)
         return {"assignment_id": assignment.id, "item_id": assignment.caption_id, "decision": outcome,
-                "review": workflow.review_state(assignment), "labels": workflow.labels_view(session, assignment),
+                "review": item_views.review_state(assignment), "labels": item_views.labels_view(session, assignment),
                 "diff": diff}
 
     return store.run_write(work)

@@ -23,11 +23,13 @@ JSON-ready dicts.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Callable, Iterable
+from typing import Iterable
 
 from sqlalchemy import and_, exists, func, or_, select
 
 from capscope.annotation.access import item_caption
+from capscope.annotation.item_views import item_view, labels_view, revisions_view
+from capscope.annotation.label_edits import Change, label_edit, link_toggle, requested_edit, toggle_change
 from capscope.annotation.refusals import Forbidden, Invalid, NotFound
 from capscope.annotation.queue import candidate_captions, control_for, holds_slot, queue_order_of
 from capscope.annotation.removed_regions import removed_indices, take_away, voted_by_others
@@ -38,28 +40,18 @@ from capscope.db import (
     Caption,
     Dataset,
     Flag,
-    GoldLabel,
     Image,
     LabelRevision,
-    Prediction,
     Region,
     Store,
-    Token,
     utcnow,
 )
 
 LEASE_SECONDS = 30 * 60
 IDLE_CAP = timedelta(minutes=2)  # time spent counts at most this much between two saves
-STATUSES = ("draft", "submitted", "skipped")
 FLAG_KINDS = ("unsure", "bad_image", "bad_caption", "comment")
 MAX_COMMENT_CHARS = 5000
 
-
-def image_url(image_id: int) -> str:
-    return f"/api/images/{image_id}"
-
-
-# ---------------------------------------------------------------- queue
 
 def next_item(store: Store, user: UserInfo, *, dataset: str | None = None,
               lease_seconds: int = LEASE_SECONDS, now: datetime | None = None) -> dict | None:
@@ -131,97 +123,6 @@ def _create_assignment(session, caption_id: int, user: UserInfo, now: datetime, 
 
 # ---------------------------------------------------------------- item views
 
-def item_view(session, assignment: Assignment | None, caption: Caption | None = None,
-              include_predictions: bool = False) -> dict:
-    """Everything a client needs to show an item, with the user's current labels."""
-    caption = caption or assignment.caption
-    image = caption.image
-    regions = session.scalars(select(Region).where(Region.image_id == image.id).order_by(Region.index)).all()
-    view = {
-        "item_id": caption.id,
-        "id": caption.external_id,
-        "dataset": caption.dataset.name,
-        "image_id": image.id,
-        "image_url": image_url(image.id),
-        "width": image.width,
-        "height": image.height,
-        "caption": caption.text,
-        "references": caption.references,
-        "tokens": [{"text": t.text, "start": t.start, "end": t.end, "semantic": t.semantic}
-                   for t in caption.tokens],
-        "regions": [region_view(r) for r in regions],
-        "labels": labels_view(session, assignment) if assignment else None,
-        "review": review_state(assignment),
-        "answer": control_answer(session, assignment, caption),
-    }
-    if include_predictions:
-        view["predictions"] = predictions_of(session, caption.id)
-    return view
-
-
-def control_answer(session, assignment: Assignment | None, caption: Caption) -> dict | None:
-    """The gold of a control its annotator has submitted, where the dataset shows answers
-    (annotation/controls.py); None otherwise, so nothing before a submit tells a control apart."""
-    if assignment is None or assignment.status != "submitted" or not caption.control \
-            or not caption.dataset.show_control_answers:
-        return None
-    gold = session.get(GoldLabel, caption.id)
-    return None if gold is None else {"token_labels": gold.token_labels, "region_labels": gold.region_labels}
-
-
-def review_state(assignment: Assignment | None) -> dict | None:
-    """Where the assignment's judgement stands in review (None: not under review): its
-    status (pending, accepted, corrected, returned), the reviewer's comment and name."""
-    if assignment is None or assignment.review_status is None:
-        return None
-    return {"status": assignment.review_status, "comment": assignment.review_comment,
-            "reviewer": assignment.reviewer,
-            "reviewed_at": None if assignment.reviewed_at is None else assignment.reviewed_at.isoformat() + "Z"}
-
-
-def region_view(region: Region) -> dict:
-    """A region as clients get it; `removed` (None, or when, by whom and how it was taken
-    away: annotation/removed_regions.py) says it is no longer to be drawn or labelled."""
-    removed = None if region.removed_at is None else {
-        "at": region.removed_at.isoformat() + "Z", "by": region.removed_by, "how": region.removed_how}
-    return {"index": region.index, "box": region.box, "confidence": region.confidence, "source": region.source,
-            "added_by": region.added_by, "mask": region.mask_rle,
-            "created_at": None if region.created_at is None else region.created_at.isoformat() + "Z",
-            "removed": removed}
-
-
-def labels_view(session, assignment: Assignment, known: tuple[LabelState, bool] | None = None) -> dict:
-    """The assignment's label state; `known` = (state, can_undo) when the caller has them."""
-    if known is None:
-        state = current_state(session, assignment)
-        head = head_revision(session, assignment)
-        can_undo = head is not None and head.undo_to is not None
-    else:
-        state, can_undo = known
-    return {
-        "item_id": assignment.caption_id,
-        "incorrect_tokens": sorted(state.tokens),
-        "mentioned_regions": sorted(state.regions),
-        "junk_regions": sorted(state.junk),
-        "links": [list(pair) for pair in sorted(state.links)],
-        "status": assignment.status,
-        "revision": assignment.revision,
-        "can_undo": can_undo,
-        "saved_at": assignment.updated_at.isoformat() + "Z",
-        "lease_expires_at": assignment.lease_expires_at.isoformat() + "Z",
-        "time_spent_ms": assignment.time_spent_ms,
-    }
-
-
-def predictions_of(session, caption_id: int) -> list[dict]:
-    rows = session.scalars(select(Prediction).where(Prediction.caption_id == caption_id)
-                           .order_by(Prediction.metric, Prediction.created_at.desc()))
-    return [{"metric": p.metric, "model_version": p.model_version, "scores": p.scores,
-             "token_scores": p.token_scores, "region_scores": p.region_scores, "uncertainty": p.uncertainty,
-             "word_scale": p.word_scale}
-            for p in rows]
-
-
 def get_item(store: Store, user: UserInfo, item_id: int, *, include_predictions: bool = False) -> dict:
     """An item with this user's labels on it. Annotators see only items given
     to them; admins see any (with `labels` None when it is not theirs)."""
@@ -251,9 +152,6 @@ def image_path(store: Store, user: UserInfo, image_id: int) -> str:
 
 
 # ---------------------------------------------------------------- changing labels
-
-Change = Callable[[object, Assignment, LabelState], tuple[LabelState, str, int | None] | None]
-
 
 def _locked_assignment(session, user: UserInfo, item_id: int) -> Assignment:
     assignment = session.scalar(select(Assignment).where(Assignment.caption_id == item_id,
@@ -317,73 +215,6 @@ def _into_review(session, assignment: Assignment, action: str) -> str:
     return "resubmitted" if returned else "submitted"
 
 
-def _item_size(session, caption_id: int) -> tuple[int, int]:
-    n_tokens = select(func.count()).select_from(Token).where(Token.caption_id == caption_id).scalar_subquery()
-    n_regions = (select(func.count()).select_from(Region).join(Caption, Caption.image_id == Region.image_id)
-                 .where(Caption.id == caption_id).scalar_subquery())
-    return tuple(session.execute(select(n_tokens, n_regions)).one())
-
-
-def _checked_indices(values: Iterable, size: int, what: str) -> set[int]:
-    indices = set()
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise Invalid(f"{what} indices must be integers, got {value!r}")
-        if not 0 <= value < size:
-            raise Invalid(f"{what} index {value} is out of range (this item has {size} {what}s)")
-        indices.add(value)
-    return indices
-
-
-def _resolved_status(current: str, requested: str) -> str:
-    if requested not in STATUSES:
-        raise Invalid(f"status must be one of {', '.join(STATUSES)}, got {requested!r}")
-    # a draft save after submitting is an edit of the submitted labels
-    return "submitted" if requested == "draft" and current == "submitted" else requested
-
-
-def _checked_links(values: Iterable, n_tokens: int, n_regions: int) -> frozenset[tuple[int, int]]:
-    pairs = set()
-    for value in values:
-        if not isinstance(value, (list, tuple)) or len(value) != 2:
-            raise Invalid(f"a link is [token_index, region_index], got {value!r}")
-        (token,) = _checked_indices([value[0]], n_tokens, "token")
-        (region,) = _checked_indices([value[1]], n_regions, "region")
-        pairs.add((token, region))
-    return frozenset(pairs)
-
-
-def _edit(new_tokens: Iterable[int] | None, new_regions: Iterable[int] | None, requested_status: str | None,
-          new_junk: Iterable[int] | None = None, new_links: Iterable | None = None,
-          sent: list[int | None] | None = None) -> Change:
-    """A change to the given parts of the label state (None: that part stays); `sent`: how
-    many of each a client sent, duplicates included (`_checked_sizes`)."""
-    def change(session, assignment, state: LabelState):
-        n_tokens, n_regions = _item_size(session, assignment.caption_id)
-        if sent is not None:
-            _checked_sizes(sent, n_tokens, n_regions)
-        tokens = state.tokens if new_tokens is None else frozenset(_checked_indices(new_tokens, n_tokens, "token"))
-        regions = state.regions if new_regions is None else frozenset(
-            _checked_indices(new_regions, n_regions, "region"))
-        junk = state.junk if new_junk is None else frozenset(_checked_indices(new_junk, n_regions, "region"))
-        links = state.links if new_links is None else _checked_links(new_links, n_tokens, n_regions)
-        both = regions & junk
-        if both:
-            raise Invalid(f"region {min(both)} cannot be both mentioned and junk (no object)")
-        _refuse_removed(session, assignment.caption_id, (regions - state.regions) | (junk - state.junk)
-                        | {r for _, r in links - state.links})
-        status = state.status if requested_status is None else _resolved_status(state.status, requested_status)
-        head = head_revision(session, assignment)
-        edited = LabelState(tokens, regions, status, junk, links)
-        labels_changed = (tokens, regions, junk, links) != (state.tokens, state.regions, state.junk, state.links)
-        # a change of status alone is not an undo step: undo skips over it
-        undo_to = assignment.revision if labels_changed else (head.undo_to if head else None)
-        action = "edit" if labels_changed else status
-        return edited, action, undo_to
-
-    return change
-
-
 def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],
                 mentioned_regions: Iterable[int], status: str = "draft", *, junk_regions: Iterable[int] | None = None,
                 links: Iterable | None = None, **kw) -> dict:
@@ -392,12 +223,7 @@ def save_labels(store: Store, user: UserInfo, item_id: int, incorrect_tokens: It
     their types and made unique before the write begins, so that the write
     lock is held for what the item can hold, not for what was sent; a list
     longer than the item allows (ties: words x regions) is refused."""
-    given = (incorrect_tokens, mentioned_regions, junk_regions, links)
-    sent = [None if values is None else len(values) for values in map(_listed, given)]
-    tokens, regions, junk = (None if v is None else _unique_indices(v, what)
-                             for v, what in zip(given, ("token", "region", "region")))
-    pairs = None if links is None else _unique_pairs(links)
-    edit = _edit(tokens, regions, status, junk, pairs, sent=sent)
+    edit = requested_edit(incorrect_tokens, mentioned_regions, junk_regions, links, status)
     return _apply(store, user, item_id, edit, **kw)
 
 
@@ -407,51 +233,8 @@ def edited_state(session, assignment: Assignment, state: LabelState, incorrect_t
     """`state` with the given parts replaced (None: that part stays), checked against the item
     as a save is (indices in range, lists no longer than the item allows, no region both
     mentioned and junk); the status stays. For a reviewer's correction (annotation/review.py)."""
-    given = (incorrect_tokens, mentioned_regions, junk_regions, links)
-    sent = [None if values is None else len(values) for values in map(_listed, given)]
-    tokens, regions, junk = (None if v is None else _unique_indices(v, what)
-                             for v, what in zip(given, ("token", "region", "region")))
-    pairs = None if links is None else _unique_pairs(links)
-    return _edit(tokens, regions, None, junk, pairs, sent=sent)(session, assignment, state)[0]
-
-
-def _refuse_removed(session, caption_id: int, named: set[int]) -> None:
-    """A new label or tie may not name a region that was taken away."""
-    if not named:
-        return
-    gone = named & removed_indices(session, caption_id)
-    if gone:
-        raise Invalid(f"region {min(gone)} was taken away; reload the item")
-
-
-def _listed(values: Iterable | None) -> list | None:
-    return None if values is None else values if isinstance(values, (list, tuple, set, frozenset)) else list(values)
-
-
-def _unique_indices(values: Iterable, what: str) -> frozenset[int]:
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise Invalid(f"{what} indices must be integers, got {value!r}")
-    return frozenset(values)
-
-
-def _unique_pairs(values: Iterable) -> frozenset[tuple[int, int]]:
-    pairs = set()
-    for value in values:
-        if not isinstance(value, (list, tuple)) or len(value) != 2:
-            raise Invalid(f"a link is [token_index, region_index], got {value!r}")
-        _unique_indices(value[:1], "token")
-        _unique_indices(value[1:], "region")
-        pairs.add((value[0], value[1]))
-    return frozenset(pairs)
-
-
-def _checked_sizes(sent: list[int | None], n_tokens: int, n_regions: int) -> None:
-    """A save's lists are at most as long as the item allows (duplicates included)."""
-    most = (n_tokens, n_regions, n_regions, n_tokens * n_regions)
-    for count, limit, what in zip(sent, most, ("incorrect tokens", "mentioned regions", "junk regions", "ties")):
-        if count is not None and count > limit:
-            raise Invalid(f"{count} {what} sent; this item has room for {limit}")
+    return requested_edit(incorrect_tokens, mentioned_regions, junk_regions, links, None)(
+        session, assignment, state)[0]
 
 
 def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_tokens: Iterable[int],
@@ -482,42 +265,24 @@ def record_judgement(store: Store, user: UserInfo, item_id: int, incorrect_token
     return True
 
 
-def _toggle(kind: str, index: int) -> Change:
-    def change(session, assignment, state: LabelState):
-        n_tokens, n_regions = _item_size(session, assignment.caption_id)
-        _checked_indices([index], n_tokens if kind == "token" else n_regions, "token" if kind == "token" else "region")
-        if kind == "token":
-            return _edit(state.tokens ^ {index}, None, None)(session, assignment, state)
-        if kind == "region":  # mentioning a region takes back a junk mark on it
-            return _edit(None, state.regions ^ {index}, None, state.junk - {index})(session, assignment, state)
-        return _edit(None, state.regions - {index}, None, state.junk ^ {index})(session, assignment, state)
-
-    return change
-
-
 def toggle_token(store: Store, user: UserInfo, item_id: int, index: int, **kw) -> dict:
     """Flip one token between incorrect and correct; saved at once."""
-    return _apply(store, user, item_id, _toggle("token", index), **kw)
+    return _apply(store, user, item_id, toggle_change("token", index), **kw)
 
 
 def toggle_region(store: Store, user: UserInfo, item_id: int, index: int, **kw) -> dict:
     """Flip one region between mentioned and not mentioned; saved at once."""
-    return _apply(store, user, item_id, _toggle("region", index), **kw)
+    return _apply(store, user, item_id, toggle_change("region", index), **kw)
 
 
 def toggle_junk(store: Store, user: UserInfo, item_id: int, index: int, **kw) -> dict:
     """Flip one region between junk (no object) and not; junk is never mentioned."""
-    return _apply(store, user, item_id, _toggle("junk", index), **kw)
+    return _apply(store, user, item_id, toggle_change("junk", index), **kw)
 
 
 def toggle_link(store: Store, user: UserInfo, item_id: int, token: int, region: int, **kw) -> dict:
     """Tie a word to a region, or untie it; saved at once."""
-    def change(session, assignment, state: LabelState):
-        n_tokens, n_regions = _item_size(session, assignment.caption_id)
-        pair = next(iter(_checked_links([(token, region)], n_tokens, n_regions)))
-        return _edit(None, None, None, None, state.links ^ {pair})(session, assignment, state)
-
-    return _apply(store, user, item_id, change, **kw)
+    return _apply(store, user, item_id, link_toggle(token, region), **kw)
 
 
 def _revision_state(revision: LabelRevision, status: str) -> LabelState:
@@ -574,12 +339,12 @@ def record_region_added(session, user: UserInfo, item_id: int, index: int, now: 
 
 def submit(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
     """Submit the current labels (unflagged tokens count as correct)."""
-    return _apply(store, user, item_id, _edit(None, None, "submitted"), **kw)
+    return _apply(store, user, item_id, label_edit(None, None, "submitted"), **kw)
 
 
 def skip(store: Store, user: UserInfo, item_id: int, **kw) -> dict:
     """Give the item back: its slot goes to someone else, never again to this user."""
-    return _apply(store, user, item_id, _edit(None, None, "skipped"), **kw)
+    return _apply(store, user, item_id, label_edit(None, None, "skipped"), **kw)
 
 
 def history(store: Store, user: UserInfo, item_id: int) -> list[dict]:
@@ -590,19 +355,6 @@ def history(store: Store, user: UserInfo, item_id: int) -> list[dict]:
         if assignment is None:
             raise NotFound(f"you have no labels on item {item_id}")
         return revisions_view(session, assignment)
-
-
-def revisions_view(session, assignment: Assignment) -> list[dict]:
-    """Every revision of the assignment, oldest first: who took the step (`by`: the annotator,
-    or a reviewer) and the reviewer's comment."""
-    revisions = session.scalars(select(LabelRevision).where(LabelRevision.assignment_id == assignment.id)
-                                .order_by(LabelRevision.revision))
-    annotator = assignment.user.name
-    return [{"revision": r.revision, "action": r.action, "status": r.status,
-             "incorrect_tokens": r.incorrect_tokens, "mentioned_regions": r.mentioned_regions,
-             "junk_regions": r.junk_regions or [], "links": r.links or [],
-             "at": r.created_at.isoformat() + "Z", "by": r.actor or annotator, "comment": r.comment}
-            for r in revisions]
 
 
 def add_flag(store: Store, user: UserInfo, item_id: int, kind: str, comment: str = "") -> dict:

@@ -69,7 +69,7 @@ class Suggestions:
         """From the item's newest stored predictions (a token metric's), decided under the server's
         token rule at the scale the prediction was made with (a fine-tuned version's fitted one)."""
         full = workflow.get_item(self.store, user, item["item_id"], include_predictions=True)
-        # newest first per metric (workflow.predictions_of): after an activation, the active version's
+        # newest first per metric (item_views.predictions_of): after an activation, the active version's
         stored = {p["metric"]: p for p in reversed(full.get("predictions") or []) if p.get("token_scores")}
         metric = next((m for m in metric_names(kind="token") if m in stored), None)
         if metric is None:
