@@ -3,7 +3,7 @@ with its interval and the papers' value beside it, and the sources cited."""
 from __future__ import annotations
 
 from capscope.bench.evaluate import format_figures
-from capscope.bench.human_correlation import CATEGORIES
+from capscope.bench.pair_agreement import CATEGORIES
 
 
 def format_result(result: dict) -> str:

@@ -11,11 +11,15 @@ import pytest
 import scipy.stats
 
 from capscope.bench import human_correlation as C
+from capscope.bench import published_comparison as P
+from capscope.bench import rating_correlation as RC
+from capscope.bench import token_agreement as T
 from capscope.bench import correlation_report as R
 from capscope.bench import published
 from capscope.bench.human import Loaded
 from capscope.bench.human_rows import Pair, Rated
 from capscope.cli import main
+from capscope.common.stats import bootstrap_interval
 from human_support import write_foil_file
 
 
@@ -67,11 +71,11 @@ def test_kendall_by_hand_and_against_scipy():
     # P = 3 concordant, no discordant, 1 pair tied in x only, 2 in y only:
     # tau_b = 3 / sqrt(4 * 5); tau_c = 2 * 3 / (4^2 * (2 - 1) / 2) = 0.75 (m = 2 distinct y)
     x, y = [1, 2, 2, 3], [1, 1, 2, 2]
-    assert C.kendall(x, y, "b") == pytest.approx(3 / math.sqrt(20), abs=1e-12)
-    assert C.kendall(x, y, "c") == pytest.approx(0.75, abs=1e-12)
+    assert RC.kendall(x, y, "b") == pytest.approx(3 / math.sqrt(20), abs=1e-12)
+    assert RC.kendall(x, y, "c") == pytest.approx(0.75, abs=1e-12)
     rng = np.random.default_rng(3)
     scores, human = rng.normal(size=200), rng.integers(1, 5, 200).astype(float)
-    figures = C.rating_figures(scores, human, [str(i // 4) for i in range(200)], "tau_c", 50, 0)
+    figures = RC.rating_figures(scores, human, [str(i // 4) for i in range(200)], "tau_c", 50, 0)
     for variant in "bc":
         expected = scipy.stats.kendalltau(scores, human, variant=variant).statistic
         assert abs(figures[f"tau_{variant}"] - expected) < 1e-9
@@ -83,18 +87,18 @@ def test_bootstrap_resamples_groups_is_seeded_and_contains_the_estimate():
     human = rng.integers(1, 5, 300).astype(float)
     scores = human + rng.normal(0, 1.0, 300)
     groups = [f"img{i // 3}" for i in range(300)]
-    figures = C.rating_figures(scores, human, groups, "tau_c", 300, seed=7)
+    figures = RC.rating_figures(scores, human, groups, "tau_c", 300, seed=7)
     lo, hi = figures["ci95"]
     assert lo < figures["tau_c"] < hi and 0 < hi - lo < 0.3
-    assert C.rating_figures(scores, human, groups, "tau_c", 300, seed=7)["ci95"] == [lo, hi]
-    assert C.rating_figures(scores, human, groups, "tau_c", 300, seed=8)["ci95"] != [lo, hi]
+    assert RC.rating_figures(scores, human, groups, "tau_c", 300, seed=7)["ci95"] == [lo, hi]
+    assert RC.rating_figures(scores, human, groups, "tau_c", 300, seed=8)["ci95"] != [lo, hi]
     # whole groups are drawn: two groups of constant value 0 and 1 give means 0, 1/2 or 1 only
     means = []
-    C.bootstrap_interval(lambda idx: means.append(np.mean(np.array([0, 0, 1, 1])[idx])) or 0.0, ["a", "a", "b", "b"], 200)
+    bootstrap_interval(lambda idx: means.append(np.mean(np.array([0, 0, 1, 1])[idx])) or 0.0, ["a", "a", "b", "b"], 200)
     assert set(means) <= {0.0, 0.5, 1.0} and len(set(means)) == 3
     # a draw's rows are its picked groups' members, group after group, in the order drawn
     groups, seen = ["b", "a", "b", "c", "a", "b"], []
-    C.bootstrap_interval(lambda idx: seen.append(list(idx)) or 0.0, groups, 3, seed=4)
+    bootstrap_interval(lambda idx: seen.append(list(idx)) or 0.0, groups, 3, seed=4)
     members = {"a": [1, 4], "b": [0, 2, 5], "c": [3]}
     picked = np.random.default_rng(4).integers(0, 3, (3, 3))
     assert seen == [[i for g in draw for i in members["abc"[g]]] for draw in picked]
@@ -176,8 +180,8 @@ def test_published_values_as_the_papers_print_them():
 
 def test_table_prints_published_values_and_their_sources():
     figures = {"n": 100, "tau_b": 0.50, "tau_c": 0.516, "pearson": 0.6, "statistic": "tau_c", "ci95": [0.49, 0.54]}
-    figures = C.with_published(figures, "flickr8k-expert", "tau_c", "clip-s.clip_s")
-    far = C.with_published({"n": 100, "tau_b": 0.3, "tau_c": 0.31, "pearson": 0.4, "statistic": "tau_c",
+    figures = P.with_published(figures, "flickr8k-expert", "tau_c", "clip-s.clip_s")
+    far = P.with_published({"n": 100, "tau_b": 0.3, "tau_c": 0.31, "pearson": 0.4, "statistic": "tau_c",
                             "ci95": [0.29, 0.33]}, "flickr8k-expert", "tau_c", "infometic.overall")
     result = C.finish({"benchmark": "flickr8k-expert", "kind": "rating", "n": 100, "protocol": "p",
                        "statistic": "tau_c", "bootstrap": {"draws": 1000, "seed": 0},
@@ -363,11 +367,11 @@ def test_average_precision_and_pos_breakdown_by_hand():
     predictions = [{"token_scores": [0.05, 0.5, 0.3], "token_correct": [False, True, True]},
                    {"token_scores": [0.2, 0.6], "token_correct": [True, True]}]
     # ranked by -score: red(inc), blue, runs, dog, cat(inc) -> AP = (1/1 + 2/5) / 2 = 0.7
-    ap, interval = C.incorrect_average_precision(items, predictions, draws=50, seed=1)
+    ap, interval = T.incorrect_average_precision(items, predictions, draws=50, seed=1)
     assert ap == pytest.approx(0.7)
     assert interval is not None and interval[0] <= interval[1]
     nlp = TaggingNlp({"red": "ADJ", "blue": "ADJ", "dog": "NOUN", "cat": "NOUN", "runs": "VERB"})
-    table, _ = C.pos_breakdown(items, predictions, nlp)
+    table, _ = T.pos_breakdown(items, predictions, nlp)
     assert table["ADJ"] == {"n": 2, "incorrect": 1, "accuracy": 1.0, "average_precision": 1.0}
     assert table["NOUN"] == {"n": 2, "incorrect": 1, "accuracy": 0.5, "average_precision": 0.5}
     assert table["VERB"] == {"n": 1, "incorrect": 0, "accuracy": 1.0, "average_precision": None}

@@ -13,6 +13,7 @@ import scipy.stats
 from PIL import Image
 
 from capscope.bench import human_correlation as C
+from capscope.bench import published_comparison as P
 from capscope.bench import correlation_report as R
 from capscope.demo.judgements import write_judgements
 from capscope.ui.benchmark import (
@@ -68,9 +69,9 @@ def message_is_one_line(view: AgreementView, *words):
 # ---------------------------------------------------------------- the table's cells
 
 def test_table_cells_are_the_printed_rows():
-    figures = C.with_published({"n": 100, "tau_b": 0.50, "tau_c": 0.516, "pearson": 0.6, "statistic": "tau_c",
+    figures = P.with_published({"n": 100, "tau_b": 0.50, "tau_c": 0.516, "pearson": 0.6, "statistic": "tau_c",
                                 "ci95": [0.49, 0.54]}, "flickr8k-expert", "tau_c", "clip-s.clip_s")
-    far = C.with_published({"n": 90, "tau_b": -0.3, "tau_c": None, "pearson": 0.4, "statistic": "tau_c",
+    far = P.with_published({"n": 90, "tau_b": -0.3, "tau_c": None, "pearson": 0.4, "statistic": "tau_c",
                             "ci95": None}, "flickr8k-expert", "tau_c", "infometic.overall")
     result = C.finish({"benchmark": "flickr8k-expert", "kind": "rating", "n": 100, "protocol": "p",
                        "statistic": "tau_c", "bootstrap": {"draws": 1000, "seed": 0},
