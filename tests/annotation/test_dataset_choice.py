@@ -37,7 +37,8 @@ def test_the_demo_comes_last_and_a_chosen_dataset_is_remembered(tmp_path):
 
 
 def test_the_annotate_picker_lists_the_demo_last_and_remembers(tmp_path):
-    from capscope.ui.annotate import ALL_DATASETS, AnnotateHandlers, Annotator
+    from capscope.ui.annotate_handlers import ALL_DATASETS, AnnotateHandlers
+    from capscope.ui.annotator import Annotator
 
     store = Store(sqlite_url(tmp_path))
     import_small_dataset(store, tmp_path / "photos", n_images=2, n_captions=2, annotators_per_item=1)

@@ -314,7 +314,7 @@ def test_activation_survives_a_restart_and_rescores_the_queue(world, trained):
 def test_going_back_to_the_default_model(world, trained):
     """After a version, the default model again: scored with, kept across a
     restart, and its predictions of the queue stored and shown as its own."""
-    import capscope.ui.annotate as ui_annotate
+    import capscope.ui.annotate_drawing as annotate_drawing
     from sqlalchemy import delete
 
     from capscope.annotation.model_versions import DEFAULT_TAG, activate_version
@@ -347,7 +347,7 @@ def test_going_back_to_the_default_model(world, trained):
         suggestion = suggestions.Suggestions(store, Models()).stored(
             get_user(store, ADMIN[0]), {"item_id": caption_id, "tokens": [], "regions": []})
         assert suggestion[3] == DEFAULT_TAG
-        assert ui_annotate.suggestion_source(suggestion[3]) == "the server's default model"
+        assert annotate_drawing.suggestion_source(suggestion[3]) == "the server's default model"
     finally:
         activate_version(store, None)
         with store.write() as session:

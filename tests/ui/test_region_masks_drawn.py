@@ -6,7 +6,7 @@ from PIL import Image
 
 from capscope.metrics.regions import mask_to_box, mask_to_rle
 from capscope.pictures import draw
-from capscope.ui import annotate, inspect_scoring, inspect_views
+from capscope.ui import annotate_drawing, inspect_scoring, inspect_views
 
 GREY = (200, 200, 200)
 W, H = 100, 80
@@ -74,7 +74,7 @@ def test_annotate_draws_a_saved_mask_as_its_outline_and_tint(tmp_path):
     item = {"item_id": "1", "id": "disc-1", "dataset": "d", "caption": "a disc", "width": W, "height": H, "_path": str(path), "tokens": [],
             "regions": [{"index": 0, "box": box, "mask": mask_to_rle(mask), "source": "added", "added_by": "ann"}],
             "labels": {"mentioned_regions": [0]}}
-    drawn = np.asarray(annotate._picture(item, None)[1])
+    drawn = np.asarray(annotate_drawing._picture(item, None)[1])
     scale = draw.display_scale((W, H))
     for x, y in contour_points(mask, scale, 2):
         assert near(drawn[y, x], draw.CHOSEN), (x, y, drawn[y, x])

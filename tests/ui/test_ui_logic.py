@@ -28,7 +28,8 @@ from capscope.annotation.votes import load_item
 from capscope.db import Store
 from capscope.server.first_run import ensure_admin
 from capscope.ui.page import demo_examples
-from capscope.ui.annotate import Annotator, progress_html, saved_text, token_values
+from capscope.ui.annotate_drawing import progress_html, saved_text, token_values
+from capscope.ui.annotator import Annotator
 from capscope.server.scoring import Models
 
 CAPTION = "a red circle and a blue square."
@@ -300,7 +301,7 @@ def test_annotate_clicks_are_saved_and_undone(dataset):
 def test_annotate_handlers_apply_one_step_each(dataset):
     from types import SimpleNamespace
 
-    from capscope.ui.annotate import OUTPUTS, AnnotateHandlers
+    from capscope.ui.annotate_handlers import OUTPUTS, AnnotateHandlers
 
     store, ann, _, _ = dataset
     handlers, request = AnnotateHandlers(Annotator(store)), SimpleNamespace(username="ann")
@@ -516,7 +517,7 @@ def test_annotate_hands_out_an_item_with_its_dataset_for_the_segmenters_look_ahe
 
 def test_suggestions_prefer_infometic_predictions(dataset):
     from capscope.server.suggestions import Suggestions
-    from capscope.ui.annotate import suggestions_hint
+    from capscope.ui.annotate_drawing import suggestions_hint
 
     store, ann, _, _ = dataset
     scores = ui_shared.DatasetScores(store, models=None)
