@@ -36,8 +36,8 @@ from capscope.server.content_policy import ContentPolicy
 from capscope.server.data_roots import DataRoots
 from capscope.server.dataset_routes import add_dataset_routes
 from capscope.server.first_run import first_run as make_first_run, private_files
-from capscope.server.guards import (BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget,
-                                    quiet_cut_short_answers)
+from capscope.server.answer_logging import quiet_cut_short_answers
+from capscope.server.guards import BodyLimit, InFlightCap, RequestGuard, SecurityHeaders, ThreadBudget
 from capscope.server.item_routes import add_item_routes
 from capscope.server.model_routes import add_model_routes
 from capscope.server.quality_routes import quality_router

@@ -12,7 +12,7 @@ from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from capscope.annotation import audit
 from capscope.annotation.users import UserInfo, authenticate
 from capscope.server.callers import SIGNIN_KEY, basic_credentials
-from capscope.server.guards import script_or_json
+from capscope.server.request_bodies import script_or_json
 from capscope.server.signin import guard_for, signin_log_due
 
 

@@ -14,7 +14,7 @@ Outermost first:
   (429) before their bodies are read.
 - `RequestGuard`: state-changing requests from another site are refused
   (signed-in REST calls that change something must also carry JSON or an
-  `X-Requested-With` header: `script_or_json`, checked with the credentials
+  `X-Requested-With` header: request_bodies.script_or_json, checked with the credentials
   by the API); JSON bodies with
   a lone surrogate, nested past `MAX_JSON_DEPTH` or of more than
   `MAX_JSON_VALUES` values, are refused (422); a body in UTF-16, UTF-32 or
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -39,19 +38,20 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
+from capscope.common.in_flight import Busy, InFlight
 from capscope.common.jsonl import too_deep
 from capscope.common.limits import MAX_JSON_DEPTH
 from capscope.server.callers import caller_of
+from capscope.server.request_bodies import (GRADIO_PREFIX, GRADIO_UPLOAD, SAFE_METHODS, as_utf8, encodable,
+                                            is_file_data, is_multipart, read_body, reads_body, replay, walk,
+                                            with_length)
 
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SECURITY_HEADERS = (
     (b"content-security-policy", b"frame-ancestors 'none'"),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
 )
-GRADIO_PREFIX = "/gradio_api/"
-GRADIO_UPLOAD = GRADIO_PREFIX + "upload"
 ANONYMOUS_BODY_BYTES = 64 * 2**10   # a body from someone not signed in (the sign-in form is far smaller)
 MAX_JSON_VALUES = 100_000           # separators (",", ":") in one JSON body: 10,000 label pairs need 40,000
 PARSE_ON_THREAD_BYTES = 64 * 2**10  # a JSON body at least this long is parsed in a worker thread
@@ -251,28 +251,24 @@ class InFlightCap:
     else the session cookie itself."""
 
     def __init__(self, app, paths: frozenset[str], per_caller: int, state=None, refusal_delay_s: float = 0.5):
-        self.app, self.paths, self.per_caller, self.state = app, paths, per_caller, state
+        self.app, self.paths, self.state = app, paths, state
         self.refusal_delay_s = refusal_delay_s
-        self.in_flight: dict[str, int] = {}
+        self.in_flight = InFlight(per_caller, "requests of this kind in flight")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.paths:
             return await self.app(scope, receive, send)
         caller = self.caller(scope)
-        if self.in_flight.get(caller, 0) >= self.per_caller:
+        try:
+            self.in_flight.enter(caller)
+        except Busy as refusal:
             await asyncio.sleep(self.refusal_delay_s)
-            response = JSONResponse({"detail": f"you already have {self.per_caller} requests of this kind in flight; "
-                                               "wait for their answers"}, status_code=429, headers={"Retry-After": "1"})
+            response = JSONResponse({"detail": str(refusal)}, status_code=429, headers={"Retry-After": "1"})
             return await response(scope, receive, send)
-        self.in_flight[caller] = self.in_flight.get(caller, 0) + 1
         try:
             return await self.app(scope, receive, send)
         finally:
-            left = self.in_flight[caller] - 1
-            if left:
-                self.in_flight[caller] = left
-            else:
-                del self.in_flight[caller]
+            self.in_flight.leave(caller)
 
     @staticmethod
     def caller(scope) -> str:
@@ -295,127 +291,3 @@ class ThreadBudget:
             anyio.to_thread.current_default_thread_limiter().total_tokens = self.threads
             self.done = True
         return await self.app(scope, receive, send)
-
-
-def script_or_json(method: str, headers) -> bool:
-    """A request that changes something carries JSON or an `X-Requested-With`
-    header, neither of which a form on another site can send without a CORS
-    preflight (a browser adds cached HTTP Basic credentials to a form's POST by itself)."""
-    return method in SAFE_METHODS or is_json(headers) or "x-requested-with" in headers
-
-
-def reads_body(headers: Headers, path: str, method: str) -> bool:
-    """Whether the guard reads the body: JSON, and anything to Gradio's routes (which read JSON whatever the
-    Content-Type) but its upload route's multipart form, which Gradio streams to disk itself."""
-    if method in SAFE_METHODS:
-        return False
-    if path.startswith(GRADIO_PREFIX):
-        return path.rstrip("/") != GRADIO_UPLOAD
-    return is_json(headers)
-
-
-def is_multipart(headers: Headers) -> bool:
-    return headers.get("content-type", "").split(";")[0].strip().lower() == "multipart/form-data"
-
-
-def as_utf8(body: bytes) -> tuple[bytes, tuple[int, str] | None]:
-    """(the body as UTF-8 without a byte-order mark, problem or None). JSON's readers (Python's, and
-    so FastAPI's and Gradio's) take UTF-16 and UTF-32 and a BOM too: the guard must read what they read."""
-    if not body or body[0] < 0x80 and body[:2].find(b"\x00") < 0:
-        return body, None  # plain ASCII-led UTF-8 without a BOM: the common case, not copied
-    encoding = json.detect_encoding(body)
-    if encoding == "utf-8":
-        return body, None
-    try:
-        return body.decode(encoding).encode("utf-8"), None
-    except (UnicodeDecodeError, UnicodeEncodeError):
-        return body, (400, f"the body is not valid {encoding.upper()} text")
-
-
-def with_length(scope, length: int):
-    """The scope with its Content-Length set to the body handed on (a BOM dropped or the text re-encoded)."""
-    headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
-    return {**scope, "headers": [*headers, (b"content-length", str(length).encode())]}
-
-
-def is_json(headers: Headers) -> bool:
-    kind = headers.get("content-type", "").split(";")[0].strip().lower()
-    return kind == "application/json" or kind.endswith("+json")
-
-
-def is_file_data(value) -> bool:
-    """What Gradio treats as a file: a dict whose `meta._type` is gradio.FileData."""
-    return isinstance(value, dict) and isinstance(value.get("meta"), dict) \
-        and value["meta"].get("_type") == "gradio.FileData"
-
-
-def encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def walk(data):
-    """Every value (and key) inside parsed JSON, without recursion."""
-    stack = [data]
-    while stack:
-        value = stack.pop()
-        yield value
-        if isinstance(value, dict):
-            stack.extend(value.values())
-            stack.extend(value)
-        elif isinstance(value, list):
-            stack.extend(value)
-
-
-async def read_body(receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks)
-
-
-def replay(body: bytes, receive):
-    """A `receive` that hands the app the body already read, then the client's own messages (its disconnect)."""
-    sent = False
-
-    async def replayed():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
-class CutShortAnswers(logging.Filter):
-    """uvicorn's "Exception in ASGI application" for an answer whose body came out
-    shorter than the Content-Length it announced (h11's LocalProtocolError: seen
-    while a browser fetched a freshly uploaded 19.6 MB photo from Gradio's file
-    route) becomes one WARNING line without a traceback: the server is fine, the
-    browser asks again, and a traceback per such transfer buried the errors that
-    matter. Every other record passes as it is."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        err = record.exc_info[1] if record.exc_info else None
-        if err is not None and type(err).__name__ == "LocalProtocolError" and "Content-Length" in str(err):
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.msg, record.args = "an answer was cut short while it was sent (%s); the client may ask again", \
-                (str(err),)
-            record.exc_info = record.exc_text = None
-        return True
-
-
-def quiet_cut_short_answers(logger_name: str = "uvicorn.error") -> None:
-    """Put `CutShortAnswers` on uvicorn's error logger (once per process)."""
-    logger = logging.getLogger(logger_name)
-    if not any(isinstance(f, CutShortAnswers) for f in logger.filters):
-        logger.addFilter(CutShortAnswers())

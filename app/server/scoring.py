@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from capscope.common.heap import freeze_long_lived
+from capscope.common.in_flight import Busy, InFlight
 from capscope.metrics.config import ScorerConfig
 from capscope.metrics.constants import BETA
 from capscope.common.errors import CapscopeError, ModelUnavailable, first_line
@@ -88,7 +89,7 @@ def takes_checkpoint(factory: Callable) -> bool:
     return any(p.name == "infometic_checkpoint" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-class ScoringBusy(CapscopeError):
+class ScoringBusy(Busy):
     """Refused at once: this user already has `per_user` scorings waiting or
     running, or the server has `max_waiting` waiting (REST: 429)."""
 
@@ -112,7 +113,7 @@ class ScoreGate:
         self._cond = threading.Condition()
         self._busy = False
         self._queues: OrderedDict[str, deque] = OrderedDict()  # user -> their waiting tickets, next user first
-        self._pending: dict[str, int] = {}
+        self._pending = InFlight(per_user, "scorings waiting or running", ScoringBusy)
 
     def waiting(self) -> int:
         with self._cond:
@@ -124,9 +125,7 @@ class ScoreGate:
             self._check_admission(user)
 
     def _check_admission(self, user: str) -> None:
-        if self._pending.get(user, 0) >= self.per_user:
-            raise ScoringBusy(f"you already have {self.per_user} scorings waiting or running; "
-                              "wait for them to finish")
+        self._pending.check(user)
         if sum(len(q) for q in self._queues.values()) >= self.max_waiting:
             raise ScoringBusy(f"the server has {self.max_waiting} scorings waiting; try again shortly")
 
@@ -138,7 +137,7 @@ class ScoreGate:
         with self._cond:
             self._check_admission(user)
             self._queues.setdefault(user, deque()).append(ticket)
-            self._pending[user] = self._pending.get(user, 0) + 1
+            self._pending.enter(user)
             try:
                 self._wait_for(ticket, user)
             except BaseException:
@@ -149,7 +148,7 @@ class ScoreGate:
         finally:
             with self._cond:
                 self._busy = False
-                self._done(user)
+                self._pending.leave(user)
                 self._cond.notify_all()
 
     def _wait_for(self, ticket, user: str) -> None:
@@ -175,15 +174,8 @@ class ScoreGate:
             queue.remove(ticket)
             if not queue:
                 del self._queues[user]
-        self._done(user)
+        self._pending.leave(user)
         self._cond.notify_all()
-
-    def _done(self, user: str) -> None:
-        left = self._pending.get(user, 1) - 1
-        if left:
-            self._pending[user] = left
-        else:
-            self._pending.pop(user, None)
 
 
 class Models:

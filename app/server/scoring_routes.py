@@ -8,7 +8,6 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from capscope.common.errors import ModelUnavailable
-from capscope.db import Store
 from capscope.metrics.images import ImageError, ImageTooLarge, read_image
 from capscope.metrics.text import check_caption, check_references
 from capscope.server.auth import User
@@ -64,8 +63,6 @@ def decode_score_image(encoded: str):
 
 
 def add_scoring_routes(app: FastAPI) -> None:
-    store: Store = app.state.store
-
     @app.post("/api/score", responses={429: {"description": "this user (or the server) has too many scorings "
                                                            "waiting"},
                                         503: {"description": "no model, or the scorer stayed busy too long"}})

@@ -32,6 +32,7 @@ from concurrent.futures import Future
 import numpy as np
 from PIL import Image
 
+from capscope.common.in_flight import Busy, InFlight
 from capscope.annotation.added_regions import MAX_POINTS, checked_prompts  # noqa: F401  (MAX_POINTS: the API's)
 from capscope.metrics.click_segmenters import MAX_CANDIDATES, ClickSegmenter, Embedding, make_click_segmenter
 from capscope.metrics.images import read_image
@@ -66,8 +67,8 @@ def mask_answer(mask, score) -> dict:
     return {"box": box, "mask": mask_to_rle(mask), "score": None if score is None else float(score)}
 
 
-class SegmentingBusy(Exception):
-    """This user already has PER_USER segment calls running."""
+class SegmentingBusy(Busy):
+    """This user already has PER_USER segment calls running, or the segmenter stayed busy (REST: 429)."""
 
 
 class ClickService:
@@ -83,11 +84,11 @@ class ClickService:
         self._kept: OrderedDict[int, tuple[Future, str]] = OrderedDict()  # image id -> (embedding, whose)
         self._kept_lock = threading.Lock()
         self._embedder = _Embedder(self._embed)
-        self._running: dict[str, int] = {}
+        self.in_flight = InFlight(PER_USER, "segment calls running", SegmentingBusy)
         self._segmenting: set[str] = set()  # users who have clicked to segment
         self._segmenting_datasets: set[str] = set()  # datasets in which someone has
         self._image_datasets: OrderedDict[int, str] = OrderedDict()  # image id -> dataset, from hand-outs
-        self._running_lock = threading.Lock()
+        self._seen_lock = threading.Lock()
         self._turns = threading.BoundedSemaphore(AT_ONCE)
         self.warmed = threading.Event()  # set once `warm_up` has run (loaded and tried, or failed)
         self.warm_up_ms: float | None = None
@@ -172,7 +173,7 @@ class ClickService:
         """Compute an item's image embedding ahead when it is handed to a user who has
         clicked to segment before, or to anyone in a `dataset` where someone has (a
         dataset nobody segments costs no work)."""
-        with self._running_lock:
+        with self._seen_lock:
             if dataset is not None:
                 self._image_datasets[image_id] = dataset
                 self._image_datasets.move_to_end(image_id)
@@ -188,7 +189,7 @@ class ClickService:
 
     def segmenting(self, user: str, image_id: int | None = None) -> None:
         """Note that `user` clicks to segment (on `image_id`, whose dataset, if handed out here, then segments)."""
-        with self._running_lock:
+        with self._seen_lock:
             self._segmenting.add(user)
             dataset = self._image_datasets.get(image_id) if image_id is not None else None
             if dataset is not None:
@@ -207,23 +208,14 @@ class ClickService:
         """`size`: the image's (width, height) as stored, to check the prompts against before any work."""
         if size is not None:
             checked_prompts(points, box, *size)
-        with self._running_lock:
-            if self._running.get(user, 0) >= PER_USER:
-                raise SegmentingBusy(f"you have {PER_USER} segment calls running; wait for them")
-            self._running[user] = self._running.get(user, 0) + 1
-        self.segmenting(user, image_id)
-        try:
+        with self.in_flight.held(user):
+            self.segmenting(user, image_id)
             if not self._turns.acquire(timeout=WAIT_S):
                 raise SegmentingBusy(f"the segmenter stayed busy for {WAIT_S:g} s; try again")
             try:
                 return self._segment(image_id, path, points, box, user)
             finally:
                 self._turns.release()
-        finally:
-            with self._running_lock:
-                self._running[user] -= 1
-                if not self._running[user]:
-                    del self._running[user]
 
     def _segment(self, image_id: int, path: str, points, box, user: str) -> dict:
         future = self.embedding(image_id, path, user)

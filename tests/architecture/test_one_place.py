@@ -359,6 +359,38 @@ def test_one_thread_limiter_for_the_server_and_the_metrics():
         torch.set_num_threads(before)
 
 
+def test_one_in_flight_counter_for_every_per_user_limit():
+    """The REST guard, the scorer's turns and the segmenter count a caller's calls with one
+    counter and refuse with one error base (REST: 429)."""
+    from capscope.common.in_flight import Busy, InFlight
+    from capscope.server.guards import InFlightCap
+    from capscope.server.scoring import ScoreGate, ScoringBusy
+    from capscope.server.segmenting import ClickService, SegmentingBusy
+
+    assert issubclass(ScoringBusy, Busy) and issubclass(SegmentingBusy, Busy)
+    assert isinstance(InFlightCap(None, frozenset(), 2).in_flight, InFlight)
+    assert isinstance(ScoreGate()._pending, InFlight)  # noqa: SLF001 (the gate's own counter)
+    clicks = ClickService("classic")
+    try:
+        assert isinstance(clicks.in_flight, InFlight)
+    finally:
+        clicks.close()
+
+    counter = InFlight(2, "segment calls running")
+    counter.enter("ann")
+    with counter.held("ann"):
+        assert counter.count("ann") == 2 and counter.count("bob") == 0
+        with pytest.raises(Busy, match="you already have 2 segment calls running; wait for them to finish"):
+            counter.enter("ann")
+        counter.enter("bob")  # another caller is not held back
+    assert counter.count("ann") == 1
+    counter.leave("ann")
+    counter.leave("bob")
+    assert counter.count("ann") == counter.count("bob") == 0 and counter._counts == {}  # noqa: SLF001
+    with pytest.raises(ValueError):
+        InFlight(0, "calls")
+
+
 def test_the_lru_cache_forgets_the_least_recently_used():
     from capscope.common.lru import LRUCache
 

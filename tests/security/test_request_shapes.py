@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from capscope.server.callers import Caller, basic_credentials
-from capscope.server.guards import InFlightCap, as_utf8
+from capscope.server.guards import InFlightCap
+from capscope.server.request_bodies import as_utf8
 from security_support import ANN, basic, file_data, file_inputs, gradio_config, ui_login
 
 ENCODINGS = ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig"]

@@ -78,7 +78,7 @@ def test_one_user_cannot_hold_the_segmenter(tmp_path):
                for _ in range(PER_USER)]
     for thread in threads:
         thread.start()
-    while sum(service._running.values()) < PER_USER:
+    while service.in_flight.count("ann") < PER_USER:
         threading.Event().wait(0.01)
     with pytest.raises(SegmentingBusy):
         service.segment(1, str(path), [(1, 1, 1)], user="ann")

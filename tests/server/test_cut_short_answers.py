@@ -6,7 +6,7 @@ import sys
 
 import h11
 
-from capscope.server.guards import quiet_cut_short_answers
+from capscope.server.answer_logging import quiet_cut_short_answers
 
 
 class Kept(logging.Handler):

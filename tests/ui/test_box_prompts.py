@@ -84,7 +84,8 @@ def test_inspect_segments_the_file_by_box_then_click_and_keeps_the_old_draft_whe
         # a draft of another picture is not this one's
         assert segment_draft_of(draft, path + ".other") == empty_segment_draft(path + ".other")
         # the user's limit on segment calls running at once holds in Inspect too
-        clicks._running["ann"] = segmenting.PER_USER
+        for _ in range(segmenting.PER_USER):
+            clicks.in_flight.enter("ann")
         kept, note = segment_on_inspected(clicks, path, draft, "ann", point=[10, 10])
         assert kept == draft and "segment calls running" in note
     finally:
