@@ -11,7 +11,7 @@ from capscope.db import Store
 from capscope.server.api import create_app
 from capscope.demo import click_targets
 from capscope.studies import click_noc
-from capscope.ui.benchmark import _majority_ties, tie_agreement
+from capscope.ui.benchmark_gold import _majority_ties, tie_agreement
 from capscope.ui.shared import DatasetScores
 
 

@@ -16,9 +16,8 @@ from capscope.bench import human_correlation as C
 from capscope.bench import published_comparison as P
 from capscope.bench import correlation_report as R
 from capscope.demo.judgements import write_judgements
-from capscope.ui.benchmark import (
-    AgreementView, SharedScorer, agreement_with_people, demo_judgements, outputs_of,
-)
+from capscope.ui.benchmark_people import AgreementView, agreement_with_people, demo_judgements, outputs_of
+from capscope.ui.benchmark_runs import SharedScorer
 from capscope.server.scoring import SERVER_CONFIG, Models, default_factory
 from ui_support import use_demo_checkpoint
 
@@ -192,7 +191,7 @@ def test_token_benchmark_shows_the_evaluate_figures(models, tmp_path):
 def test_demo_judgements_written_once(tmp_path, monkeypatch):
     import capscope.demo.judgements as J
 
-    monkeypatch.setattr("capscope.ui.benchmark.DEMO_JUDGEMENT_SCENES", 2)
+    monkeypatch.setattr("capscope.ui.benchmark_people.DEMO_JUDGEMENT_SCENES", 2)
     path = Path(demo_judgements(tmp_path))
     assert path == tmp_path / J.JUDGEMENTS_FILE and len(json.loads(path.read_text())) == 2
     stamp = path.stat().st_mtime_ns
@@ -331,7 +330,7 @@ def test_serve_takes_its_data_roots(tmp_path, monkeypatch, capsys):
 
 def test_the_demo_worlds_folder_is_readable_whatever_the_roots(tmp_path, monkeypatch):
     from capscope.server.data_roots import DataRoots, OutsideDataRoots
-    from capscope.ui.benchmark import demo_folder, tab_roots
+    from capscope.ui.benchmark_runs import demo_folder, tab_roots
 
     monkeypatch.setenv("CAPSCOPE_DATA_DIR", str(tmp_path / "data"))
     roots = tab_roots(DataRoots([tmp_path / "mine"]))

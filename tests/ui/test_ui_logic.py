@@ -15,6 +15,7 @@ from capscope.ui import explore as ui_explore
 from capscope.ui import shared as ui_shared
 
 from capscope.ui import benchmark as ui_benchmark
+from capscope.ui import benchmark_gold
 
 from capscope.ui import admin as ui_admin
 
@@ -405,11 +406,11 @@ def test_evaluation_rows_and_plot_from_scored_pairs(dataset):
     gold = [captokeneval_row(item) for item in iter_items(store)]
     rows = [model_row([None, 0.3, 0.3, None, None, 0.3, 0.3, None], [0.3, 0.3, 0.01]),
             model_row([None, 0.3, 0.3, None, None, 0.01, 0.3, None], [0.3, 0.3, 0.01])]
-    table = ui_benchmark.evaluation_rows(list(zip(gold, rows)))
+    table = benchmark_gold.evaluation_rows(list(zip(gold, rows)))
     assert table[0][0] == "InfoMetIC" and table[0][1] == 2
     assert table[0][2] == 1.0 and table[0][3] == 1.0          # every token and region right
     assert table[-1][0].startswith("trivial")
-    figure = ui_benchmark.distribution_plot(list(zip(gold, rows)))
+    figure = benchmark_gold.distribution_plot(list(zip(gold, rows)))
     assert len(figure.axes) == 1
 
 

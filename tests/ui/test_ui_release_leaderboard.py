@@ -1,4 +1,4 @@
-"""The Benchmark tab's "Leaderboard of a release" (capscope.ui.benchmark.release_leaderboard):
+"""The Benchmark tab's "Leaderboard of a release" (capscope.ui.benchmark_leaderboard.release_leaderboard):
 a release folder inside the server's data roots scored by the server's models gives the
 leaderboard's tables; a folder outside the roots, a release file that leads outside them, a
 changed file or a bad choice gives one line and nothing else."""
@@ -11,7 +11,7 @@ import pytest
 from capscope.demo.dataset import write_demo_data
 from capscope.server.data_roots import DataRoots
 from capscope.server.scoring import SERVER_CONFIG, Models, default_factory
-from capscope.ui.benchmark import release_leaderboard
+from capscope.ui.benchmark_leaderboard import release_leaderboard
 from release_support import write_release
 from ui_support import use_demo_checkpoint
 

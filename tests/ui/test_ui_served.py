@@ -438,7 +438,7 @@ def test_browser_admin_tabs_explore_benchmark_and_users(chromium, served):
 @pytest.mark.slow
 @browser
 def test_browser_benchmark_agreement_with_people(chromium, served, monkeypatch):
-    monkeypatch.setattr("capscope.ui.benchmark.DEMO_JUDGEMENT_SCENES", 4)  # the server runs in this process
+    monkeypatch.setattr("capscope.ui.benchmark_people.DEMO_JUDGEMENT_SCENES", 4)  # the server runs in this process
     page = logged_in_page(chromium, served, "admin", ADMIN_PASSWORD)
     page.get_by_role("tab", name="Benchmark").click()
     path = page.locator("#cs-people-path textarea, #cs-people-path input").first
