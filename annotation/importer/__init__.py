@@ -1,6 +1,6 @@
 """Import: a folder of images plus a captions JSONL file, or a CapTokenEval file.
 
-Every row is checked on its own; a bad row gets a `RowError` (line, id,
+Every row is checked on its own; a bad row gets a `RejectedRow` (line, id,
 reason) and the rest goes on. Rows are written in batches, one transaction per
 batch, so a killed import leaves only whole batches behind; running it again
 skips what is already there (captions by dataset and id plus a content hash,
@@ -28,7 +28,7 @@ from capscope.annotation.importer.image_files import (
 )
 from capscope.annotation.importer.predictions import import_predictions
 from capscope.annotation.importer.row_regions import checked_regions, make_proposer, propose_regions
-from capscope.annotation.importer.problems import ImportReport, RowError, RowProblem
+from capscope.annotation.importer.problems import ImportReport, RejectedRow, RowProblem
 from capscope.annotation.importer.rows import (
     REGION_LABELS, TOKEN_LABELS, PreparedRow, checked_tokens, finish_row, prepare_row, read_jsonl,
     row_id_for_report, tokenize,
@@ -40,7 +40,7 @@ from capscope.common.paths import name_problem
 from capscope.metrics.regions import mask_to_rle
 
 __all__ = [
-    "ImportOptions", "ImportReport", "RowError", "RowProblem", "Invalid", "import_captions",
+    "ImportOptions", "ImportReport", "RejectedRow", "RowProblem", "Invalid", "import_captions",
     "import_captokeneval", "import_predictions", "token_uncertainty", "read_jsonl", "prepare_row",
     "finish_row", "PreparedRow", "checked_tokens", "checked_regions", "tokenize", "mask_to_rle",
     "ImageFile", "resolve_image_path", "hash_image_file", "decode_image",
@@ -128,19 +128,19 @@ def _import(store: Store, path: Path, base: Path, options: ImportOptions, *, cap
 
 
 def _prepare_or_report(line, obj, base, seen, report, captokeneval) -> PreparedRow | None:
-    if isinstance(obj, RowError):
+    if isinstance(obj, RejectedRow):
         report.errors.append(obj)
         return None
     try:
         row = prepare_row(line, obj, base, captokeneval=captokeneval)
     except RowProblem as err:
-        report.errors.append(RowError(line, row_id_for_report(obj), str(err)))
+        report.errors.append(RejectedRow(line, row_id_for_report(obj), str(err)))
         return None
     except ROW_FAILURES as err:
         report.errors.append(_unforeseen(line, row_id_for_report(obj), err))
         return None
     if row.external_id in seen:
-        report.errors.append(RowError(line, row.external_id, f"duplicate id (first on line {seen[row.external_id]})"))
+        report.errors.append(RejectedRow(line, row.external_id, f"duplicate id (first on line {seen[row.external_id]})"))
         return None
     seen[row.external_id] = line
     return row
@@ -159,13 +159,13 @@ def _import_batch(store, batch, options, proposer, report, captokeneval) -> None
                 report.unchanged += 1
             continue
         if existing_hash is not None:
-            report.errors.append(RowError(row.line, row.external_id,
+            report.errors.append(RejectedRow(row.line, row.external_id,
                                           "id already imported with different content (caption, image or labels)"))
             continue
         try:
             finish_row(row, captokeneval=captokeneval, obj=obj)
         except RowProblem as err:
-            report.errors.append(RowError(row.line, row.external_id, str(err)))
+            report.errors.append(RejectedRow(row.line, row.external_id, str(err)))
             continue
         except ROW_FAILURES as err:
             report.errors.append(_unforeseen(row.line, row.external_id, err))
@@ -186,7 +186,7 @@ def _import_batch(store, batch, options, proposer, report, captokeneval) -> None
         store.run_write(write)
 
 
-def _unforeseen(line: int, ident: str | None, err: Exception) -> RowError:
+def _unforeseen(line: int, ident: str | None, err: Exception) -> RejectedRow:
     """A row error for a failure no check foresaw; its traceback goes to the log, not the report."""
     log.warning("import line %d: %s", line, type(err).__name__, exc_info=err)
-    return RowError(line, ident, f"a field of this row has a type or value that cannot be read ({type(err).__name__})")
+    return RejectedRow(line, ident, f"a field of this row has a type or value that cannot be read ({type(err).__name__})")

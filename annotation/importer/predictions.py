@@ -9,7 +9,7 @@ from typing import Iterable
 from sqlalchemy import select
 
 from capscope.annotation import audit
-from capscope.annotation.importer.problems import ImportReport, RowError
+from capscope.annotation.importer.problems import ImportReport, RejectedRow
 from capscope.annotation.importer.rows import read_jsonl
 from capscope.annotation.uncertainty import prediction_uncertainty
 from capscope.db import Caption, Dataset, Prediction, Store, Token
@@ -33,20 +33,20 @@ def import_predictions(store: Store, path: Path, dataset: str = "default", model
 def import_prediction_rows(store: Store, numbered_rows: Iterable, dataset: str = "default",
                            model_version: str | None = None) -> ImportReport:
     """`import_predictions` on rows already in memory: (line number, output
-    row) pairs; a row may be a RowError (a line of a file that is no row)."""
+    row) pairs; a row may be a RejectedRow (a line of a file that is no row)."""
     report = ImportReport()
     rows: list[tuple[int, str, dict, str, dict | None]] = []
     for line, obj in numbered_rows:
-        if isinstance(obj, RowError):
+        if isinstance(obj, RejectedRow):
             report.errors.append(obj)
             continue
         metrics = obj.get("metrics")
         if obj.get("error") or not isinstance(metrics, dict):
-            report.errors.append(RowError(line, str(obj.get("id")), "row has no metrics"))
+            report.errors.append(RejectedRow(line, str(obj.get("id")), "row has no metrics"))
             continue
         problem = _metrics_problem(metrics)
         if problem:
-            report.errors.append(RowError(line, str(obj.get("id")), problem))
+            report.errors.append(RejectedRow(line, str(obj.get("id")), problem))
             continue
         model = obj.get("model") if isinstance(obj.get("model"), dict) else None
         version = model_version or json.dumps(model or {}, sort_keys=True)[:200]
@@ -84,7 +84,7 @@ def _write_predictions(session, dataset: str, rows, report: ImportReport) -> Non
     )}
     for line, external_id, metrics, version, model in rows:
         if external_id not in ids:
-            report.errors.append(RowError(line, external_id, f"no caption with this id in dataset {dataset!r}"))
+            report.errors.append(RejectedRow(line, external_id, f"no caption with this id in dataset {dataset!r}"))
             continue
         upsert_predictions(session, ids[external_id], version, metrics, model)
         report.added += 1

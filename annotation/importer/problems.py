@@ -1,15 +1,18 @@
-"""What an import reports: the tally and one `RowError` (line, id, reason) per rejected row."""
+"""What an import reports: the tally and one `RejectedRow` (line, id, reason) per rejected row."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from capscope.metrics.row_errors import RowError
 
-class RowProblem(ValueError):
-    """Why one input row cannot be imported."""
+
+class RowProblem(RowError):
+    """Why one input row cannot be imported (a row error, as a row that cannot be scored is);
+    the import goes on and reports it as a `RejectedRow`."""
 
 
 @dataclass
-class RowError:
+class RejectedRow:
     line: int
     id: str | None
     reason: str
@@ -27,7 +30,7 @@ class ImportReport:
     images_added: int = 0
     regions_proposed: int = 0
     gold_added: int = 0  # rows that came with gold labels (CapTokenEval)
-    errors: list[RowError] = field(default_factory=list)
+    errors: list[RejectedRow] = field(default_factory=list)
 
     def summary(self) -> str:
         return (

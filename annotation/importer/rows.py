@@ -1,6 +1,6 @@
 """Reading an import file: JSONL lines into checked rows.
 
-`read_jsonl` yields each line's object or a `RowError`; `prepare_row` checks a
+`read_jsonl` yields each line's object or a `RejectedRow`; `prepare_row` checks a
 row's fields and hashes its image (cheap, before the database is asked what it
 already has); `finish_row` decodes the image and checks what depends on its
 size. A CapTokenEval row (docs/formats.md) also carries gold labels and votes.
@@ -15,7 +15,7 @@ from typing import IO, Iterator
 
 from capscope.annotation.importer.image_files import ImageFile, decode_image, hash_image_file, resolve_image_path
 from capscope.annotation.importer.row_regions import checked_regions
-from capscope.annotation.importer.problems import RowError, RowProblem
+from capscope.annotation.importer.problems import RejectedRow, RowProblem
 from capscope.common.jsonl import json_lines, shown
 from capscope.common.limits import MAX_ID_CHARS
 from capscope.metrics.text import check_caption, check_references
@@ -39,11 +39,11 @@ class PreparedRow:
     content_hash: str = ""
 
 
-def read_jsonl(stream: IO[bytes]) -> Iterator[tuple[int, dict | RowError]]:
-    """(line number, object) for each non-blank line, or a RowError for a line
+def read_jsonl(stream: IO[bytes]) -> Iterator[tuple[int, dict | RejectedRow]]:
+    """(line number, object) for each non-blank line, or a RejectedRow for a line
     that is too long, not UTF-8, not JSON, or not a JSON object."""
     for number, obj, why in json_lines(stream):
-        yield number, (RowError(number, None, why) if why else obj)
+        yield number, (RejectedRow(number, None, why) if why else obj)
 
 
 def prepare_row(line: int, obj: dict, base: Path, *, captokeneval: bool) -> PreparedRow:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select, update
 
 from capscope.annotation.gold import write_gold
-from capscope.annotation.importer.problems import ImportReport, RowError
+from capscope.annotation.importer.problems import ImportReport, RejectedRow
 from capscope.annotation.importer.rows import PreparedRow
 from capscope.db import Caption, Dataset, Image, Region, Store, Token
 
@@ -43,17 +43,17 @@ def write_rows(session, rows: list[PreparedRow], dataset_name: str, annotators_n
                report: ImportReport) -> None:
     dataset = _get_or_create_dataset(session, dataset_name)
     counts = {"added": 0, "images": 0, "gold": 0}
-    errors: list[RowError] = []
+    errors: list[RejectedRow] = []
     for row in rows:
         if session.scalar(select(Caption.id).where(Caption.dataset_id == dataset.id,
                                                    Caption.external_id == row.external_id)):
-            errors.append(RowError(row.line, row.external_id, "id was imported meanwhile by another run"))
+            errors.append(RejectedRow(row.line, row.external_id, "id was imported meanwhile by another run"))
             continue
         image, created = _get_or_create_image(session, row)
         counts["images"] += created
         problem = _attach_regions(session, image, row)
         if problem:
-            errors.append(RowError(row.line, row.external_id, problem))
+            errors.append(RejectedRow(row.line, row.external_id, problem))
             continue
         _add_caption(session, dataset, image, row, annotators_needed)
         counts["added"] += 1

@@ -14,7 +14,7 @@ from capscope.annotation.importer import rows as import_rows
 
 PUBLIC = {
     "ImportOptions": importer, "import_captions": importer, "import_captokeneval": importer,
-    "ImportReport": import_report, "RowError": import_report, "RowProblem": import_report,
+    "ImportReport": import_report, "RejectedRow": import_report, "RowProblem": import_report,
     "import_predictions": import_predictions, "token_uncertainty": uncertainty,
     "read_jsonl": import_rows, "prepare_row": import_rows, "finish_row": import_rows,
     "checked_tokens": import_rows, "TOKEN_LABELS": import_rows, "REGION_LABELS": import_rows,
