@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from capscope.demo.scenes import IMAGE_SIDE, Caption, Scene, make_caption, make_scene, pollute
+from capscope.demo.demo_captions import Caption, make_caption, pollute
+from capscope.demo.scenes import IMAGE_SIDE, Scene, make_scene
 
 OPENINGS = ("", "there is ", "this shows ", "an image of ", "next to it, ")
 # where a long caption's sentence puts its shape: with the openings, no sentence of 200 words comes twice

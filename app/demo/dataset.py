@@ -8,16 +8,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from capscope.demo.scenes import (
-    Caption,
-    Scene,
-    make_caption,
-    make_scene,
-    pollute,
-    region_label,
-    scene_regions,
-    scene_rng,
-)
+from capscope.demo.demo_captions import Caption, make_caption, pollute
+from capscope.demo.demo_regions import region_label, scene_regions
+from capscope.demo.scenes import Scene, make_scene, scene_rng
 from capscope.demo.shifts import shifted_pixels
 from capscope.metrics.text import tokenize
 

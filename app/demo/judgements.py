@@ -2,7 +2,7 @@
 that clipscore and PAC-S read (`flickr8k.json`, docs/human-judgements.md, "Demo world").
 
 Per scene: graded captions with 0 to 3 wrong words (colour, shape or size
-swapped so that the phrase fits no shape, as `scenes.pollute` does), each
+swapped so that the phrase fits no shape, as `demo_captions.pollute` does), each
 rated by three simulated raters on Flickr8k-Expert's 1-4 scale. A rater sees a
 latent quality (4 less one per wrong word, less a little for shapes left
 unmentioned), adds their own harshness and some noise and rounds: ratings tie
@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from capscope.demo.dataset import demo_scene
-from capscope.demo.scenes import Caption, Scene, fix_articles, make_caption, pollution_options
+from capscope.demo.demo_captions import Caption, fix_articles, make_caption, pollution_options
+from capscope.demo.scenes import Scene
 
 JUDGEMENTS_FILE = "judgements/flickr8k.json"
 MAX_WRONG = 3
@@ -31,7 +32,7 @@ N_REFERENCES = 5
 RATERS = ((0.0, 0.45), (-0.35, 0.45), (-0.7, 0.6))
 UNMENTIONED_PENALTY = 0.6   # at most, when only one of several shapes is named
 MISSING_SHARE = 0.02
-BINDING_SHARE = 0.5         # as scenes.pollute: the new word taken from another shape when one fits
+BINDING_SHARE = 0.5         # as demo_captions.pollute: the new word taken from another shape when one fits
 _STREAM = 14                # keeps these draws apart from the scene's own generator
 
 

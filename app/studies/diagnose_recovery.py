@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from capscope.demo.scenes import ATTRIBUTES, make_caption, make_scene, pollute, scene_rng
+from capscope.demo.demo_captions import make_caption, pollute
+from capscope.demo.scenes import ATTRIBUTES, make_scene, scene_rng
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from capscope.bench.gold_figures import confusion_counts, f1
-from capscope.demo.scenes import make_caption, make_scene, pollute, scene_regions, scene_rng
+from capscope.demo.demo_captions import make_caption, pollute
+from capscope.demo.demo_regions import scene_regions
+from capscope.demo.scenes import make_scene, scene_rng
 from capscope.metrics import windows
 from capscope.metrics.constants import BETA
 

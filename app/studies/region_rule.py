@@ -26,7 +26,9 @@ import logging
 from pathlib import Path
 
 from capscope.bench.gold_figures import f1
-from capscope.demo.scenes import distractor_box, make_caption, make_scene, scene_rng
+from capscope.demo.demo_captions import make_caption
+from capscope.demo.demo_regions import distractor_box
+from capscope.demo.scenes import make_scene, scene_rng
 from capscope.metrics.constants import BETA
 from capscope.metrics.regions import iou
 from capscope.metrics.words import region_threshold

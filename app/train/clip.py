@@ -26,22 +26,9 @@ from tqdm import tqdm
 
 from capscope.common.stats import auroc
 from capscope.demo.clip_model import demo_clip_tokenizer, new_demo_clip, save_demo_clip, write_atomically
-from capscope.demo.scenes import (
-    ATTRIBUTES,
-    COLOURS,
-    KINDS,
-    SIZES,
-    Caption,
-    Phrase,
-    crop_box,
-    distractor_box,
-    make_caption,
-    make_scene,
-    padded_crop,
-    phrases_true,
-    pollute,
-    scene_regions,
-)
+from capscope.demo.demo_captions import Caption, Phrase, make_caption, phrases_true, pollute
+from capscope.demo.demo_regions import distractor_box, scene_regions
+from capscope.demo.scenes import ATTRIBUTES, COLOURS, KINDS, SIZES, crop_box, make_scene, padded_crop
 from capscope.metrics.loading import read_checkpoint, resolve_device
 from capscope.train.schedule import TrainState, budget_spent, warmup_cosine
 

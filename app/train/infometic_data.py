@@ -25,7 +25,9 @@ import torch
 from tqdm import tqdm
 
 from capscope.demo.dataset import phrase_boxes
-from capscope.demo.scenes import caption_true, make_caption, make_scene, pollute, scene_regions
+from capscope.demo.demo_captions import caption_true, make_caption, pollute
+from capscope.demo.demo_regions import scene_regions
+from capscope.demo.scenes import make_scene
 from capscope.metrics.families import InfoFamilyMetric
 from capscope.metrics.images import read_image
 from capscope.metrics.loading import read_checkpoint

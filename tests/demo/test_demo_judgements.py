@@ -10,7 +10,8 @@ from capscope.cli import main
 from capscope.demo import judgements
 from capscope.demo.dataset import demo_scene
 from capscope.demo.judgements import Graded, graded_caption, latent_quality, rate, scene_judgements, swap_wrong
-from capscope.demo.scenes import Shape, Scene, caption_true, make_caption, phrases_true
+from capscope.demo.demo_captions import caption_true, make_caption, phrases_true
+from capscope.demo.scenes import Scene, Shape
 
 
 @pytest.fixture(scope="module")

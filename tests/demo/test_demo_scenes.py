@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from capscope.demo import scenes
+from capscope.demo import demo_captions as captions, scenes
 from capscope.demo.dataset import demo_scene, token_rows, write_demo_data
 
 SEED = 7
@@ -85,8 +85,8 @@ def test_pollution_swaps_one_word_and_makes_it_wrong():
         assert changed == [polluted.wrong_word]
         word = polluted.words[polluted.wrong_word]
         assert word.role in scenes.ATTRIBUTES
-        assert scenes.caption_true(clean, scene.shapes)
-        assert not scenes.caption_true(polluted, scene.shapes)
+        assert captions.caption_true(clean, scene.shapes)
+        assert not captions.caption_true(polluted, scene.shapes)
         wrong_phrase = polluted.phrases[word.phrase]
         assert not any(wrong_phrase.matches(s) for s in scene.shapes)
         binding += any(getattr(s, word.role) == word.text for s in scene.shapes)
@@ -151,8 +151,9 @@ def test_every_caption_can_be_polluted():
     every_kind = [scenes.Shape(k, c, "small", (i * 50, 0, i * 50 + 30, 30), (0, 0, 0))
                   for i, (k, c) in enumerate(zip(scenes.KINDS, ("red", "green", "blue", "yellow")))]
     scene = scenes.Scene(every_kind, (230, 230, 230), 0)
-    bare = scenes.Caption((scenes.Word("a", "article", 0), scenes.Word("triangle", "kind", 0), scenes.Word(".")),
-                          (scenes.Phrase("triangle"),), (2,))
-    assert scenes.pollution_options(bare, scene) == ([], [])
+    bare = captions.Caption((captions.Word("a", "article", 0), captions.Word("triangle", "kind", 0), captions.Word(".")),
+                            (captions.Phrase("triangle"),), (2,))
+    assert captions.pollution_options(bare, scene) == ([], [])
     for index in range(300):
-        scenes.pollute(scenes.make_caption(scene, scenes.scene_rng(0, index)), scene, scenes.scene_rng(1, index))
+        captions.pollute(captions.make_caption(scene, scenes.scene_rng(0, index)), scene,
+                         scenes.scene_rng(1, index))

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from capscope.demo.clip_model import load_demo_clip, new_demo_clip, save_demo_clip
-from capscope.demo.scenes import Phrase, Shape
+from capscope.demo.demo_captions import Phrase
+from capscope.demo.scenes import Shape
 from capscope.train.clip import (
     ClipTrainConfig, Encoder, Text, View, batch_loss, make_batch,
     make_optimizer, match_matrix, train_clip,
