@@ -1,6 +1,6 @@
 """The Review tab's plain logic: the reviewer's working copy, undo, the diff against the
 annotator's labels and how the caption shows it (the browser test drives the rest)."""
-from capscope.ui import reviewing as tab
+from capscope.ui import reviewing_copy as tab
 
 VIEW = {"assignment_id": 7, "caption": "a red cat", "item_id": 1,
         "tokens": [{"text": "a", "start": 0, "end": 1, "semantic": False},
