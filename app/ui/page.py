@@ -35,7 +35,8 @@ from capscope.server.signin import ClientAddress, ui_auth
 from capscope.server.scoring import TOKEN_RULE_NOTES, Models
 from capscope.server.training import Activations, TrainingJobs, models_folder
 from capscope.ui.admin import build_admin, build_model_versions
-from capscope.ui.annotate import Annotator, build_annotate
+from capscope.ui.annotate import build_annotate
+from capscope.ui.annotator import Annotator
 from capscope.ui.benchmark import build_benchmark
 from capscope.ui.compare import build_compare, link_to_inspect
 from capscope.ui.explore import build_explore
