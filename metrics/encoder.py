@@ -10,48 +10,36 @@
 - images and region crops in batches, cached per image so that a new caption on
   a known image re-encodes only the text.
 
-Every pass through a tower has a fixed shape: texts are padded to the bucket of
-their own length (`TEXT_LENGTHS`) and run `text_rows` to a pass, images
-`IMAGE_ROWS` to a pass, the last pass filled up with copies. Float results of a
-matrix product depend on its shape (measured on this CPU: one ViT-B-32 image
-encoded alone or among 5 differs by 2.6e-6), never on the other rows of the
-same shape nor on the thread count (both measured exactly equal), so a pair's
-features, and its scores, do not depend on what it was batched with.
+Every pass through a tower has a fixed shape (tower_passes.py), so a pair's
+features, and its scores, do not depend on what it was batched with. The image
+cache and its keys are in image_cache.py, region crops in region_crops.py.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Iterable
 
-import numpy as np
 import torch
 from PIL import Image
 
 from .constants import PRECISIONS, check_precision
+from .image_cache import (  # noqa: F401  (image_key, image_keys, spare_fill: their old home)
+    ImageFeatures, ImageHash, encode_cached, image_key, image_keys, regions_key, spare_fill, split_features)
 from .loading import cache_dir
-from .preprocess import Pixels, pool
+from .preprocess import Pixels
+from .region_crops import (  # noqa: F401  (all but crop_region: their old home)
+    CropStyle, border_colour, crop_region, grown_box, paste_centred, shrink_to)
 from .runtime import resolve_runtime, text_tower_graph
 from capscope.common.lru import LRUCache
 from .regions import Region
 from .text import EOT_ID, SOT_ID
+from .tower_passes import (  # noqa: F401  (TEXT_LENGTHS, TEXT_ROWS, TEXT_TOKENS: their old home)
+    IMAGE_ROWS, PIECE_ROWS, SIDE_BY_SIDE_PASSES, TEXT_LENGTHS, TEXT_ROWS, TEXT_TOKENS, bucket_groups, bucket_of,
+    filled_to, padded_ids, pass_rows, text_rows)
 
-TEXT_LENGTHS = (4, 8, 16, 24, 32, 48, 77)  # a sequence runs padded to the first that holds it
-# rows per pass, by device: a GPU needs wide passes to be busy; on a CPU a pass of a long text
-# costs little more than its share of a batched one, so long texts run one to a pass
-TEXT_ROWS = {"cpu": 1, "cuda": 32}
-# and short ones fill a pass up to this many tokens (a 4-token bucket 16 rows, 8 tokens 8, 16
-# tokens 4): a short eager pass costs its fixed overhead more than its tokens (BENCHMARKS.md run 9).
-# On ONNX Runtime a pass costs about 7 ms plus 0.75 ms a token row (one thread), so a pass filled
-# with copies costs a lone re-score more than it saves a batch: 16 tokens (runtime.py)
-TEXT_TOKENS = {"cpu": 64, "onnx": 16}
-SIDE_BY_SIDE_PASSES = 4  # at most this many text passes of a lone re-score run two at a time
 TEXT_CACHE_SIZE = 4096  # texts' features kept (2 KB each at 512 dimensions)
-PIECE_ROWS = {"eager": 64, "onnx": 8}  # `<sot> piece <eot>` sequences per pass: 4 tokens each, cheap in bulk
-IMAGE_ROWS = {"cpu": 8, "cuda": 32}  # on an AMD EPYC CPU, ViT-B-32: 131 ms/image alone, 75 at 4, 66 at 8
 # The towers' autocast dtype by precision. Their outputs are cast back to float32, so what reads
 # them (the InfoMetIC head, HICE-S's and CLIP-S's cosines, CLIP4DM's gradients) stays in float32.
 AUTOCAST_DTYPES = dict(zip(PRECISIONS, (None, torch.bfloat16, torch.float16)))
@@ -68,156 +56,6 @@ def ieee_float32():
         yield
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-def pass_rows(table: dict[str, int], device: torch.device) -> int:
-    return table.get(device.type, table["cpu"])
-
-
-def text_rows(device: torch.device, length: int, runtime: str = "eager") -> int:
-    """Rows per pass of texts padded to `length` tokens: fixed per device,
-    runtime and bucket, so that a text's features never depend on what it is
-    batched with."""
-    rows = pass_rows(TEXT_ROWS, device)
-    budget = TEXT_TOKENS.get("onnx" if runtime == "onnx" else device.type)
-    return max(rows, budget // length) if budget else rows
-
-
-def filled_to(items: list, size: int) -> list:
-    """`items` made `size` long with copies of the first: a pass of fixed shape
-    (the caller keeps the first `len(items)` results)."""
-    return items + [items[0]] * (size - len(items))
-
-
-def padded_ids(sequences: list[list[int]], length: int) -> torch.Tensor:
-    """Token-id sequences as one zero-padded len x `length` tensor."""
-    ids = torch.zeros(len(sequences), length, dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.tensor(seq)
-    return ids
-
-
-@dataclass
-class ImageFeatures:
-    """One image as a CLIP model sees it (raw, unnormalised embeddings)."""
-
-    size: tuple[int, int]                 # W, H
-    regions: list[Region]
-    global_feat: torch.Tensor             # D
-    region_feats: torch.Tensor            # n x D
-    extra: dict = field(default_factory=dict)  # per-metric extras (masked-region features, ...)
-
-    @property
-    def boxes(self) -> torch.Tensor:
-        return torch.tensor([r.box for r in self.regions], dtype=torch.float32).reshape(-1, 4)
-
-
-@dataclass(frozen=True)
-class CropStyle:
-    """How a region becomes a CLIP input. The default is the plain box crop;
-    capscope's demo CLIP was trained on crops grown by a margin and pasted at
-    true scale on a fixed canvas (so that size stays visible), and must be fed
-    the same way."""
-
-    margin: float = 0.0
-    canvas: int | None = None
-
-
-def image_key(image: Image.Image) -> str:
-    """An in-memory cache key. SHA-256, as this CPU computes it in hardware: 84 us for a
-    224 px image against blake2b's 164."""
-    digest = hashlib.sha256(image.tobytes())
-    digest.update(f"{image.size}{image.mode}".encode())
-    return digest.hexdigest()[:32]
-
-
-class ImageHash:
-    """An image's `image_key`, made when first asked and then kept, so that every
-    cache that asks of one image (the region proposals', each metric's image
-    features') shares one hash. Hashing on a thread beside the caption parsing
-    was slower (CLIP-S's host ceiling 2,440 against 2,550 pairs/s): the GIL
-    passed back and forth. A batch's images are hashed together by `image_keys`."""
-
-    def __init__(self, image: Image.Image):
-        self.image, self._key = image, None
-
-    def __call__(self) -> str:
-        if self._key is None:
-            self._key = image_key(self.image)
-        return self._key
-
-    @property
-    def made(self) -> bool:
-        """Whether the key is made already."""
-        return self._key is not None
-
-
-def image_keys(hashes: list[ImageHash]) -> list[str]:
-    """Each `ImageHash`'s key; those not yet made are hashed on the image
-    threads, side by side (SHA-256 lets go of the GIL): CLIP-S's host ceiling
-    2,540 -> 2,800 pairs/s on 2 cores."""
-    todo = [h for h in hashes if not h.made]
-    if len(todo) > 1:
-        list(pool().map(ImageHash.__call__, todo))
-    return [h() for h in hashes]
-
-
-def regions_key(regions: list[Region]) -> str:
-    return hashlib.blake2b(repr([r.box for r in regions]).encode(), digest_size=8).hexdigest()
-
-
-def encode_cached(cache: LRUCache, key_of, encode, images: list[Image.Image], regions: list[list[Region]],
-                  ahead: Iterable[tuple[list[Region], ImageHash]], rows: int,
-                  hashes: list[str] | None = None) -> list[ImageFeatures]:
-    """`encode(images, regions)` for the pairs `cache` lacks (each distinct key
-    once), an image and its regions taking 1 + len(regions) rows of passes
-    `rows` wide; `key_of(image_key, regions)` names a pair in `cache`, and
-    `hashes` are the images' `image_key`s where the caller has them. Where the
-    last pass would be filled up with copies, (regions, image hash) pairs of
-    `ahead` not yet cached that fit take the spare rows and go into the cache: a pass's rows never
-    change each other's features (module docstring), so this changes no number
-    and saves the passes those pairs would cost later."""
-    hashes = hashes if hashes is not None else [image_key(image) for image in images]
-    keys = [key_of(h, rs) for h, rs in zip(hashes, regions)]
-
-    def compute(todo: list[int]) -> list[ImageFeatures]:
-        todo_images, todo_regions = [images[i] for i in todo], [regions[i] for i in todo]
-        fill = spare_fill(sum(1 + len(rs) for rs in todo_regions), rows, ahead, key_of, cache, set(keys))
-        feats = encode(todo_images + [h.image for _, _, h in fill], todo_regions + [rs for _, rs, _ in fill])
-        for (key, _, _), features in zip(fill, feats[len(todo) :]):
-            cache[key] = features
-        return feats[: len(todo)]
-
-    return cache.get_many(keys, compute)
-
-
-def split_features(images: list[Image.Image], regions: list[list[Region]], feats: torch.Tensor,
-                   extra: dict | None = None) -> list[ImageFeatures]:
-    """One ImageFeatures per image from a stack of rows: each image's own, then
-    one per region; each with its own copy of `extra`."""
-    parts = torch.split(feats, [1 + len(rs) for rs in regions])
-    return [ImageFeatures(image.size, rs, f[0], f[1:], dict(extra or {})) for image, rs, f in zip(images, regions, parts)]
-
-
-def spare_fill(used: int, rows: int, ahead: Iterable[tuple[list[Region], ImageHash]], key_of, cache: LRUCache,
-               taken: set) -> list[tuple[str, list[Region], ImageHash]]:
-    """(key, regions, image hash) of `ahead`, in order, that fit in the spare
-    rows of the last `rows`-wide pass after `used` rows, skipping what `cache`
-    or `taken` holds; `ahead` is read (and hashed) only while rows are spare."""
-    spare, out = -used % rows, []
-    if not used or not spare:
-        return out
-    for rs, image_hash in ahead:
-        if 1 + len(rs) > spare:
-            continue
-        key = key_of(image_hash(), rs)
-        if key not in cache and key not in taken:
-            taken.add(key)
-            out.append((key, rs, image_hash))
-            spare -= 1 + len(rs)
-            if not spare:
-                break
-    return out
 
 
 class ClipBackbone:
@@ -496,58 +334,3 @@ class ClipBackbone:
 def text_backbone(metric) -> ClipBackbone | None:
     """The CLIP a metric encodes text with (HICE-S wraps its image side around it as `clip`)."""
     return getattr(metric, "clip", None) or getattr(metric, "backbone", None)
-
-
-def bucket_groups(lengths: list[int], context: int = 77) -> dict[int, list[int]]:
-    """Indices by padded length: the first of `TEXT_LENGTHS` (cut to the
-    context) that holds each sequence, which depends on that sequence alone.
-    Padding makes a row cost at most 1.6 times its own length past 8 tokens;
-    few buckets mean few passes, which cost more than their padding here."""
-    groups: dict[int, list[int]] = {}
-    for i, n in enumerate(lengths):
-        groups.setdefault(bucket_of(n, context), []).append(i)
-    return dict(sorted(groups.items()))
-
-
-def bucket_of(length: int, context: int = 77) -> int:
-    """The padded length a sequence of `length` ids runs at."""
-    return next(b for b in sorted({min(b, context) for b in TEXT_LENGTHS} | {context}) if b >= length)
-
-
-def crop_region(image: Image.Image, region: Region, style: CropStyle = CropStyle()) -> Image.Image:
-    box = grown_box(region.box, style.margin, image.size)
-    crop = image.crop(box)
-    if style.canvas is None:
-        return crop
-    crop = shrink_to(crop, style.canvas)
-    return paste_centred(crop, style.canvas, border_colour(np.asarray(crop)))
-
-
-def grown_box(box, margin: float, size: tuple[int, int]) -> tuple[int, int, int, int]:
-    """The box grown by `margin` times its width and height, in whole pixels inside the image."""
-    x0, y0, x1, y1 = box
-    dx, dy = margin * (x1 - x0), margin * (y1 - y0)
-    return (max(0, int(np.floor(x0 - dx))), max(0, int(np.floor(y0 - dy))),
-            min(size[0], int(np.ceil(x1 + dx))), min(size[1], int(np.ceil(y1 + dy))))
-
-
-def border_colour(pixels: np.ndarray) -> tuple[int, int, int]:
-    """Median colour of the outermost rows and columns: the local background."""
-    border = np.concatenate([pixels[[0, -1]].reshape(-1, 3), pixels[:, [0, -1]].reshape(-1, 3)])
-    return tuple(int(v) for v in np.median(border, axis=0))
-
-
-def shrink_to(crop: Image.Image, side: int) -> Image.Image:
-    """The crop, shrunk to fit a side x side square when it is larger."""
-    if crop.width <= side and crop.height <= side:
-        return crop
-    crop = crop.copy()
-    crop.thumbnail((side, side))
-    return crop
-
-
-def paste_centred(crop: Image.Image, side: int, fill) -> Image.Image:
-    """The crop in the middle of a side x side canvas of colour `fill`."""
-    canvas = Image.new("RGB", (side, side), tuple(fill))
-    canvas.paste(crop, ((side - crop.width) // 2, (side - crop.height) // 2))
-    return canvas

@@ -16,7 +16,7 @@ import torch
 from capscope.bench.speed_models import clear_caches, text_backbone
 from capscope.bench.speed_pairs import make_long_pairs, make_pairs
 from capscope.demo.scenes import COLOURS, KINDS
-from capscope.metrics import encoder, families, hice, scorer as scorer_module
+from capscope.metrics import families, hice, image_cache, scorer as scorer_module
 from capscope.metrics.text import EOT_ID, SOT_ID, bpe_pieces, tokenize
 
 
@@ -115,7 +115,7 @@ def timed_sections(scorer, metric: str):
     clip = text_backbone(metric_obj)
     targets = [
         (scorer_module, "tokenize", "spaCy tokens"),
-        (encoder, "image_key", "image hash (cache key)"),
+        (image_cache, "image_key", "image hash (cache key)"),
         (clip, "encode_ids", "CLIP text tower"),
         (metric_obj.backbone, "image_features", "image features (cache hit)"),
     ]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from capscope.bench.speed import make_long_pairs, make_pairs, make_shared_pairs, model_files
-from capscope.metrics import encoder
+from capscope.metrics import image_cache
 from capscope.metrics.scorer import Scorer
 
 TOLERANCE = 1e-6
@@ -49,14 +49,14 @@ def scored(scorer, pairs: list[dict], batch_size: int, look_ahead: bool = False)
 @pytest.mark.slow
 def test_every_metric_gives_a_pair_the_same_numbers_in_any_batch(scorer, monkeypatch):
     filled = []  # images of the look-ahead that took a pass's spare rows
-    spare_fill = encoder.spare_fill
+    spare_fill = image_cache.spare_fill
 
     def counted_fill(*args):
         chosen = spare_fill(*args)
         filled.extend(chosen)
         return chosen
 
-    monkeypatch.setattr(encoder, "spare_fill", counted_fill)
+    monkeypatch.setattr(image_cache, "spare_fill", counted_fill)
     # and two long captions, read in windows (InfoMetIC's go through its head 8 to a pass on a CPU)
     pairs = make_pairs(3, seed=11) + make_shared_pairs(2, captions_per_image=2, seed=12) + make_long_pairs(2, 70, seed=13)
     for i, pair in enumerate(pairs):

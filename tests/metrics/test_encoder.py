@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from capscope.metrics import encoder
+from capscope.metrics import encoder, image_cache
 from capscope.metrics.encoder import bucket_groups
 from capscope.metrics.loading import ModelUnavailable, create_open_clip
 from capscope.metrics.scorer import Scorer
@@ -140,8 +140,8 @@ def test_remembered_bpe_ids_are_open_clips_tokenizer_ids_cut_as_it_cuts(scorer, 
 
 
 def test_an_image_is_hashed_once_for_every_metric_and_its_pixels_not_copied(scorer, monkeypatch):
-    hashed, image_key = [], encoder.image_key
-    monkeypatch.setattr(encoder, "image_key", lambda image: hashed.append(image) or image_key(image))
+    hashed, image_key = [], image_cache.image_key
+    monkeypatch.setattr(image_cache, "image_key", lambda image: hashed.append(image) or image_key(image))
     images = [Image.fromarray(np.full((40, 50, 3), shade, dtype=np.uint8)) for shade in (10, 200)]
     for metric in scorer.metrics.values():
         metric.backbone.clear_caches()
@@ -157,12 +157,12 @@ def test_an_image_is_hashed_once_for_every_metric_and_its_pixels_not_copied(scor
 
 
 def test_a_batchs_image_keys_are_made_together_each_once(monkeypatch):
-    hashed, image_key = [], encoder.image_key
-    monkeypatch.setattr(encoder, "image_key", lambda image: hashed.append(image) or image_key(image))
+    hashed, image_key = [], image_cache.image_key
+    monkeypatch.setattr(image_cache, "image_key", lambda image: hashed.append(image) or image_key(image))
     images = [Image.fromarray(np.full((20, 30, 3), shade, dtype=np.uint8)) for shade in (1, 2, 3)]
-    hashes = [encoder.ImageHash(im) for im in images]
+    hashes = [image_cache.ImageHash(im) for im in images]
     made_before = hashes[1]()
-    assert encoder.image_keys(hashes + hashes[:1]) == [image_key(im) for im in images + images[:1]]
+    assert image_cache.image_keys(hashes + hashes[:1]) == [image_key(im) for im in images + images[:1]]
     assert made_before == image_key(images[1])
     assert sorted(map(id, hashed)) == sorted(map(id, images))  # each once, the one made before not again
 
