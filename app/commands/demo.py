@@ -206,7 +206,7 @@ def run_train_clip(args) -> int:
 
 
 def _info_config(args, **overrides):
-    from capscope.train.infometic_trainer import InfoTrainConfig
+    from capscope.train.infometic_setup import InfoTrainConfig
 
     values = dict(
         out=args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, device=args.device,
@@ -220,7 +220,8 @@ def _info_config(args, **overrides):
 
 
 def run_train_infometic(args) -> int:
-    from capscope.train.infometic_trainer import state_path, train_infometic
+    from capscope.train.infometic_setup import state_path
+    from capscope.train.infometic_trainer import train_infometic
 
     if args.labels is not None or args.dataset is not None:
         return run_finetune(args)
@@ -260,7 +261,7 @@ def scorer_for(args):
     if args.clip_model == "capscope-demo-clip":
         from capscope.demo.clip_model import config_path_beside, register_demo_clip_config
         from capscope.metrics.encoder import CropStyle
-        from capscope.train.infometic_trainer import DEMO_CROP
+        from capscope.train.infometic_setup import DEMO_CROP
 
         beside = config_path_beside(Path(args.clip_pretrained)) if args.clip_pretrained else None
         register_demo_clip_config(beside if beside is not None and beside.is_file() else None)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from capscope.metrics.loading import demo_model_path, read_checkpoint
 from capscope.train.clip import ClipTrainConfig, state_path as clip_state, train_clip
-from capscope.train.infometic_trainer import InfoTrainConfig, state_path as head_state, train_infometic
+from capscope.train.infometic_setup import InfoTrainConfig, state_path as head_state
+from capscope.train.infometic_trainer import train_infometic
 
 log = logging.getLogger(__name__)
 

@@ -142,7 +142,8 @@ def test_the_trainer_probe_scores_with_the_evaluator_it_is_given(tmp_path):
     import torch
 
     from capscope.demo.clip_model import new_demo_clip, save_demo_clip
-    from capscope.train.infometic_trainer import InfoTrainConfig, train_infometic
+    from capscope.train.infometic_setup import InfoTrainConfig
+    from capscope.train.infometic_trainer import train_infometic
 
     torch.manual_seed(0)
     save_demo_clip(new_demo_clip(), tmp_path / "clip.pt")

@@ -21,7 +21,8 @@ def gold_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     from capscope.demo.clip_model import new_demo_clip, save_demo_clip
-    from capscope.train.infometic_trainer import InfoTrainConfig, train_infometic
+    from capscope.train.infometic_setup import InfoTrainConfig
+    from capscope.train.infometic_trainer import train_infometic
 
     folder = tmp_path_factory.mktemp("model")
     torch.manual_seed(0)
@@ -58,7 +59,7 @@ def test_a_demo_clip_gets_the_crops_it_was_trained_on(tiny_checkpoint):
     from argparse import Namespace
 
     from capscope.commands.demo import scorer_for
-    from capscope.train.infometic_trainer import DEMO_CROP
+    from capscope.train.infometic_setup import DEMO_CROP
 
     args = Namespace(metric="hice", device="cpu", clip_model="capscope-demo-clip",
                      clip_pretrained=str(tiny_checkpoint / "demo_clip.pt"), infometic_checkpoint=None, beta=0.1,

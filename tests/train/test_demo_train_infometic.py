@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from capscope.train.infometic_trainer import (
-    InfoTrainConfig, LOSS_NAMES, open_session, pick_images, state_path, step_losses, total_loss, train_infometic,
-)
+from capscope.train.infometic_losses import LOSS_NAMES, step_losses, total_loss
+from capscope.train.infometic_setup import InfoTrainConfig, state_path
+from capscope.train.infometic_trainer import open_session, pick_images, train_infometic
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from capscope.metrics.loading import read_checkpoint
 from capscope.metrics.model_sources import load_infometic
 from capscope.metrics.scorer import Scorer
 from capscope.train.finetune.settings import FinetuneConfig
-from capscope.train.infometic_trainer import PLAIN_CROP
+from capscope.train.infometic_setup import PLAIN_CROP
 
 
 class Parent(NamedTuple):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from capscope.metrics.constants import BETA
 from capscope.metrics.words import word_threshold
 from capscope.train.finetune.tensors import UNKNOWN
-from capscope.train.infometic_trainer import text_token_loss, verify_loss, vision_token_loss
+from capscope.train.infometic_losses import text_token_loss, verify_loss, vision_token_loss
 
 
 def region_loss(out: dict, labels: torch.Tensor) -> torch.Tensor:
