@@ -11,52 +11,37 @@ feature file (`features`), or from the configured proposer.
 
 Every constructor option, the row layout and the errors are described in
 docs/api.md (the reference page of the Python API); the JSON fields of a row in
-docs/formats.md §2.
+docs/formats.md §2. An input row is read and checked in input_rows.py, an
+output row and its provenance made in output_rows.py.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from PIL import Image
 
 from capscope.common.lru import LRUCache
 
 from . import loading, windows
-from .clipscore import PROMPT
 from .config import ScorerConfig
-from .encoder import ImageFeatures, ImageHash, image_keys
-from .feature_files import features_from_file, read_features
-from .images import ImageError, read_image
+from .feature_files import features_from_file
+from .image_cache import ImageFeatures, ImageHash, image_keys
+from .input_rows import PreparedInput, Upcoming, prepare_input, row_image, row_regions
 from .loading import ModelUnavailable
 from .model_sources import ModelSources
-from .pairs import PreparedPair
-from .runtime import onnxruntime_version, resolve_runtime
-from .regions import PROPOSERS, Region, given_regions, select_regions
+from .output_rows import provenance_of, score_row
+from .runtime import resolve_runtime
+from .regions import PROPOSERS, Region, select_regions
 from .registry import MetricParts, Needs, get_spec
-from .result import MetricResult, ModelInfo, ScoreRow, reproducibility
+from .result import MetricResult, ScoreRow
 from .row_errors import RowError
-from .text import Token, check_caption, check_references, checked_tokens, load_spacy, tokenize
+from .text import Token, checked_tokens, load_spacy, tokenize
 from .verdict import Verdict
 
 log = logging.getLogger(__name__)
 
 REGIONS_CACHE_SIZE = 512  # images whose proposed regions are kept
-NO_REGIONS = "none (no metric read regions)"  # the row's model.regions when none were proposed
-
-
-@dataclass
-class _Prepared:
-    index: int
-    pair: PreparedPair
-    image: Image.Image | None
-    regions: list[Region] | None
-    features: dict | None = None
-    image_name: str | None = None
-    errors: list[str] = field(default_factory=list)
-    image_hash: ImageHash | None = None
 
 
 class Scorer:
@@ -282,7 +267,7 @@ class Scorer:
         Raises:
             ModelUnavailable: a region proposer's weights cannot be had.
         """
-        prepared = [self._prepare(i, row, base_dir) for i, row in enumerate(rows)]
+        prepared = [prepare_input(i, row, base_dir, self._tokens, self._regions) for i, row in enumerate(rows)]
         ready = [p for p in prepared if not p.errors]
         upcoming = Upcoming(ahead or [], lambda row: self._upcoming_image(row, base_dir))
         results: dict[int, dict[str, MetricResult]] = {p.index: {} for p in prepared}
@@ -302,9 +287,9 @@ class Scorer:
             outs = windows.compute(metric, [p.pair for p in usable], images, self.long_captions, global_only)
             for p, out in zip(usable, outs):
                 results[p.index][name] = out
-        return [self._row(rows[p.index], p, results[p.index]) for p in prepared]
+        return [score_row(self, rows[p.index], p, results[p.index]) for p in prepared]
 
-    def _dim_mismatch(self, p: _Prepared, metric) -> bool:
+    def _dim_mismatch(self, p: PreparedInput, metric) -> bool:
         if p.features is not None and p.features["feat"].shape[1] != metric.backbone.dim:
             p.errors.append(
                 f"features file has {p.features['feat'].shape[1]}-d features; {metric.name}'s CLIP gives {metric.backbone.dim}-d"
@@ -312,7 +297,7 @@ class Scorer:
             return True
         return False
 
-    def _image_features(self, metric, needs: Needs, prepared: list[_Prepared], upcoming: Upcoming) -> list[ImageFeatures]:
+    def _image_features(self, metric, needs: Needs, prepared: list[PreparedInput], upcoming: Upcoming) -> list[ImageFeatures]:
         out: list[ImageFeatures | None] = [None] * len(prepared)
         pixels = [i for i, p in enumerate(prepared) if p.features is None or needs.pixels]
         if pixels:
@@ -341,33 +326,6 @@ class Scorer:
         except RowError:
             return None
 
-    def _prepare(self, index: int, row: dict, base_dir: Path | None) -> _Prepared:
-        caption = row.get("caption")
-        prepared = _Prepared(index, PreparedPair(caption if isinstance(caption, str) else "", []), None, None)
-        try:
-            problem = check_caption(caption)
-            if problem:
-                raise RowError(problem)
-            given = row.get("tokens")
-            if given is not None:  # checked first: a token that does not match is the row's first error
-                prepared.pair.tokens = self._tokens(caption, given)
-            prepared.pair.references = _references(row.get("references"))
-            if row.get("features") is not None:
-                prepared.features = read_features(_resolve(row["features"], base_dir))
-                prepared.regions = features_from_file(prepared.features).regions
-            if row.get("image") is not None:
-                prepared.image, prepared.image_name = row_image(row["image"], base_dir)
-                prepared.image_hash = ImageHash(prepared.image)
-                if prepared.regions is None:
-                    prepared.regions = self._regions(prepared.image, row.get("regions"), prepared.image_hash)
-            elif prepared.features is None:
-                raise RowError("row has neither an image nor a features file")
-            if given is None:  # parsed last, so a row that cannot be scored (a missing image) is never parsed
-                prepared.pair.tokens = self._tokens(caption, None)
-        except RowError as err:
-            prepared.errors.append(str(err))
-        return prepared
-
     def _tokens(self, caption: str, given) -> list[Token]:
         if given is None:
             return tokenize(caption, self.nlp)
@@ -390,96 +348,9 @@ class Scorer:
             self._proposer = PROPOSERS[self.region_source](device=str(self.device))
         return self._proposer
 
-    def _row(self, row: dict, p: _Prepared, metrics: dict[str, MetricResult]) -> ScoreRow:
-        image_name = p.image_name or (row.get("image") if isinstance(row.get("image"), str) else None)
-        if p.errors and not metrics:  # nothing scored: the id, the error and what names the input, no provenance
-            return ScoreRow(id=row.get("id"), image=image_name, caption=row.get("caption"), error="; ".join(p.errors))
-        return ScoreRow(
-            id=row.get("id"), image=image_name, caption=row.get("caption"),
-            tokens=p.pair.tokens, regions=p.regions or [], metrics=metrics,
-            model=ModelInfo(self.clip_name, self._regions_label(row, p), self.text_model, self.demo, **self.provenance()),
-            error="; ".join(p.errors) or None,
-        )
-
     def provenance(self) -> dict:
         """What a number depends on beyond the model names (versions, dtype,
         device, prompt, β, token rule, checkpoint sha256s); computed once."""
         if self._provenance is None:
-            self._provenance = reproducibility(
-                dtype=self._compute_dtype(), precision=self.precision, device=self._device_kind(), prompt=PROMPT,
-                runtime=self._runtime_label(),
-                beta=self.beta,
-                token_rule=self.token_rule, long_captions=self.long_captions, checkpoints=self.checkpoints,
-                metric_options={name: m.options for name, m in self.metrics.items() if getattr(m, "options", None)},
-                verdict={name: m.verdict.record() for name, m in self.metrics.items()
-                         if getattr(m, "verdict", None) is not None})
+            self._provenance = provenance_of(self)
         return self._provenance
-
-    def _compute_dtype(self) -> str:
-        """float32, and the CLIP towers' autocast dtype where they use one (`precision`)."""
-        autocast = {m.backbone.autocast_dtype for m in self.metrics.values() if getattr(m, "backbone", None) is not None}
-        autocast.discard(None)
-        return "float32" + "".join(f", {str(d).removeprefix('torch.')} autocast" for d in autocast)
-
-    def _runtime_label(self) -> str:
-        """What ran the CLIP text towers: `eager` (PyTorch) or `onnxruntime X.Y.Z`."""
-        return f"onnxruntime {onnxruntime_version()}" if self.runtime == "onnx" else "eager"
-
-    def _device_kind(self) -> str:
-        if self.device.type == "cuda":
-            return f"cuda ({torch.cuda.get_device_name(self.device)})"
-        return self.device.type
-
-    def _regions_label(self, row: dict, p: _Prepared) -> str:
-        if p.features is not None:
-            return "features"
-        if row.get("regions") is not None:
-            return "given"
-        return self.region_source if self.proposes_regions or self.region_source == "given" else NO_REGIONS
-
-
-# ---------------------------------------------------------------- helpers
-
-class Upcoming:
-    """The (regions, image hash) of the rows scored next, each row read once,
-    and only when a pass has spare rows for it (`encoder.encode_cached`)."""
-
-    def __init__(self, rows: list[dict], read):
-        self._rows, self._read, self._done = rows, read, []
-
-    def __iter__(self):
-        for i, row in enumerate(self._rows):
-            if i == len(self._done):
-                self._done.append(self._read(row))
-            if self._done[i] is not None:
-                yield self._done[i]
-
-
-def row_regions(given, size: tuple[int, int]) -> list[Region]:
-    """A row's own regions, checked against the image size; RowError says what is wrong."""
-    try:
-        return given_regions(given, *size)
-    except (ValueError, AttributeError) as err:
-        raise RowError(f"bad regions: {err}") from None
-
-
-def row_image(image, base_dir: Path | None = None) -> tuple[Image.Image, str | None]:
-    """A row's `image` (a PIL image, or a path relative to `base_dir`) in RGB,
-    with the name it was given; RowError when it cannot be read."""
-    name = None if isinstance(image, Image.Image) else str(image)
-    try:
-        return read_image(image if name is None else _resolve(image, base_dir), name=name), name
-    except ImageError as err:
-        raise RowError(str(err)) from None
-
-
-def _resolve(path, base_dir: Path | None) -> Path:
-    path = Path(str(path))
-    return path if path.is_absolute() or base_dir is None else base_dir / path
-
-
-def _references(refs) -> list[str] | None:
-    problem = check_references(refs)
-    if problem:
-        raise RowError(problem)
-    return refs or None

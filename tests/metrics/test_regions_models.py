@@ -188,7 +188,8 @@ def test_regions_are_proposed_only_for_metrics_that_read_them(monkeypatch, clip_
     from PIL import Image, ImageDraw
 
     from capscope.metrics.regions import ClassicProposer
-    from capscope.metrics.scorer import NO_REGIONS, Scorer
+    from capscope.metrics.output_rows import NO_REGIONS
+    from capscope.metrics.scorer import Scorer
 
     proposed = []
 

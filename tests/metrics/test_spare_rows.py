@@ -10,9 +10,9 @@ from PIL import Image
 
 from capscope.batch.pipeline import local_results
 from capscope.common.lru import LRUCache
-from capscope.metrics.encoder import ImageHash, encode_cached, image_key, spare_fill
+from capscope.metrics.image_cache import ImageHash, encode_cached, image_key, spare_fill
+from capscope.metrics.input_rows import Upcoming
 from capscope.metrics.regions import Region
-from capscope.metrics.scorer import Upcoming
 
 
 def image(shade: int) -> Image.Image:
