@@ -1,4 +1,4 @@
-"""Measuring metrics: speed (`speed`, its parts in `speed_*`, `capscope bench`),
+"""Measuring metrics: speed (the `speed` package, `capscope bench`),
 accuracy against gold labels (`evaluate`, `gold_figures`), agreement with
 people's judgements (`human`, `human_correlation`, `correlation_report`) and
 the published figures beside them (`published`)."""

@@ -98,7 +98,7 @@ def caption_words(text: str) -> tuple[int, ...]:
 
 
 def click_segmenters(text: str) -> tuple[str, ...]:
-    from capscope.bench.speed_clicks import CLICK_SEGMENTERS
+    from capscope.bench.speed.click_timings import CLICK_SEGMENTERS
     from capscope.common.errors import CapscopeError
 
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none"))

@@ -3,7 +3,7 @@ the demo world's shapes (the fallback), and the first click on a new image with 
 embedding made ahead."""
 import numpy as np
 
-from capscope.bench.speed_clicks import click_latency, noc, prompt_quality
+from capscope.bench.speed.click_timings import click_latency, noc, prompt_quality
 from capscope.metrics.click_segmenters import ClassicClickSegmenter
 
 

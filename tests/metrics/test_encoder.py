@@ -168,7 +168,7 @@ def test_a_batchs_image_keys_are_made_together_each_once(monkeypatch):
 
 
 def test_the_host_part_of_a_gpus_path_sends_the_pixels_as_bytes_and_restores_the_cpus(scorer):
-    from capscope.bench.speed_precision import free_towers, host_as_for_gpu
+    from capscope.bench.speed.precision_timings import free_towers, host_as_for_gpu
 
     backbone = scorer.metrics["clip-s"].backbone
     images = [Image.fromarray(np.full((224, 224, 3), shade, dtype=np.uint8)) for shade in (5, 250)]

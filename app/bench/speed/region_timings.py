@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from segment_anything import sam_model_registry
 
-from capscope.bench.speed_pairs import scene
-from capscope.bench.speed_timing import synchronize
+from capscope.bench.speed.timed_pairs import scene
+from capscope.bench.speed.scoring_timings import synchronize
 from capscope.metrics.loading import ModelUnavailable
 from capscope.metrics.regions import PROPOSERS
 from capscope.metrics.segmenters import import_ultralytics

@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from capscope.bench.speed_models import model_files
-from capscope.bench.speed_pairs import make_shared_pairs, write_pairs_file
+from capscope.bench.speed.timed_models import model_files
+from capscope.bench.speed.timed_pairs import make_shared_pairs, write_pairs_file
 
 SCORE_LOG = re.compile(r"(\d+) pairs in ([\d.]+) s \(([\d.]+) pairs/s\), (\d+) with errors")
 

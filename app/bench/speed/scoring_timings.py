@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from capscope.bench.speed_models import clear_caches, text_backbone
-from capscope.bench.speed_pairs import make_long_pairs, make_pairs
+from capscope.bench.speed.timed_models import clear_caches, text_backbone
+from capscope.bench.speed.timed_pairs import make_long_pairs, make_pairs
 from capscope.demo.scenes import COLOURS, KINDS
 from capscope.metrics import families, hice, image_cache, scorer as scorer_module
 from capscope.metrics.text import EOT_ID, SOT_ID, bpe_pieces, tokenize

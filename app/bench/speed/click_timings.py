@@ -18,8 +18,8 @@ import time
 import numpy as np
 import torch
 
-from capscope.bench.speed_pairs import scene
-from capscope.bench.speed_timing import percentile, synchronize
+from capscope.bench.speed.timed_pairs import scene
+from capscope.bench.speed.scoring_timings import percentile, synchronize
 from capscope.metrics.loading import ModelUnavailable
 
 CLICK_SEGMENTERS = ("classic", "sam", "sam2", "sam2-tiny", "mobilesam")

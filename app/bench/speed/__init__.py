@@ -22,10 +22,10 @@ CPU), pairs/s on files in which each image carries several captions, and, when
 Ray is installed, `capscope score --engine ray` against the local run on one
 file (`ray`: the Ray path's overhead on one machine).
 
-The run and its summary are here; the parts are speed_pairs (the scenes and
-captions), speed_models (the random-weight models and the naive loop),
-speed_timing, speed_precision, speed_regions and speed_ray. Their names are
-offered here too.
+The run and its summary are here; the parts are timed_pairs (the scenes and
+captions), timed_models (the random-weight models and the naive loop),
+scoring_timings, precision_timings, click_timings, region_timings and
+ray_timings. Their names are offered here too.
 """
 from __future__ import annotations
 
@@ -35,22 +35,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from capscope.bench.speed_models import (
+from capscope.bench.speed.click_timings import click_latency, prompt_quality
+from capscope.bench.speed.precision_timings import (
+    PRECISION_METRICS, clip_s_throughput, free_towers, pass_width, precision_figures, precision_gaps, row_gaps,
+)
+from capscope.bench.speed.ray_timings import SCORE_LOG, ray_speed, timed_score
+from capscope.bench.speed.region_timings import random_checkpoint, region_source_seconds
+from capscope.bench.speed.scoring_timings import (
+    best_time, caption_length_speed, machine, pairs_per_second, peak_gpu_mb, peak_rss_mb, percentile,
+    reset_peak_gpu, rescore_breakdown, rescore_ms, synchronize, timed_sections, word_encoding_speedup,
+)
+from capscope.bench.speed.timed_models import (
     BENCH_METRICS, CLIP_MODEL, NaiveRunner, build_models, clear_caches, model_files, naive_pairs_per_second,
     runtime_costs, text_backbone,
 )
-from capscope.bench.speed_pairs import (
+from capscope.bench.speed.timed_pairs import (
     OPENINGS, make_long_pairs, make_pairs, make_shared_pairs, scene, write_pairs_file,
-)
-from capscope.bench.speed_precision import (
-    PRECISION_METRICS, clip_s_throughput, free_towers, pass_width, precision_figures, precision_gaps, row_gaps,
-)
-from capscope.bench.speed_ray import SCORE_LOG, ray_speed, timed_score
-from capscope.bench.speed_clicks import click_latency, prompt_quality
-from capscope.bench.speed_regions import random_checkpoint, region_source_seconds
-from capscope.bench.speed_timing import (
-    best_time, caption_length_speed, machine, pairs_per_second, peak_gpu_mb, peak_rss_mb, percentile,
-    reset_peak_gpu, rescore_breakdown, rescore_ms, synchronize, timed_sections, word_encoding_speedup,
 )
 from capscope.metrics.loading import resolve_device
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from capscope.bench.speed_models import BENCH_METRICS, model_files, naive_pairs_per_second
-from capscope.bench.speed_pairs import make_pairs
-from capscope.bench.speed_timing import pairs_per_second
+from capscope.bench.speed.timed_models import BENCH_METRICS, model_files, naive_pairs_per_second
+from capscope.bench.speed.timed_pairs import make_pairs
+from capscope.bench.speed.scoring_timings import pairs_per_second
 from capscope.metrics import encoder
 from capscope.metrics.loading import demo_model_path
 from capscope.metrics.scorer import Scorer
