@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from capscope.bench.clip4dm_released import released_clip4dm, space_tokenize
-from capscope.metrics.clip4dm import CHUNK, split_words
+from capscope.metrics.clip4dm import split_words
+from capscope.metrics.clip4dm_relevance import CHUNK
 from capscope.common.errors import ModelUnavailable
 from capscope.metrics.scorer import Scorer
 

@@ -1,4 +1,4 @@
-"""clip4dm's packed passes (metrics/clip4dm.py): each distinct text runs forward
+"""clip4dm's packed passes (metrics/clip4dm_relevance.py): each distinct text runs forward
 once in a pass of fixed shape, each (text, image) row backward once on its
 `<eot>` row only. A caption's row must be the same floats whatever it is batched
 with, and the `<eot>`-row gradient must be the gradient through the whole text."""
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from capscope.metrics.clip4dm import WINDOW_ATTRIBUTION_ROWS, TextRelevance
+from capscope.metrics.clip4dm_relevance import WINDOW_ATTRIBUTION_ROWS, TextRelevance
 from capscope.metrics.clipscore import PROMPT
 from capscope.metrics.scorer import Scorer
 
