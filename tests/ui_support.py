@@ -67,6 +67,8 @@ class Served:
         self.port = port or free_port()
         self.https = "ssl_certfile" in options
         self.url = f"{'https' if self.https else 'http'}://127.0.0.1:{self.port}"
+        # gradio_client's heartbeat streams stay open until the process ends: past a second, stop waiting for them
+        options.setdefault("timeout_graceful_shutdown", 1)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                                     **options))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -154,6 +154,7 @@ def test_releases_through_rest(labelled, tmp_path, monkeypatch):
     assert [(r["dataset"], r["version"], r["created_by"]) for r in listed] == [("default", "1.0", "boss")]
 
 
+@pytest.mark.slow  # over 1.5 s here: the fast lane keeps under 5 minutes
 def test_a_team_labels_through_rest_releases_and_every_reader_agrees(tmp_path, monkeypatch):
     """Several annotators label through the REST API; the release's JSONL, parquet (read by pyarrow,
     pandas and Hugging Face datasets) and datasheet agree, every sha256 holds, and a second release

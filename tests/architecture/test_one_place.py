@@ -94,6 +94,7 @@ def test_no_metric_module_is_in_an_import_cycle():
         assert "registry" not in graph[metric_module]
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_each_metric_module_imports_first_in_a_fresh_process():
     """Whichever of them a process imports first, it imports, and a metric
     class's module does not pull in the registry."""
@@ -420,6 +421,7 @@ def test_get_many_computes_each_missing_key_once_even_past_the_size():
     assert cache.get_many(["d"], compute) == ["D"] and len(calls) == 1
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_image_feature_caches_are_bounded_and_cleared_in_public():
     import open_clip
     import torch
@@ -474,6 +476,7 @@ def test_torch_load_is_called_in_one_place():
 
 # ---------------------------------------------------------------- model inventory
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_the_inventory_is_built_by_a_call_not_by_an_import():
     """In a fresh process: importing segmenters registers nothing, and
     components() lists the proposers without anyone importing it first."""

@@ -258,6 +258,7 @@ def pairs_file(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_correlate_equals_pacs_procedure_on_capscope_scores(tmp_path, capsys):
     folder = flickr_folder(tmp_path / "flickr")
     code = main(["correlate", "--benchmark", "flickr8k-expert", "--data", str(folder), "--metric", "clip-s",

@@ -110,6 +110,7 @@ def test_shipped_demo_model_meets_the_bars(fresh_scenes, capsys):
 
 
 @pytest.mark.skipif(not demo_model_path().is_file(), reason="the demo model is not shipped yet")
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_hice_on_the_demo_clip_ranks_regions_and_words(fresh_scenes, capsys, monkeypatch):
     """HICE-S on the demo model (--demo), its region crops in the demo CLIP's own style
     (0.93 region AUROC and 0.79 word AUROC on 300 held-out scenes before they were)."""

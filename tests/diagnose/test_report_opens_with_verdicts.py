@@ -21,6 +21,7 @@ def reference_report(out: Path) -> Path:
     return write_report(summary, out, {}, lambda path: None)
 
 
+@pytest.mark.slow  # over 1.5 s here: the fast lane keeps under 5 minutes
 def test_the_verdicts_come_before_every_table_and_figure(tmp_path):
     page = reference_report(tmp_path).read_text()
     verdict = page.index("<h2>Verdict</h2>")

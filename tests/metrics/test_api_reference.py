@@ -5,6 +5,7 @@ import math
 import re
 from pathlib import Path
 
+import pytest
 
 from capscope.metrics import model_sources
 from capscope.metrics import scorer as scorer_module
@@ -71,6 +72,7 @@ def test_methods_documented():
     assert "ModelUnavailable" in inspect.getdoc(Scorer.__init__)
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_api_page_example_runs(monkeypatch, tmp_path, capsys):
     # offline and without any pretrained file, as the page says: the demo model stands in
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -33,6 +33,7 @@ def images():
     return [Image.fromarray((rng.rand(160, 200, 3) * 255).astype("uint8")), Image.fromarray(blocks)]
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_a_caption_gets_the_same_floats_alone_and_in_any_batch(scorer, images):
     pairs = [(i, c) for c in SHORT + [LONG] for i in (0, 1)]
     alone = {(i, c): scorer.score(images[i], c)["metrics"]["clip4dm"] for i, c in dict.fromkeys(pairs)}

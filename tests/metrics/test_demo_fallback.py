@@ -30,6 +30,7 @@ def demo_file(tmp_path, monkeypatch):
     return path
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_falls_back_to_demo_and_labels_rows(demo_file, caplog):
     scorer = Scorer(["infometic", "clip-s", "infoclip"], device="cpu")
     assert scorer.demo and "FALLBACK" in caplog.text

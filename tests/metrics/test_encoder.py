@@ -139,6 +139,7 @@ def test_remembered_bpe_ids_are_open_clips_tokenizer_ids_cut_as_it_cuts(scorer, 
     assert calls == []  # each text was split into BPE pieces once
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_an_image_is_hashed_once_for_every_metric_and_its_pixels_not_copied(scorer, monkeypatch):
     hashed, image_key = [], image_cache.image_key
     monkeypatch.setattr(image_cache, "image_key", lambda image: hashed.append(image) or image_key(image))

@@ -32,6 +32,7 @@ def backbones(seed: int, tmp_path, monkeypatch):
     return eager, onnx
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_onnx_features_are_eagers_within_float32_and_each_model_keeps_its_own_weights(tmp_path, monkeypatch):
     eager, onnx = backbones(0, tmp_path, monkeypatch)
     assert (eager.runtime, onnx.runtime) == ("eager", "onnx")
@@ -47,6 +48,7 @@ def test_onnx_features_are_eagers_within_float32_and_each_model_keeps_its_own_we
     assert not torch.allclose(second, first, atol=1e-2)
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_onnx_features_depend_neither_on_the_batch_nor_on_the_thread_count(tmp_path, monkeypatch):
     _, onnx = backbones(0, tmp_path, monkeypatch)
     together = onnx.encode_texts(TEXTS)

@@ -24,6 +24,7 @@ def logged(http, **filters) -> list[dict]:
     return answer.json()["events"]
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_each_action_leaves_a_row_with_who_when_and_where(team, http, tmp_path):
     name = f"aud{secrets.token_hex(3)}"
     password = "audit-password-1"

@@ -392,6 +392,7 @@ SCORED_WRONG_TYPES = [  # (fields of a row capscope score reads, words its error
 ]
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_rows_capscope_score_cannot_read_are_row_errors_and_the_rest_is_scored(tmp_path, clip_checkpoint):
     """Each of these stopped `capscope score` (TypeError, KeyError, OSError, ValueError) before."""
     import numpy as np

@@ -81,6 +81,7 @@ def test_gradio_checks_uploads_itself_too(team, secret):
         LocalContext.blocks.reset(token)
 
 
+@pytest.mark.slow  # over 1.5 s here: the fast lane keeps under 5 minutes
 def test_an_uploaded_image_is_scored(team):
     client = ui_login(team, ANN)
     config = gradio_config(client)

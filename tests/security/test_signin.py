@@ -141,6 +141,7 @@ def test_the_guard_holds_a_bounded_number_of_entries():
 
 # ---------------------------------------------------------------- the event loop
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_health_stays_fast_while_ui_logins_fail(team, no_backoff):
     """Before: Gradio ran the (sync) login's hash on the event loop, so every
     other request waited behind a flood of logins."""

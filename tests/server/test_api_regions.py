@@ -36,6 +36,7 @@ def export_rows(client):
     return {row["id"]: row for row in map(json.loads, response.text.splitlines())}
 
 
+@pytest.mark.slow  # over 1.5 s here: the fast lane keeps under 5 minutes
 def test_noc_protocol_reaches_085_within_three_clicks_and_the_benchmark_keeps_it(scenes):
     result = click_noc.run_study(scenes, ANN, scenes.targets)
     assert result["objects"] >= 10 and result["fallback"] is True

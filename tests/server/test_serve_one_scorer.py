@@ -75,6 +75,7 @@ def verdicts(row: dict, metric: str) -> tuple[list, list]:
     return result["token_correct"], result["region_mentioned"]
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_api_and_inspect_give_the_same_verdicts(relative_server):
     from capscope.ui import inspect_scoring
 
@@ -89,6 +90,7 @@ def test_api_and_inspect_give_the_same_verdicts(relative_server):
             assert verdicts(from_page, metric) == verdicts(from_api, metric), metric
 
 
+@pytest.mark.slow  # over 1.5 s here: the fast lane keeps under 5 minutes
 def test_the_server_token_rule_decides_the_words(demo_env, relative_server):
     paper_server = serve(demo_env / "paper", token_rule="paper")
     relative, _ = verdicts(api_row(relative_server, LONG_CAPTION), "infometic")

@@ -69,6 +69,7 @@ def test_packaged_config_matches_code():
     assert json.loads(PACKAGED_CONFIG.read_text()) == DEMO_CLIP_CONFIG
 
 
+@pytest.mark.slow  # over 1.8 s here: the fast lane keeps under 5 minutes
 def test_a_few_steps_lower_the_loss():
     torch.manual_seed(0)
     model = new_demo_clip().train()
