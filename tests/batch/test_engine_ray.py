@@ -335,6 +335,7 @@ def test_killed_worker_every_id_written_once(cluster, world, local_rows):
     assert_same_rows(expected, rows, tolerance=1e-6)
 
 
+@pytest.mark.slow  # over 1.5 s here (a Ray start, a served app's rounds): the fast lane keeps under 5 minutes
 def test_ray_reads_the_input_as_the_workers_need_it(cluster):
     """An endless input: the first results come back while the driver has read
     only the batches in flight (two per worker) and the one being cut."""
@@ -403,6 +404,7 @@ def test_bench_ray_figure_against_the_local_run(cluster, monkeypatch):
     assert figure["ratio"] == pytest.approx(figure["ray"]["rows_per_s"] / figure["local"]["rows_per_s"])
 
 
+@pytest.mark.slow  # over 1.5 s here (a Ray start, a served app's rounds): the fast lane keeps under 5 minutes
 def test_bench_ray_figure_skipped_without_ray(monkeypatch):
     from capscope.bench import speed
 

@@ -71,6 +71,7 @@ def no_backoff(team, monkeypatch):
 
 # ---------------------------------------------------------------- back-off
 
+@pytest.mark.slow  # over 1.5 s here (a Ray start, a served app's rounds): the fast lane keeps under 5 minutes
 def test_rest_refuses_with_429_after_five_wrong_passwords(team, http):
     name, password = new_user(team, "rest")
     for _ in range(5):

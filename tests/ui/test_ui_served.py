@@ -75,6 +75,7 @@ def test_first_run_seeded_demo_data_and_admin(served):
     assert httpx.get(served.url + "/api/items/next").status_code == 401
 
 
+@pytest.mark.slow  # over 1.5 s here (a Ray start, a served app's rounds): the fast lane keeps under 5 minutes
 def test_api_annotate_round_trip(served):
     c = client(served, "ann1")
     endpoints = set(c.view_api(return_format="dict", print_info=False)["named_endpoints"])
