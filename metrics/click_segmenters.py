@@ -33,10 +33,9 @@ from pathlib import Path
 
 from .click_classic import ClassicClickSegmenter
 from .click_mobilesam import MobileSamClickSegmenter
-from .click_protocol import MAX_CANDIDATES, ClickSegmenter, Embedding, Point  # noqa: F401  (their old home)
+from .click_protocol import ClickSegmenter
 from .click_sam import Sam2ClickSegmenter, SamClickSegmenter
-from .click_weights import (  # noqa: F401  (their old home)
-    MOBILESAM_WEIGHTS, SAM2_CONFIG, SAM2_CONFIGS, SAM2_URL, SAM2_WEIGHTS, Weights, sam2_checkpoint)
+from .click_weights import MOBILESAM_WEIGHTS, SAM2_WEIGHTS
 from .constants import CLICK_SEGMENTERS
 from .loading import cache_dir
 

@@ -25,19 +25,16 @@ import torch
 from PIL import Image
 
 from .constants import PRECISIONS, check_precision
-from .image_cache import (  # noqa: F401  (image_key, image_keys, spare_fill: their old home)
-    ImageFeatures, ImageHash, encode_cached, image_key, image_keys, regions_key, spare_fill, split_features)
+from .image_cache import ImageFeatures, ImageHash, encode_cached, regions_key, split_features
 from .loading import cache_dir
 from .preprocess import Pixels
-from .region_crops import (  # noqa: F401  (all but crop_region: their old home)
-    CropStyle, border_colour, crop_region, grown_box, paste_centred, shrink_to)
+from .region_crops import CropStyle, crop_region
 from .runtime import resolve_runtime, text_tower_graph
 from capscope.common.lru import LRUCache
 from .regions import Region
 from .text import EOT_ID, SOT_ID
-from .tower_passes import (  # noqa: F401  (TEXT_LENGTHS, TEXT_ROWS, TEXT_TOKENS: their old home)
-    IMAGE_ROWS, PIECE_ROWS, SIDE_BY_SIDE_PASSES, TEXT_LENGTHS, TEXT_ROWS, TEXT_TOKENS, bucket_groups, bucket_of,
-    filled_to, padded_ids, pass_rows, text_rows)
+from .tower_passes import (IMAGE_ROWS, PIECE_ROWS, SIDE_BY_SIDE_PASSES, bucket_groups, bucket_of, filled_to,
+                           padded_ids, pass_rows, text_rows)
 
 TEXT_CACHE_SIZE = 4096  # texts' features kept (2 KB each at 512 dimensions)
 # The towers' autocast dtype by precision. Their outputs are cast back to float32, so what reads

@@ -9,7 +9,8 @@ from contextlib import nullcontext
 import torch
 
 from .clipscore import PROMPT, clip_s, ref_score
-from .encoder import TEXT_ROWS, ClipBackbone, ImageFeatures, filled_to, pass_rows
+from .encoder import ClipBackbone, ImageFeatures, filled_to, pass_rows
+from .tower_passes import TEXT_ROWS
 from .infometic import InfoMetIC, infoclip
 from .pairs import PreparedPair
 from .result import MetricResult, PieceScore

@@ -47,10 +47,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from .encoder import (
-    IMAGE_ROWS, ClipBackbone, CropStyle, ImageFeatures, ImageHash, border_colour, encode_cached, grown_box,
-    paste_centred, pass_rows, regions_key, shrink_to, split_features,
-)
+from .encoder import (IMAGE_ROWS, ClipBackbone, ImageFeatures, ImageHash, encode_cached, pass_rows, regions_key,
+                      split_features)
+from .region_crops import CropStyle, border_colour, grown_box, paste_centred, shrink_to
 from .loading import ModelUnavailable, load_state_file
 from capscope.common.lru import LRUCache
 from .phrases import phrases as caption_phrases

@@ -34,7 +34,8 @@ from PIL import Image
 
 from capscope.common.in_flight import Busy, InFlight
 from capscope.annotation.added_regions import MAX_POINTS, checked_prompts  # noqa: F401  (MAX_POINTS: the API's)
-from capscope.metrics.click_segmenters import MAX_CANDIDATES, ClickSegmenter, Embedding, make_click_segmenter
+from capscope.metrics.click_protocol import MAX_CANDIDATES, ClickSegmenter, Embedding
+from capscope.metrics.click_segmenters import make_click_segmenter
 from capscope.metrics.images import read_image
 from capscope.metrics.regions import mask_to_box, mask_to_rle
 

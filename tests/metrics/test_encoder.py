@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from capscope.metrics import encoder, image_cache
+from capscope.metrics import encoder, image_cache, tower_passes
 from capscope.metrics.encoder import bucket_groups
 from capscope.metrics.loading import ModelUnavailable, create_open_clip
 from capscope.metrics.scorer import Scorer
@@ -60,7 +60,7 @@ def test_texts_met_before_are_not_encoded_again_and_keep_their_floats(scorer, mo
     (kept,) = backbone._texts._entries.values()
     assert kept.untyped_storage().nbytes() == backbone.dim * 4  # a kept row does not hold its whole pass
     for key in ("cpu", "onnx"):  # another pass shape: not the same floats, so not a hit
-        monkeypatch.setitem(encoder.TEXT_TOKENS, key, 32)
+        monkeypatch.setitem(tower_passes.TEXT_TOKENS, key, 32)
     backbone.encode_texts(["two cats."])
     assert tuple(passes[-1]) == (4, 8)
 
@@ -173,7 +173,7 @@ def test_the_host_part_of_a_gpus_path_sends_the_pixels_as_bytes_and_restores_the
 
     backbone = scorer.metrics["clip-s"].backbone
     images = [Image.fromarray(np.full((224, 224, 3), shade, dtype=np.uint8)) for shade in (5, 250)]
-    sent, widths = [], (dict(encoder.IMAGE_ROWS), dict(encoder.TEXT_ROWS))
+    sent, widths = [], (dict(tower_passes.IMAGE_ROWS), dict(tower_passes.TEXT_ROWS))
     with free_towers(backbone), host_as_for_gpu(backbone):
         stand_in = backbone.model.encode_image
         backbone.model.encode_image = lambda pixels: sent.append(pixels.clone()) or stand_in(pixels)
@@ -183,6 +183,6 @@ def test_the_host_part_of_a_gpus_path_sends_the_pixels_as_bytes_and_restores_the
     assert len(sent) == 1 and sent[0].dtype == torch.uint8
     assert sent[0].shape == (encoder.IMAGE_ROWS["cuda"], 224, 224, 3)
     assert sent[0][0].eq(5).all() and sent[0][1].eq(250).all() and sent[0][2:].eq(5).all()
-    assert (encoder.IMAGE_ROWS, encoder.TEXT_ROWS) == widths and "passes" not in vars(backbone.pixels)
+    assert (tower_passes.IMAGE_ROWS, tower_passes.TEXT_ROWS) == widths and "passes" not in vars(backbone.pixels)
     features = backbone.encode_images(images)  # the real tower again, floats on the host
     assert features.shape == (2, backbone.dim) and features.abs().sum() > 0

@@ -12,8 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
-from capscope.metrics import click_segmenters
-from capscope.metrics.click_segmenters import Weights, auto_choice, make_click_segmenter, weights_here
+from capscope.metrics import click_segmenters, click_weights
+from capscope.metrics.click_segmenters import auto_choice, make_click_segmenter, weights_here
+from capscope.metrics.click_weights import Weights
 from capscope.metrics.loading import ModelUnavailable, read_checkpoint
 
 VARIABLES = ("CAPSCOPE_SAM_CHECKPOINT", "CAPSCOPE_SAM2_CHECKPOINT", "CAPSCOPE_SAM2_TINY_CHECKPOINT",
@@ -87,8 +88,8 @@ def test_a_download_with_another_sha256_is_refused_and_deleted(cache, server, tm
 
 
 def test_offline_the_error_names_the_variable(cache, server, monkeypatch):
-    weights = replace(click_segmenters.SAM2_WEIGHTS["tiny"], url=f"{server.url}/missing/sam2.1_hiera_tiny.pt")
-    monkeypatch.setitem(click_segmenters.SAM2_WEIGHTS, "tiny", weights)
+    weights = replace(click_weights.SAM2_WEIGHTS["tiny"], url=f"{server.url}/missing/sam2.1_hiera_tiny.pt")
+    monkeypatch.setitem(click_weights.SAM2_WEIGHTS, "tiny", weights)
     with pytest.raises(ModelUnavailable, match="CAPSCOPE_SAM2_TINY_CHECKPOINT"):
         make_click_segmenter("sam2-tiny")
     monkeypatch.setenv("CAPSCOPE_MOBILESAM_WEIGHTS", str(cache / "nowhere.pt"))
@@ -178,7 +179,7 @@ def test_sam2_tiny_loads_its_weights_through_the_real_path(cache, tmp_path, monk
     from sam2.build_sam import build_sam2
 
     torch.manual_seed(0)
-    model = build_sam2(click_segmenters.SAM2_CONFIGS["tiny"], None, device="cpu", mode="eval")
+    model = build_sam2(click_weights.SAM2_CONFIGS["tiny"], None, device="cpu", mode="eval")
     path = tmp_path / "sam2.1_hiera_tiny.pt"
     torch.save({"model": model.state_dict()}, path)
     monkeypatch.setenv("CAPSCOPE_SAM2_TINY_CHECKPOINT", str(path))
@@ -186,6 +187,6 @@ def test_sam2_tiny_loads_its_weights_through_the_real_path(cache, tmp_path, monk
     assert segmenter.name == "SAM 2.1 hiera-tiny"
     loaded = segmenter.predictor.model.state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
-    monkeypatch.setenv("CAPSCOPE_SAM2_TINY_CHECKPOINT", str(click_segmenters.SAM2_WEIGHTS["small"].cached()))
+    monkeypatch.setenv("CAPSCOPE_SAM2_TINY_CHECKPOINT", str(click_weights.SAM2_WEIGHTS["small"].cached()))
     with pytest.raises(ModelUnavailable, match="not found"):
         make_click_segmenter("sam2-tiny")

@@ -58,7 +58,7 @@ class HeldSegmenter:
         self.release = threading.Event()
 
     def embed(self, image):
-        from capscope.metrics.click_segmenters import Embedding
+        from capscope.metrics.click_protocol import Embedding
         return Embedding(image.width, image.height, None)
 
     def predict(self, embedding, points, box=None):

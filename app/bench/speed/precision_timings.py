@@ -14,7 +14,7 @@ import torch
 from capscope.bench.speed.timed_models import BENCH_METRICS, model_files, naive_pairs_per_second
 from capscope.bench.speed.timed_pairs import make_pairs
 from capscope.bench.speed.scoring_timings import pairs_per_second
-from capscope.metrics import encoder
+from capscope.metrics import tower_passes
 from capscope.metrics.loading import demo_model_path
 from capscope.metrics.scorer import Scorer
 
@@ -39,7 +39,7 @@ def clip_s_throughput(device: str, n_pairs: int, batch_size: int, precisions=("f
         for precision in precisions:
             scorer = Scorer(["clip-s"], device=device, regions="given", precision=precision, **files)
             for width in pass_widths:
-                with pass_width(encoder, device, width):
+                with pass_width(device, width):
                     pairs_per_second(scorer, pairs[:batch_size], batch_size)  # warm-up
                     rate = pairs_per_second(scorer, pairs, batch_size)
                 out["pairs_per_s"][f"{precision}" + (f", {width} rows a pass" if width else "")] = rate
@@ -57,16 +57,16 @@ def clip_s_throughput(device: str, n_pairs: int, batch_size: int, precisions=("f
 
 
 @contextmanager
-def pass_width(encoder, device: str, width: int | None):
+def pass_width(device: str, width: int | None):
     """The encoder's rows per pass on `device` set to `width` for the block."""
     kind = torch.device(device).type
-    saved = (encoder.IMAGE_ROWS.get(kind), encoder.TEXT_ROWS.get(kind))
+    saved = (tower_passes.IMAGE_ROWS.get(kind), tower_passes.TEXT_ROWS.get(kind))
     if width:
-        encoder.IMAGE_ROWS[kind] = encoder.TEXT_ROWS[kind] = width
+        tower_passes.IMAGE_ROWS[kind] = tower_passes.TEXT_ROWS[kind] = width
     try:
         yield
     finally:
-        for table, value in zip((encoder.IMAGE_ROWS, encoder.TEXT_ROWS), saved):
+        for table, value in zip((tower_passes.IMAGE_ROWS, tower_passes.TEXT_ROWS), saved):
             if value is None:
                 table.pop(kind, None)
             else:
@@ -93,7 +93,7 @@ def host_as_for_gpu(backbone):
 
     pixels.send = sent
     pixels.passes = lambda images, rows, device=None: type(pixels).passes(pixels, images, rows, cuda)
-    saved = [(table, dict(table)) for table in (encoder.IMAGE_ROWS, encoder.TEXT_ROWS)]
+    saved = [(table, dict(table)) for table in (tower_passes.IMAGE_ROWS, tower_passes.TEXT_ROWS)]
     for table, _ in saved:
         table["cpu"] = table["cuda"]
     try:
